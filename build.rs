@@ -1,0 +1,19 @@
+//! Compiles etcd's v3 wire API from `proto/` with protox (pure Rust: no system `protoc`)
+//! and generates tonic clients with tonic-prost-build. The generated code stays private
+//! to the crate (see `src/pb.rs`).
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = [
+        "proto/kv.proto",
+        "proto/rpc.proto",
+        "proto/v3lock.proto",
+        "proto/v3election.proto",
+    ];
+    let descriptors = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(true)
+        .compile_fds(descriptors)?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

@@ -1,0 +1,470 @@
+//! The blocking client: connection, private runtime, keep-alive thread, and a small KV API.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::keepalive::KeepAlive;
+use crate::kv::{KeyValue, Txn, TxnResponse};
+use crate::pb::etcdserverpb as pb;
+use crate::rpc::{Retry, Rpc, RpcConfig, parse_endpoint, prefix_end};
+use crate::runtime::Runtime;
+use crate::session::{Session, SessionBuilder, SessionShared};
+
+/// Default limit for establishing a connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default limit for one unary request (a get, a put, one lock transaction).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The fastest HTTP/2 keep-alive ping interval allowed: etcd closes connections that ping
+/// more often than its `--grpc-keepalive-min-time` (5 s by default).
+pub const MIN_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A blocking etcd v3 client. Cheap to clone (clones share one connection, one private
+/// runtime thread and one keep-alive thread); `Send + Sync`.
+///
+/// When the last clone (including those inside sessions, mutexes and guards) is dropped,
+/// its threads stop and are joined.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+/// client.put("greeting", "hello")?;
+/// let kv = client.get("greeting")?.expect("just written");
+/// assert_eq!(kv.value, b"hello");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+// Field order is drop order: the keep-alive thread is joined before the runtime it uses
+// is shut down.
+struct ClientInner {
+    rpc: Rpc,
+    keepalive: KeepAlive,
+    runtime: Runtime,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoints", &self.inner.rpc.endpoints())
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects with default settings. Endpoints are URLs like `http://127.0.0.1:2379`
+    /// (`127.0.0.1:2379` is read as `http://`).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// # let _ = client;
+    /// # Ok(()) }
+    /// ```
+    pub fn connect<I, S>(endpoints: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Client::builder().endpoints(endpoints).connect()
+    }
+
+    /// A builder for timeouts and other settings.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::builder()
+    ///     .endpoints(["http://10.0.0.1:2379", "http://10.0.0.2:2379"])
+    ///     .connect_timeout(Duration::from_secs(1))
+    ///     .request_timeout(Duration::from_secs(2))
+    ///     .connect()?;
+    /// # let _ = client;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The endpoints this client was given.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::connect(["127.0.0.1:2379"])?;
+    /// assert_eq!(client.endpoints(), ["http://127.0.0.1:2379"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn endpoints(&self) -> &[String] {
+        self.inner.rpc.endpoints()
+    }
+
+    /// Starts a session with the default TTL (60 s).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let session = client.session()?;
+    /// assert!(session.is_alive());
+    /// # Ok(()) }
+    /// ```
+    pub fn session(&self) -> Result<Session> {
+        self.session_builder().start()
+    }
+
+    /// A builder for a session with a chosen TTL, or resuming an existing lease.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let session = client.session_builder().ttl(std::time::Duration::from_secs(10)).start()?;
+    /// # let _ = session;
+    /// # Ok(()) }
+    /// ```
+    pub fn session_builder(&self) -> SessionBuilder {
+        SessionBuilder::new(self.clone())
+    }
+
+    /// Reads one key (linearizable).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// match client.get("config/mode")? {
+    ///     Some(kv) => println!("mode = {}", kv.value_str()),
+    ///     None => println!("not set"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<KeyValue>> {
+        let req = pb::RangeRequest {
+            key: non_empty_key(key.as_ref())?,
+            ..Default::default()
+        };
+        let resp = self.call(|rpc| async move { rpc.range(req).await })?;
+        Ok(resp.kvs.into_iter().next().map(KeyValue::from))
+    }
+
+    /// Reads every key starting with `prefix`, in key order (linearizable).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// for kv in client.get_prefix("jobs/")? {
+    ///     println!("{}", kv.key_str());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn get_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<KeyValue>> {
+        let prefix = non_empty_key(prefix.as_ref())?;
+        let req = pb::RangeRequest {
+            range_end: prefix_end(&prefix),
+            key: prefix,
+            ..Default::default()
+        };
+        let resp = self.call(|rpc| async move { rpc.range(req).await })?;
+        Ok(resp.kvs.into_iter().map(KeyValue::from).collect())
+    }
+
+    /// Writes a key; returns the store revision of the write.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let revision = client.put("k", "v")?;
+    /// assert!(revision > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<i64> {
+        self.put_with_lease(key, value, 0)
+    }
+
+    /// Writes a key bound to a lease (e.g. [`Session::lease_id`]): etcd deletes it when
+    /// the lease ends. Returns the store revision of the write.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let session = client.session()?;
+    /// client.put_with_lease("members/me", "10.0.0.7", session.lease_id())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn put_with_lease(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        lease: i64,
+    ) -> Result<i64> {
+        let req = pb::PutRequest {
+            key: non_empty_key(key.as_ref())?,
+            value: value.as_ref().to_vec(),
+            lease,
+            ..Default::default()
+        };
+        let resp = self.call(|rpc| async move { rpc.put(req).await })?;
+        Ok(resp.header.map_or(0, |h| h.revision))
+    }
+
+    /// Deletes one key; returns how many keys were deleted (0 or 1).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// client.put("k", "v")?;
+    /// assert_eq!(client.delete("k")?, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<i64> {
+        let req = pb::DeleteRangeRequest {
+            key: non_empty_key(key.as_ref())?,
+            ..Default::default()
+        };
+        Ok(self.call(|rpc| async move { rpc.delete_range(req).await })?.deleted)
+    }
+
+    /// Deletes every key starting with `prefix`; returns how many were deleted.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let n = client.delete_prefix("tmp/")?;
+    /// # let _ = n;
+    /// # Ok(()) }
+    /// ```
+    pub fn delete_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<i64> {
+        let prefix = non_empty_key(prefix.as_ref())?;
+        let req = pb::DeleteRangeRequest {
+            range_end: prefix_end(&prefix),
+            key: prefix,
+            ..Default::default()
+        };
+        Ok(self.call(|rpc| async move { rpc.delete_range(req).await })?.deleted)
+    }
+
+    /// Runs a transaction (compare-and-swap and friends). Not retried on an ambiguous
+    /// failure, since it may have applied.
+    ///
+    /// ```no_run
+    /// use etcd_sync::{Compare, CompareOp, Txn, TxnOp};
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let current = client.get("counter")?;
+    /// let (rev, n) = current.map_or((0, 0), |kv| (kv.mod_revision, kv.value_str().parse().unwrap_or(0)));
+    /// let swapped = client.txn(
+    ///     Txn::new()
+    ///         .when([Compare::mod_revision("counter", CompareOp::Equal, rev)])
+    ///         .and_then([TxnOp::put("counter", (n + 1).to_string())]),
+    /// )?;
+    /// println!("incremented: {}", swapped.succeeded);
+    /// # Ok(()) }
+    /// ```
+    pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        let req = txn.0;
+        Ok(self
+            .call(|rpc| async move { rpc.txn(req, Retry::Never).await })?
+            .into())
+    }
+
+    /// Compacts etcd's history up to `revision` (older revisions can no longer be read or
+    /// watched from).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let rev = client.put("k", "v")?;
+    /// client.compact(rev)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn compact(&self, revision: i64) -> Result<()> {
+        self.call(|rpc| async move { rpc.compact(revision).await })?;
+        Ok(())
+    }
+
+    pub(crate) fn rpc(&self) -> &Rpc {
+        &self.inner.rpc
+    }
+
+    /// Runs `fut` on the calling thread (refusing inside an async runtime).
+    pub(crate) fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
+        self.inner.runtime.block_on(fut)
+    }
+
+    /// Runs an async call against the RPC layer and flattens the result.
+    pub(crate) fn call<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(Rpc) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let rpc = self.inner.rpc.clone();
+        self.block_on(f(rpc))?
+    }
+
+    /// Runs `fut` in the background on the private runtime (cleanup from `Drop`).
+    pub(crate) fn spawn<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.inner.runtime.spawn(fut);
+    }
+
+    pub(crate) fn keepalive_register(&self, session: Arc<SessionShared>) -> Result<()> {
+        self.inner.keepalive.register(session)
+    }
+}
+
+fn non_empty_key(key: &[u8]) -> Result<Vec<u8>> {
+    if key.is_empty() {
+        return Err(Error::InvalidArgument("empty key".into()));
+    }
+    Ok(key.to_vec())
+}
+
+/// Configures a [`Client`].
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> etcd_sync::Result<()> {
+/// let client = etcd_sync::Client::builder()
+///     .endpoints(["http://127.0.0.1:2379"])
+///     .request_timeout(Duration::from_secs(2))
+///     .connect()?;
+/// # let _ = client;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until .connect()"]
+pub struct ClientBuilder {
+    endpoints: Vec<String>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    keep_alive_interval: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            endpoints: Vec::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            keep_alive_interval: MIN_KEEP_ALIVE_INTERVAL,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Sets the etcd endpoints (members of one cluster). Requests go to the first one that
+    /// answers and move on to the next when it fails.
+    ///
+    /// ```
+    /// let b = etcd_sync::Client::builder().endpoints(["127.0.0.1:2379", "127.0.0.1:22379"]);
+    /// # let _ = b;
+    /// ```
+    pub fn endpoints<I, S>(mut self, endpoints: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.endpoints = endpoints
+            .into_iter()
+            .map(|s| s.as_ref().to_string())
+            .collect();
+        self
+    }
+
+    /// How long connecting may take before [`Error::Connect`] (default 3 s).
+    ///
+    /// ```
+    /// let b = etcd_sync::Client::builder().connect_timeout(std::time::Duration::from_secs(1));
+    /// # let _ = b;
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one unary request may take before [`Error::Timeout`] (default 5 s). Also
+    /// bounds the release a guard's `Drop` performs.
+    ///
+    /// ```
+    /// let b = etcd_sync::Client::builder().request_timeout(std::time::Duration::from_secs(2));
+    /// # let _ = b;
+    /// ```
+    pub fn request_timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// HTTP/2 ping interval while streams are open (default and minimum 10 s: etcd drops
+    /// connections that ping faster).
+    ///
+    /// ```
+    /// let b = etcd_sync::Client::builder().keep_alive_interval(std::time::Duration::from_secs(30));
+    /// # let _ = b;
+    /// ```
+    pub fn keep_alive_interval(mut self, interval: Duration) -> ClientBuilder {
+        self.keep_alive_interval = interval;
+        self
+    }
+
+    /// Validates the settings, starts the private runtime and keep-alive thread, and
+    /// connects. Fails within the connect timeout when no endpoint answers.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::builder().endpoints(["127.0.0.1:2379"]).connect()?;
+    /// # let _ = client;
+    /// # Ok(()) }
+    /// ```
+    pub fn connect(self) -> Result<Client> {
+        crate::runtime::ensure_blocking_allowed()?;
+        if self.endpoints.is_empty() {
+            return Err(Error::InvalidArgument(
+                "no endpoints given (expected e.g. http://127.0.0.1:2379)".into(),
+            ));
+        }
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|e| parse_endpoint(e))
+            .collect::<Result<Vec<_>>>()?;
+        for (name, value) in [
+            ("connect timeout", self.connect_timeout),
+            ("request timeout", self.request_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::InvalidArgument(format!("{name} must be positive")));
+            }
+        }
+        if self.keep_alive_interval < MIN_KEEP_ALIVE_INTERVAL {
+            return Err(Error::InvalidArgument(format!(
+                "keep-alive interval {:?} is below {MIN_KEEP_ALIVE_INTERVAL:?}: etcd closes \
+                 connections that ping that often",
+                self.keep_alive_interval
+            )));
+        }
+        let config = RpcConfig {
+            endpoints,
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.request_timeout,
+            keep_alive_interval: self.keep_alive_interval,
+            keep_alive_timeout: Duration::from_secs(5),
+        };
+        let runtime = Runtime::new()?;
+        let rpc = runtime.block_on(Rpc::connect(&config))??;
+        let keepalive = KeepAlive::start(runtime.handle()?.clone(), rpc.clone())?;
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                rpc,
+                keepalive,
+                runtime,
+            }),
+        })
+    }
+}

@@ -1,0 +1,745 @@
+//! Leader election: campaign / proclaim / resign / leader / observe, on etcd's election
+//! recipe (and wire format), with a [`Leadership`] guard that resigns on `Drop`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+
+use crate::error::{Error, Result};
+use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use crate::mutex::guarded_txn;
+use crate::pb::mvccpb;
+use crate::queue;
+use crate::rpc::{Retry, Rpc, prefix_end};
+use crate::session::Session;
+use crate::watch::{WatchStream, watch_request};
+
+/// A leader election named by a string, campaigned through a [`Session`].
+///
+/// Candidates' keys are `<name>/<lease id in hex>` holding the candidate's value; the
+/// oldest key leads. The campaign transaction is the one of etcd's Go
+/// `concurrency.Election`, so candidates started with `etcdctl elect` and ours share one
+/// line. One session has one key per name: campaigning again on the same session and name
+/// proclaims the new value instead of queueing twice (as in Go).
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+/// let session = client.session()?;
+/// let election = session.election("scheduler")?;
+/// let leadership = election.campaign("host-a:8080")?; // blocks until we lead
+/// assert!(leadership.is_leader());
+/// leadership.proclaim("host-a:9090")?;
+/// drop(leadership); // resigns
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    inner: Arc<ElectionInner>,
+}
+
+struct ElectionInner {
+    session: Session,
+    name: Vec<u8>,
+    prefix: Vec<u8>,
+    key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("key", &String::from_utf8_lossy(&self.inner.key))
+            .finish()
+    }
+}
+
+/// The current leader of an election.
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// if let Some(leader) = session.election("scheduler")?.leader()? {
+///     println!("{} leads with {}", leader.key_str(), leader.value_str());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's key, `<name>/<lease hex>`.
+    pub key: Vec<u8>,
+    /// The value the leader proclaimed.
+    pub value: Vec<u8>,
+    /// The key's create revision: the leader's fencing token.
+    pub create_revision: i64,
+    /// The revision of the last proclamation.
+    pub mod_revision: i64,
+    /// The leader's lease id.
+    pub lease: i64,
+}
+
+impl Leader {
+    /// The key as text.
+    ///
+    /// ```
+    /// let l = etcd_sync::Leader { key: b"e/1".to_vec(), value: vec![], create_revision: 1, mod_revision: 1, lease: 1 };
+    /// assert_eq!(l.key_str(), "e/1");
+    /// ```
+    pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.key)
+    }
+
+    /// The value as text.
+    ///
+    /// ```
+    /// let l = etcd_sync::Leader { key: vec![], value: b"v".to_vec(), create_revision: 1, mod_revision: 1, lease: 1 };
+    /// assert_eq!(l.value_str(), "v");
+    /// ```
+    pub fn value_str(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.value)
+    }
+}
+
+impl From<mvccpb::KeyValue> for Leader {
+    fn from(kv: mvccpb::KeyValue) -> Self {
+        Leader {
+            key: kv.key,
+            value: kv.value,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            lease: kv.lease,
+        }
+    }
+}
+
+/// A change seen by an [`Observer`].
+///
+/// ```
+/// use etcd_sync::LeaderEvent;
+/// fn describe(e: &LeaderEvent) -> String {
+///     match e {
+///         LeaderEvent::Elected(l) => format!("new leader {}", l.value_str()),
+///         LeaderEvent::Proclaimed(l) => format!("leader says {}", l.value_str()),
+///         LeaderEvent::NoLeader => "no leader".into(),
+///     }
+/// }
+/// assert_eq!(describe(&LeaderEvent::NoLeader), "no leader");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderEvent {
+    /// A (new) leader: the first event when there is one, then every leader change.
+    Elected(Leader),
+    /// The same leader proclaimed a new value.
+    Proclaimed(Leader),
+    /// Nobody leads (the first event when the election is empty, or after the last
+    /// candidate left).
+    NoLeader,
+}
+
+impl Session {
+    /// An election named `name` on this session. No request is sent until you use it.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let election = session.election("scheduler")?;
+    /// # let _ = election;
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl AsRef<[u8]>) -> Result<Election> {
+        let name = name.as_ref();
+        let prefix = queue::key_prefix(name)?;
+        let key = queue::own_key(&prefix, self.lease_id());
+        Ok(Election {
+            inner: Arc::new(ElectionInner {
+                session: self.clone(),
+                name: name.to_vec(),
+                prefix,
+                key,
+            }),
+        })
+    }
+}
+
+impl Election {
+    /// The election's name.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert_eq!(session.election("e")?.name(), b"e");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &[u8] {
+        &self.inner.name
+    }
+
+    /// Blocks until we lead, then returns the guard. Our value is stored under our key
+    /// while we wait. Ends at once with [`Error::SessionLost`] if the session is lost,
+    /// [`Error::NotLeader`] if our key is deleted by someone else; on every error our key
+    /// is removed.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let leadership = session.election("scheduler")?.campaign("host-a")?;
+    /// println!("leading with token {}", leadership.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    pub fn campaign(&self, value: impl AsRef<[u8]>) -> Result<Leadership> {
+        self.campaign_until(value.as_ref(), None)
+    }
+
+    /// Like [`campaign`](Election::campaign), but gives up with [`Error::Timeout`] after
+    /// `timeout`, leaving no key behind.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let e = session.election("scheduler")?;
+    /// match e.campaign_timeout("host-a", std::time::Duration::from_secs(1)) {
+    ///     Ok(_leadership) => println!("leading"),
+    ///     Err(etcd_sync::Error::Timeout { .. }) => println!("someone else leads"),
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn campaign_timeout(&self, value: impl AsRef<[u8]>, timeout: Duration) -> Result<Leadership> {
+        let deadline = Instant::now().checked_add(timeout).map(|d| (d, timeout));
+        self.campaign_until(value.as_ref(), deadline)
+    }
+
+    fn campaign_until(&self, value: &[u8], deadline: Option<(Instant, Duration)>) -> Result<Leadership> {
+        crate::runtime::ensure_blocking_allowed()?;
+        let inner = &self.inner;
+        let session = inner.session.shared().clone();
+        session.check()?;
+        let client = inner.session.client().clone();
+        let rpc = client.rpc().clone();
+        let lease = inner.session.lease_id();
+        let rev = client.block_on(async {
+            let campaign = async {
+                let enqueued = match queue::enqueue(&rpc, &inner.prefix, &inner.key, value, lease).await {
+                    Ok(enqueued) => enqueued,
+                    Err(e) => {
+                        let _ = queue::remove_by_lease(&rpc, &inner.key, lease).await;
+                        return Err(e);
+                    }
+                };
+                let rev = enqueued.rev;
+                let result = async {
+                    if enqueued.existed && enqueued.value != value {
+                        // Campaigning again on this session: proclaim the new value.
+                        if !proclaim(&rpc, &inner.key, rev, value, lease).await? {
+                            return Err(Error::NotLeader);
+                        }
+                    }
+                    queue::wait_turn(&rpc, &session, &inner.prefix, &inner.key, rev, enqueued.position)
+                        .await
+                        .map_err(|e| match e {
+                            Error::LockLost => Error::NotLeader,
+                            other => other,
+                        })
+                }
+                .await;
+                Ok((rev, result))
+            };
+            let outcome = match deadline {
+                None => campaign.await,
+                Some((deadline, after)) => {
+                    // A timeout may strike mid-request: remember nothing, clean by lease.
+                    match tokio::time::timeout_at(deadline.into(), campaign).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => {
+                            let _ = queue::remove_by_lease(&rpc, &inner.key, lease).await;
+                            return Err(Error::Timeout { operation: "campaign", after });
+                        }
+                    }
+                }
+            };
+            let (rev, result) = outcome?;
+            match result {
+                Ok(()) => Ok(rev),
+                Err(e) => {
+                    let _ = queue::remove_guarded(&rpc, &inner.key, rev).await;
+                    Err(e)
+                }
+            }
+        })??;
+        Ok(Leadership {
+            election: self.clone(),
+            rev,
+            resigned: false,
+        })
+    }
+
+    /// The current leader, or `Ok(None)` when nobody leads.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.election("scheduler")?.leader()? {
+    ///     Some(leader) => println!("leader: {}", leader.value_str()),
+    ///     None => println!("no leader"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn leader(&self) -> Result<Option<Leader>> {
+        let client = self.inner.session.client();
+        let prefix = self.inner.prefix.clone();
+        client.call(|rpc| async move { current_leader(&rpc, &prefix).await.map(|(l, _)| l) })
+    }
+
+    /// Follows leadership changes: a blocking iterator of [`LeaderEvent`]s that starts with
+    /// the current state (a leader or [`LeaderEvent::NoLeader`]). It survives compaction and
+    /// broken watch streams (it re-reads the current leader), and only ever reports a key
+    /// that was the leader at the revision it read. Dropping it cancels its watch.
+    ///
+    /// ```no_run
+    /// use etcd_sync::LeaderEvent;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// for event in session.election("scheduler")?.observe()? {
+    ///     match event? {
+    ///         LeaderEvent::Elected(l) | LeaderEvent::Proclaimed(l) => println!("leader: {}", l.value_str()),
+    ///         LeaderEvent::NoLeader => println!("no leader"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn observe(&self) -> Result<Observer> {
+        crate::runtime::ensure_blocking_allowed()?;
+        let client = self.inner.session.client().clone();
+        let (events_tx, events) = crossbeam_channel::unbounded();
+        let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+        let rpc = client.rpc().clone();
+        let prefix = self.inner.prefix.clone();
+        client.spawn(async move {
+            tokio::select! {
+                _ = cancelled => {}
+                _ = observe_loop(rpc, prefix, events_tx) => {}
+            }
+        });
+        Ok(Observer {
+            events,
+            _cancel: cancel,
+            _client: client,
+        })
+    }
+}
+
+/// Reads the oldest key under `prefix` (linearizable) and the revision of the read.
+async fn current_leader(rpc: &Rpc, prefix: &[u8]) -> Result<(Option<Leader>, i64)> {
+    let resp = rpc.range(queue::first_created(prefix)).await?;
+    let revision = resp.header.map_or(0, |h| h.revision);
+    Ok((resp.kvs.into_iter().next().map(Leader::from), revision))
+}
+
+/// Puts a new value under our key only while it still has our create revision.
+async fn proclaim(rpc: &Rpc, key: &[u8], rev: i64, value: &[u8], lease: i64) -> Result<bool> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.to_vec(), CompareOp::Equal, rev)])
+        .and_then([TxnOp::put_with_lease(key.to_vec(), value.to_vec(), lease)]);
+    Ok(rpc.txn(txn.0, Retry::Safe).await?.succeeded)
+}
+
+/// The observer task: watch the prefix from now, re-read the leader whenever leadership
+/// may have changed, and emit only differences.
+async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEvent>>) {
+    let mut last: Option<Option<Leader>> = None;
+    let mut retry_delay = Duration::from_millis(20);
+    let emit = |event: LeaderEvent| events.send(Ok(event)).is_ok();
+    loop {
+        let creates = vec![watch_request(&prefix, Some(prefix_end(&prefix)), 0, false)];
+        let mut watch = match WatchStream::open(&rpc, creates).await {
+            Ok((watch, _)) => watch,
+            Err(e) if e.is_transient() => {
+                tokio::time::sleep(retry_delay).await;
+                retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
+                continue;
+            }
+            Err(e) => {
+                let _ = events.send(Err(e));
+                return;
+            }
+        };
+        // Read after the watcher exists: nothing between the read and the events is missed.
+        let mut reread = true;
+        loop {
+            if reread {
+                let current = match current_leader(&rpc, &prefix).await {
+                    Ok((current, _)) => current,
+                    Err(e) if e.is_transient() => break,
+                    Err(e) => {
+                        let _ = events.send(Err(e));
+                        return;
+                    }
+                };
+                if let Some(event) = diff(last.as_ref(), &current) {
+                    if !emit(event) {
+                        return;
+                    }
+                }
+                last = Some(current);
+                reread = false;
+            }
+            let response = match watch.next().await {
+                Ok(response) if response.canceled => break,
+                Ok(response) => response,
+                Err(_) => break,
+            };
+            retry_delay = Duration::from_millis(20);
+            let leader = last.clone().flatten();
+            for event in response.events {
+                let Some(kv) = event.kv else { continue };
+                let is_put = event.r#type == mvccpb::event::EventType::Put as i32;
+                match &leader {
+                    // A new value under the leader's own key (same create revision): the
+                    // same leader proclaimed. Reported from the event: no read needed.
+                    Some(l) if is_put && kv.key == l.key && kv.create_revision == l.create_revision => {
+                        let proclaimed = Leader::from(kv);
+                        if !emit(LeaderEvent::Proclaimed(proclaimed.clone())) {
+                            return;
+                        }
+                        last = Some(Some(proclaimed));
+                    }
+                    // The leader's key went away: someone else (or nobody) leads now.
+                    Some(l) if !is_put && kv.key == l.key => reread = true,
+                    // A candidate joined an empty election.
+                    None if is_put => reread = true,
+                    _ => {}
+                }
+            }
+        }
+        tokio::time::sleep(retry_delay).await;
+        retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// The event that takes an observer from `last` to `current`, if anything changed.
+fn diff(last: Option<&Option<Leader>>, current: &Option<Leader>) -> Option<LeaderEvent> {
+    match (last, current) {
+        (Some(None), None) => None,
+        (_, None) => Some(LeaderEvent::NoLeader),
+        (Some(Some(prev)), Some(now)) if prev.key == now.key && prev.create_revision == now.create_revision => {
+            (prev.mod_revision != now.mod_revision).then(|| LeaderEvent::Proclaimed(now.clone()))
+        }
+        (_, Some(now)) => Some(LeaderEvent::Elected(now.clone())),
+    }
+}
+
+/// A blocking stream of leadership changes from [`Election::observe`]. Iterate it, or use
+/// [`recv`](Observer::recv) / [`recv_timeout`](Observer::recv_timeout). Dropping it stops
+/// the watch.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let observer = session.election("scheduler")?.observe()?;
+/// while let Some(event) = observer.recv_timeout(std::time::Duration::from_secs(5))? {
+///     println!("{event:?}");
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Observer {
+    events: Receiver<Result<LeaderEvent>>,
+    _cancel: tokio::sync::oneshot::Sender<()>,
+    // Keeps the runtime that runs the observer task alive.
+    _client: crate::Client,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    /// Blocks until the next change.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let observer = session.election("e")?.observe()?;
+    /// let first = observer.recv()?; // the current state
+    /// # let _ = first;
+    /// # Ok(()) }
+    /// ```
+    pub fn recv(&self) -> Result<LeaderEvent> {
+        crate::runtime::ensure_blocking_allowed()?;
+        self.events.recv().map_err(|_| Error::Closed)?
+    }
+
+    /// Waits up to `timeout` for the next change; `Ok(None)` if none came.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let observer = session.election("e")?.observe()?;
+    /// if let Some(event) = observer.recv_timeout(std::time::Duration::from_millis(100))? {
+    ///     println!("{event:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<LeaderEvent>> {
+        crate::runtime::ensure_blocking_allowed()?;
+        match self.events.recv_timeout(timeout) {
+            Ok(event) => event.map(Some),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err(Error::Closed),
+        }
+    }
+
+    /// The next change if one is ready, without blocking.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let observer = session.election("e")?.observe()?;
+    /// let _maybe = observer.try_recv()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn try_recv(&self) -> Result<Option<LeaderEvent>> {
+        match self.events.try_recv() {
+            Ok(event) => event.map(Some),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(Error::Closed),
+        }
+    }
+}
+
+impl Iterator for Observer {
+    type Item = Result<LeaderEvent>;
+
+    /// Blocks for the next change; ends (`None`) only when the observer stopped after an
+    /// error it already yielded.
+    fn next(&mut self) -> Option<Self::Item> {
+        if crate::runtime::inside_async() {
+            return Some(Err(Error::InsideAsyncRuntime));
+        }
+        self.events.recv().ok()
+    }
+}
+
+/// Proof that we lead; resigns on `Drop`.
+///
+/// Resigning deletes our key only if it still has our create revision. If
+/// [`resign`](Leadership::resign) fails, the guard keeps its state so calling it again
+/// works (upstream Go forgets it).
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let mut leadership = session.election("scheduler")?.campaign("host-a")?;
+/// crossbeam_channel::select! {
+///     recv(leadership.lost()) -> _ => eprintln!("leadership lost: stop leading"),
+///     default(std::time::Duration::from_secs(1)) => println!("led for a second"),
+/// }
+/// leadership.resign()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "leadership is resigned as soon as the guard is dropped"]
+pub struct Leadership {
+    election: Election,
+    rev: i64,
+    resigned: bool,
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("fencing_token", &self.rev)
+            .field("resigned", &self.resigned)
+            .finish()
+    }
+}
+
+impl Leadership {
+    /// Our election key, `<name>/<lease hex>`.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let l = session.election("e")?.campaign("v")?;
+    /// assert!(l.key().starts_with(b"e/"));
+    /// # Ok(()) }
+    /// ```
+    pub fn key(&self) -> &[u8] {
+        &self.election.inner.key
+    }
+
+    /// Our key's create revision: strictly increasing across successive leaders.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let l = session.election("e")?.campaign("v")?;
+    /// println!("token {}", l.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> i64 {
+        self.rev
+    }
+
+    /// Whether we still lead as far as this process knows: not resigned, and the session's
+    /// lease deadline has not passed. No request is sent.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert!(session.election("e")?.campaign("v")?.is_leader());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_leader(&self) -> bool {
+        !self.resigned && self.election.inner.session.is_alive()
+    }
+
+    /// A channel that becomes ready (disconnected) when leadership may be lost (the
+    /// session's lease deadline passed or the session ended).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let l = session.election("e")?.campaign("v")?;
+    /// let lost = l.lost();
+    /// std::thread::spawn(move || { let _ = lost.recv(); eprintln!("no longer leader"); });
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> Receiver<()> {
+        self.election.inner.session.lost()
+    }
+
+    /// Publishes a new value under our key, only while we lead; [`Error::NotLeader`] if we
+    /// no longer do.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let l = session.election("e")?.campaign("starting")?;
+    /// l.proclaim("ready")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<()> {
+        if self.resigned {
+            return Err(Error::NotLeader);
+        }
+        let session = &self.election.inner.session;
+        let key = self.key().to_vec();
+        let (rev, lease, value) = (self.rev, session.lease_id(), value.as_ref().to_vec());
+        let ok = session
+            .client()
+            .call(|rpc| async move { proclaim(&rpc, &key, rev, &value, lease).await })?;
+        if ok { Ok(()) } else { Err(Error::NotLeader) }
+    }
+
+    /// The condition "we still lead", for your own transactions.
+    ///
+    /// ```no_run
+    /// use etcd_sync::{Txn, TxnOp};
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let l = session.election("e")?.campaign("v")?;
+    /// session.client().txn(Txn::new().when([l.ownership_compare()]).and_then([TxnOp::put("k", "v")]))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn ownership_compare(&self) -> Compare {
+        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev)
+    }
+
+    /// Puts `key = value` only while we lead; [`Error::NotLeader`] otherwise.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let l = session.election("e")?.campaign("v")?;
+    /// l.put("config/written-by", "the leader")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<TxnResponse> {
+        self.txn(Txn::new().and_then([TxnOp::put(key.as_ref(), value.as_ref())]))
+    }
+
+    /// Deletes `key` only while we lead; [`Error::NotLeader`] otherwise.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let l = session.election("e")?.campaign("v")?;
+    /// l.delete("config/stale")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<TxnResponse> {
+        self.txn(Txn::new().and_then([TxnOp::delete(key.as_ref())]))
+    }
+
+    /// Runs `txn` only while we lead, atomically with that check.
+    ///
+    /// ```no_run
+    /// use etcd_sync::{Txn, TxnOp};
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let l = session.election("e")?.campaign("v")?;
+    /// l.txn(Txn::new().and_then([TxnOp::put("a", "1"), TxnOp::put("b", "2")]))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        if self.resigned {
+            return Err(Error::NotLeader);
+        }
+        guarded_txn(self.election.inner.session.client(), self.ownership_compare(), txn)
+            .and_then(|r| r.ok_or(Error::NotLeader))
+    }
+
+    /// Gives up leadership (deletes our key if it still has our create revision). On
+    /// error the guard keeps its state, so calling `resign` again retries; after success,
+    /// `Drop` does nothing more.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let mut l = session.election("e")?.campaign("v")?;
+    /// while let Err(e) = l.resign() {
+    ///     eprintln!("resign failed, retrying: {e}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn resign(&mut self) -> Result<()> {
+        if self.resigned {
+            return Ok(());
+        }
+        let client = self.election.inner.session.client();
+        let key = self.key().to_vec();
+        let rev = self.rev;
+        client.call(|rpc| async move { queue::remove_guarded(&rpc, &key, rev).await })?;
+        self.resigned = true;
+        Ok(())
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if self.resigned {
+            return;
+        }
+        self.resigned = true;
+        let client = self.election.inner.session.client();
+        let rpc = client.rpc().clone();
+        let key = self.key().to_vec();
+        let rev = self.rev;
+        if crate::runtime::inside_async() {
+            client.spawn(async move {
+                let _ = queue::remove_guarded(&rpc, &key, rev).await;
+            });
+        } else {
+            let _ = client.block_on(async move { queue::remove_guarded(&rpc, &key, rev).await });
+        }
+    }
+}
+

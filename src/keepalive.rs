@@ -1,0 +1,332 @@
+//! The keep-alive thread: one named OS thread per client renews every session's lease over
+//! one bidirectional `LeaseKeepAlive` stream, and declares a session lost the moment its
+//! lease may have expired on the server.
+//!
+//! Timing rule (the safety property): etcd starts a lease's new TTL when it *processes* a
+//! keep-alive, which is after we *sent* it. So `sent_at + ttl` (monotonic clock) is never
+//! later than the server's expiry, and we declare the session lost at
+//! `sent_at + ttl - safety_margin(ttl)` of the last acknowledged request.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+
+use crate::error::{Error, LossReason, Result};
+use crate::pb::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+use crate::rpc::Rpc;
+use crate::session::SessionShared;
+
+/// How long before the conservative expiry we give up on a lease: covers the wake-up
+/// latency of this thread and of whoever reacts to the loss. 10 % of the TTL, between
+/// 100 ms and 1 s.
+pub(crate) fn safety_margin(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
+/// A request unanswered this long means the stream (or its member) is stuck: drop it and
+/// reopen, on the next endpoint. A quarter of the TTL, between 300 ms and 5 s, so a retry
+/// always fits well before the deadline.
+fn stall_after(ttl: Duration) -> Duration {
+    (ttl / 4).clamp(Duration::from_millis(300), Duration::from_secs(5))
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+enum Command {
+    Register(Arc<SessionShared>),
+    Shutdown,
+}
+
+/// Handle to the keep-alive thread; dropping it stops and joins the thread.
+pub(crate) struct KeepAlive {
+    commands: UnboundedSender<Command>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl KeepAlive {
+    pub(crate) fn start(handle: tokio::runtime::Handle, rpc: Rpc) -> Result<KeepAlive> {
+        let (commands, mut receiver) = unbounded_channel();
+        let thread = std::thread::Builder::new()
+            .name("etcd-sync-keepalive".into())
+            .spawn(move || {
+                // This thread runs the loop itself; the runtime worker only drives the socket.
+                handle.block_on(Loop::new(rpc).run(&mut receiver));
+            })
+            .map_err(|e| Error::Unavailable(format!("cannot start the keep-alive thread: {e}")))?;
+        Ok(KeepAlive {
+            commands,
+            thread: Some(thread),
+        })
+    }
+
+    /// Starts renewing a session's lease: the first keep-alive goes out at once.
+    pub(crate) fn register(&self, session: Arc<SessionShared>) -> Result<()> {
+        self.commands
+            .send(Command::Register(session))
+            .map_err(|_| Error::Closed)
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+struct Lease {
+    session: Arc<SessionShared>,
+    ttl: Duration,
+    next_send: Instant,
+    /// Send times of requests not yet answered, oldest first (etcd answers a stream's
+    /// requests in order).
+    in_flight: VecDeque<Instant>,
+}
+
+type Opening = Pin<
+    Box<dyn Future<Output = Result<tonic::Streaming<LeaseKeepAliveResponse>>> + Send>,
+>;
+
+enum StreamState {
+    /// The call is issued with its first requests queued; etcd answers headers together
+    /// with the first response.
+    Opening(Opening),
+    Open(tonic::Streaming<LeaseKeepAliveResponse>),
+}
+
+struct Stream {
+    endpoint: usize,
+    requests: UnboundedSender<LeaseKeepAliveRequest>,
+    state: StreamState,
+}
+
+enum Event {
+    Command(Option<Command>),
+    Opened(Result<tonic::Streaming<LeaseKeepAliveResponse>>),
+    Message(Result<Option<LeaseKeepAliveResponse>>),
+    Timer,
+}
+
+struct Loop {
+    rpc: Rpc,
+    leases: HashMap<i64, Lease>,
+    stream: Option<Stream>,
+    retry_at: Instant,
+    backoff: Duration,
+}
+
+impl Loop {
+    fn new(rpc: Rpc) -> Loop {
+        Loop {
+            rpc,
+            leases: HashMap::new(),
+            stream: None,
+            retry_at: Instant::now(),
+            backoff: BACKOFF_MIN,
+        }
+    }
+
+    async fn run(mut self, commands: &mut tokio::sync::mpsc::UnboundedReceiver<Command>) {
+        loop {
+            self.expire_and_prune();
+            self.detect_stall();
+            self.send_due();
+            let wake = self.next_wake();
+            let event = tokio::select! {
+                biased;
+                command = commands.recv() => Event::Command(command),
+                event = poll_stream(&mut self.stream) => event,
+                _ = tokio::time::sleep_until(wake.into()) => Event::Timer,
+            };
+            match event {
+                Event::Command(Some(Command::Register(session))) => {
+                    let ttl = session.ttl();
+                    self.leases.insert(
+                        session.id(),
+                        Lease {
+                            session,
+                            ttl,
+                            next_send: Instant::now(),
+                            in_flight: VecDeque::new(),
+                        },
+                    );
+                }
+                Event::Command(None | Some(Command::Shutdown)) => break,
+                Event::Opened(Ok(stream)) => {
+                    if let Some(s) = &mut self.stream {
+                        s.state = StreamState::Open(stream);
+                    }
+                }
+                Event::Opened(Err(_)) | Event::Message(Err(_)) | Event::Message(Ok(None)) => {
+                    self.reset_stream();
+                }
+                Event::Message(Ok(Some(response))) => self.on_response(response),
+                Event::Timer => {}
+            }
+        }
+        for lease in self.leases.values() {
+            lease.session.mark_lost(LossReason::ClientClosed);
+        }
+    }
+
+    /// Drops sessions that ended (closed, orphaned) and declares lost those whose deadline
+    /// passed without an acknowledged keep-alive.
+    fn expire_and_prune(&mut self) {
+        let now = Instant::now();
+        self.leases.retain(|_, lease| {
+            if lease.session.loss_reason().is_some() {
+                return false;
+            }
+            if now >= lease.session.deadline() {
+                lease.session.mark_lost(LossReason::Expired);
+                return false;
+            }
+            true
+        });
+        if self.leases.is_empty() {
+            // Nothing to renew: close the stream rather than keep an idle one open.
+            self.stream = None;
+        }
+    }
+
+    fn detect_stall(&mut self) {
+        let now = Instant::now();
+        let stalled = self.leases.values().any(|lease| {
+            lease
+                .in_flight
+                .front()
+                .is_some_and(|sent| now.duration_since(*sent) >= stall_after(lease.ttl))
+        });
+        if stalled {
+            self.reset_stream();
+        }
+    }
+
+    /// Forgets the stream and its unanswered requests; the next attempt goes to the next
+    /// endpoint after a backoff that always leaves time before the nearest deadline.
+    fn reset_stream(&mut self) {
+        if let Some(stream) = self.stream.take() {
+            self.rpc.fail_over(stream.endpoint);
+        }
+        let now = Instant::now();
+        let mut wait = self.backoff;
+        for lease in self.leases.values_mut() {
+            lease.in_flight.clear();
+            lease.next_send = now;
+            let remaining = lease.session.deadline().saturating_duration_since(now);
+            wait = wait.min(remaining / 2);
+        }
+        self.retry_at = now + wait;
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+    }
+
+    fn send_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<i64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.in_flight.is_empty() && l.next_send <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        if self.stream.is_none() {
+            if now < self.retry_at {
+                return;
+            }
+            let (requests, receiver) = unbounded_channel();
+            let (endpoint, channel) = self.rpc.channel();
+            let rpc = self.rpc.clone();
+            // Queue the requests before issuing the call (see Rpc::lease_keep_alive).
+            for id in &due {
+                let _ = requests.send(LeaseKeepAliveRequest { id: *id });
+            }
+            let opening: Opening = Box::pin(async move { rpc.lease_keep_alive(channel, receiver).await });
+            self.stream = Some(Stream {
+                endpoint,
+                requests,
+                state: StreamState::Opening(opening),
+            });
+        } else if let Some(stream) = &self.stream {
+            for id in &due {
+                let _ = stream.requests.send(LeaseKeepAliveRequest { id: *id });
+            }
+        }
+        for id in due {
+            if let Some(lease) = self.leases.get_mut(&id) {
+                lease.in_flight.push_back(now);
+            }
+        }
+    }
+
+    fn on_response(&mut self, response: LeaseKeepAliveResponse) {
+        self.backoff = BACKOFF_MIN;
+        let Some(lease) = self.leases.get_mut(&response.id) else {
+            return;
+        };
+        let Some(sent) = lease.in_flight.pop_front() else {
+            return;
+        };
+        if response.ttl <= 0 {
+            lease.session.mark_lost(LossReason::Revoked);
+            self.leases.remove(&response.id);
+            return;
+        }
+        let ttl = Duration::from_secs(response.ttl.unsigned_abs());
+        lease.ttl = ttl;
+        lease.session.extend(sent + ttl - safety_margin(ttl), ttl);
+        lease.next_send = sent + ttl / 3;
+    }
+
+    fn next_wake(&self) -> Instant {
+        let now = Instant::now();
+        let mut wake = now + Duration::from_secs(3600);
+        for lease in self.leases.values() {
+            wake = wake.min(lease.session.deadline());
+            match lease.in_flight.front() {
+                Some(sent) => wake = wake.min(*sent + stall_after(lease.ttl)),
+                None if self.stream.is_some() => wake = wake.min(lease.next_send),
+                None => wake = wake.min(lease.next_send.max(self.retry_at)),
+            }
+        }
+        wake.max(now)
+    }
+}
+
+/// Waits for the stream's next event: the call opening, or a response; never ready
+/// while there is no stream.
+async fn poll_stream(stream: &mut Option<Stream>) -> Event {
+    match stream {
+        Some(Stream {
+            state: StreamState::Opening(opening),
+            ..
+        }) => Event::Opened(opening.await),
+        Some(Stream {
+            state: StreamState::Open(open),
+            ..
+        }) => Event::Message(open.message().await.map_err(|s| Error::from_status(&s))),
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn margins_are_bounded() {
+        assert_eq!(safety_margin(Duration::from_secs(2)), Duration::from_millis(200));
+        assert_eq!(safety_margin(Duration::from_secs(60)), Duration::from_secs(1));
+        assert_eq!(safety_margin(Duration::from_millis(500)), Duration::from_millis(100));
+        assert!(stall_after(Duration::from_secs(2)) < Duration::from_secs(2) / 2);
+    }
+}

@@ -1,0 +1,53 @@
+//! # etcd-sync
+//!
+//! Distributed synchronization on etcd v3 for ordinary, non-async Rust, in the style of
+//! `std::sync`: a [`Mutex`] whose guard releases on `Drop`, leader election with a
+//! [`Leadership`] guard, and the [`Session`]s (leases) under them.
+//!
+//! ```no_run
+//! # fn main() -> etcd_sync::Result<()> {
+//! let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+//! let session = client.session()?;
+//! let mutex = session.mutex("migrations")?;
+//! let guard = mutex.lock()?;
+//! // ... run the migration; guard.fencing_token() stamps writes elsewhere ...
+//! drop(guard); // released
+//! # Ok(()) }
+//! ```
+//!
+//! * The crate speaks etcd's gRPC API itself; a private tokio runtime does the I/O and never
+//!   shows in the API. Calling a blocking method from inside an async runtime returns
+//!   [`Error::InsideAsyncRuntime`] instead of panicking.
+//! * Keys and transactions are those of etcd's Go `concurrency` package
+//!   (`<name>/<lease id in hex>`, oldest create revision owns), so a lock taken here excludes
+//!   `etcdctl lock` on the same name, and the other way round.
+//! * A session is declared lost *before* etcd can expire its lease (see [`Session`]); guards
+//!   carry a fencing token and can make writes conditional on still holding the lock.
+//!
+//! See `ARCHITECTURE.md` for threads and request flow.
+#![warn(missing_docs)]
+
+mod client;
+mod election;
+mod error;
+mod keepalive;
+mod kv;
+mod mutex;
+mod pb;
+mod queue;
+mod rpc;
+mod runtime;
+mod session;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod watch;
+
+pub use client::{
+    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
+    MIN_KEEP_ALIVE_INTERVAL,
+};
+pub use election::{Election, Leader, LeaderEvent, Leadership, Observer};
+pub use error::{Code, Error, LossReason, Result, TryLockError};
+pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
+pub use mutex::{Mutex, MutexGuard};
+pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};

@@ -1,0 +1,513 @@
+//! A distributed mutex with an RAII guard: `std::sync::Mutex`'s distributed sibling, on
+//! etcd's lock recipe (and wire format).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use tokio::sync::OwnedMutexGuard;
+
+use crate::error::{Error, Result, TryLockError};
+use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use crate::queue::{self, Position};
+use crate::rpc::Retry;
+use crate::session::Session;
+
+/// A distributed lock named by a string, held through a [`Session`].
+///
+/// The lock key is `<name>/<session lease id in lowercase hex>` and acquisition uses the
+/// transaction of etcd's Go `concurrency.Mutex`, so this lock, `etcdctl lock <name>` and
+/// etcd's server-side Lock service exclude each other. Waiters are served first come,
+/// first served (by the key's create revision) and each one watches only its predecessor.
+///
+/// `Mutex` is `Send + Sync` and cheap to clone. Any number of threads may share one
+/// session and one name: they take turns (a process-local queue sits in front of the
+/// etcd key), unlike Go's Mutex, where two Mutex values of one session both "hold" the
+/// same key.
+///
+/// Names are any non-empty byte string up to 4096 bytes. `"a"` and `"ab"` do not
+/// interfere (keys are `a/…` and `ab/…`).
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+/// let session = client.session()?;
+/// let mutex = session.mutex("shard-7")?;
+/// {
+///     let guard = mutex.lock()?;
+///     // Writes that must only happen while we hold the lock:
+///     guard.put("shard-7/owner", "host-a")?; // fails with Error::LockLost if we lost it
+/// } // released here
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Mutex {
+    inner: Arc<MutexInner>,
+}
+
+struct MutexInner {
+    session: Session,
+    name: Vec<u8>,
+    prefix: Vec<u8>,
+    key: Vec<u8>,
+    local: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for Mutex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mutex")
+            .field("key", &String::from_utf8_lossy(&self.inner.key))
+            .finish()
+    }
+}
+
+impl Session {
+    /// A mutex named `name` on this session. No request is sent until you lock it.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let mutex = session.mutex("jobs/nightly-report")?;
+    /// assert!(session.mutex("").is_err()); // InvalidArgument
+    /// # let _ = mutex;
+    /// # Ok(()) }
+    /// ```
+    pub fn mutex(&self, name: impl AsRef<[u8]>) -> Result<Mutex> {
+        let name = name.as_ref();
+        let prefix = queue::key_prefix(name)?;
+        let key = queue::own_key(&prefix, self.lease_id());
+        Ok(Mutex {
+            inner: Arc::new(MutexInner {
+                session: self.clone(),
+                name: name.to_vec(),
+                local: self.local_lock(name),
+                prefix,
+                key,
+            }),
+        })
+    }
+}
+
+enum Wait {
+    Forever,
+    Until(Instant, Duration),
+    Never,
+}
+
+impl Mutex {
+    /// The lock's name.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert_eq!(session.mutex("x")?.name(), b"x");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &[u8] {
+        &self.inner.name
+    }
+
+    /// The session this mutex locks with.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let mutex = session.mutex("x")?;
+    /// assert_eq!(mutex.session().lease_id(), session.lease_id());
+    /// # Ok(()) }
+    /// ```
+    pub fn session(&self) -> &Session {
+        &self.inner.session
+    }
+
+    /// Blocks until the lock is held.
+    ///
+    /// Returns [`Error::SessionLost`] as soon as the session is lost while waiting (never a
+    /// guard without the lock), [`Error::LockLost`] if our queued key is deleted by someone
+    /// else. On every error our key is removed.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let mutex = session.mutex("db-migration")?;
+    /// let guard = mutex.lock()?;
+    /// println!("holding {} with token {}", guard.key_str(), guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self) -> Result<MutexGuard> {
+        self.acquire(Wait::Forever).map_err(|e| match e {
+            TryLockError::Error(e) => e,
+            TryLockError::WouldBlock => Error::LockLost,
+        })
+    }
+
+    /// Like [`lock`](Mutex::lock), but gives up with [`Error::Timeout`] after `timeout`,
+    /// leaving no key behind.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.mutex("db-migration")?.lock_timeout(Duration::from_secs(5)) {
+    ///     Ok(_guard) => println!("migrating"),
+    ///     Err(etcd_sync::Error::Timeout { .. }) => println!("someone else is migrating"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
+        let deadline = Instant::now().checked_add(timeout);
+        let wait = match deadline {
+            Some(deadline) => Wait::Until(deadline, timeout),
+            None => Wait::Forever,
+        };
+        self.acquire(wait).map_err(|e| match e {
+            TryLockError::Error(e) => e,
+            TryLockError::WouldBlock => Error::LockLost,
+        })
+    }
+
+    /// Takes the lock only if it is free now. One transaction when free; when held, one
+    /// more request removes our queued key, so nothing is left behind.
+    ///
+    /// ```no_run
+    /// use etcd_sync::TryLockError;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.mutex("cron/cleanup")?.try_lock() {
+    ///     Ok(_guard) => println!("running cleanup"),
+    ///     Err(TryLockError::WouldBlock) => println!("another instance runs it"),
+    ///     Err(TryLockError::Error(e)) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_lock(&self) -> std::result::Result<MutexGuard, TryLockError> {
+        self.acquire(Wait::Never)
+    }
+
+    fn acquire(&self, wait: Wait) -> std::result::Result<MutexGuard, TryLockError> {
+        crate::runtime::ensure_blocking_allowed()?;
+        let inner = &self.inner;
+        let session = inner.session.shared().clone();
+        session.check()?;
+        let client = inner.session.client().clone();
+        let rpc = client.rpc().clone();
+        let lease = inner.session.lease_id();
+        let (rev, local) = client.block_on(async {
+            // 1. Threads of this process sharing the session take turns here first.
+            let local = match wait {
+                Wait::Never => inner
+                    .local
+                    .clone()
+                    .try_lock_owned()
+                    .map_err(|_| TryLockError::WouldBlock)?,
+                Wait::Forever => tokio::select! {
+                    local = inner.local.clone().lock_owned() => local,
+                    reason = session.wait_lost() => return Err(Error::SessionLost(reason).into()),
+                },
+                Wait::Until(deadline, after) => tokio::select! {
+                    local = inner.local.clone().lock_owned() => local,
+                    reason = session.wait_lost() => return Err(Error::SessionLost(reason).into()),
+                    _ = tokio::time::sleep_until(deadline.into()) => {
+                        return Err(Error::Timeout { operation: "lock", after }.into())
+                    }
+                },
+            };
+            // 2. Join the line in etcd (one transaction).
+            let enqueued = match queue::enqueue(&rpc, &inner.prefix, &inner.key, b"", lease).await {
+                Ok(enqueued) => enqueued,
+                Err(e) => {
+                    // The transaction may have applied: remove whatever key of ours exists.
+                    let _ = queue::remove_by_lease(&rpc, &inner.key, lease).await;
+                    return Err(e.into());
+                }
+            };
+            let rev = enqueued.rev;
+            // 3. Wait for our turn, unless asked not to.
+            let waited = match (&wait, enqueued.position) {
+                (_, Position::Owner) => Ok(()),
+                (Wait::Never, _) => Err(TryLockError::WouldBlock),
+                (Wait::Forever, position) => queue::wait_turn(&rpc, &session, &inner.prefix, &inner.key, rev, position)
+                    .await
+                    .map_err(TryLockError::from),
+                (Wait::Until(deadline, after), position) => tokio::time::timeout_at(
+                    (*deadline).into(),
+                    queue::wait_turn(&rpc, &session, &inner.prefix, &inner.key, rev, position),
+                )
+                .await
+                .unwrap_or(Err(Error::Timeout { operation: "lock", after: *after }))
+                .map_err(TryLockError::from),
+            };
+            match waited {
+                Ok(()) => Ok((rev, local)),
+                Err(e) => {
+                    let _ = queue::remove_guarded(&rpc, &inner.key, rev).await;
+                    Err(e)
+                }
+            }
+        })??;
+        Ok(MutexGuard {
+            mutex: self.clone(),
+            rev,
+            local: Some(local),
+            released: false,
+        })
+    }
+}
+
+/// Proof that the lock is held; releases it on `Drop`.
+///
+/// Release deletes the lock key only if it still has our create revision, so a late or
+/// repeated release can never delete a newer holder's key. `Drop` never blocks longer than
+/// the client's request timeout, and inside an async runtime it hands the release to the
+/// client's own runtime instead of blocking. Use [`unlock`](MutexGuard::unlock) to see the
+/// outcome.
+///
+/// A lock held through a lease can be lost (session expiry, network partition): watch
+/// [`lost`](MutexGuard::lost), and make writes conditional on still holding the lock with
+/// [`put`](MutexGuard::put), [`delete`](MutexGuard::delete), [`txn`](MutexGuard::txn), or
+/// stamp them elsewhere with the [`fencing_token`](MutexGuard::fencing_token).
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let guard = session.mutex("leader-only-job")?.lock()?;
+/// crossbeam_channel::select! {
+///     recv(guard.lost()) -> _ => eprintln!("lock lost: stop now"),
+///     default(std::time::Duration::from_secs(1)) => println!("did a second of work"),
+/// }
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct MutexGuard {
+    mutex: Mutex,
+    rev: i64,
+    local: Option<OwnedMutexGuard<()>>,
+    released: bool,
+}
+
+impl std::fmt::Debug for MutexGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("key", &self.key_str())
+            .field("fencing_token", &self.rev)
+            .finish()
+    }
+}
+
+impl MutexGuard {
+    /// The lock key in etcd: `<name>/<lease id in hex>`.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// assert!(guard.key().starts_with(b"m/"));
+    /// # Ok(()) }
+    /// ```
+    pub fn key(&self) -> &[u8] {
+        &self.mutex.inner.key
+    }
+
+    /// The lock key as text.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// println!("{}", session.mutex("m")?.lock()?.key_str());
+    /// # Ok(()) }
+    /// ```
+    pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(self.key())
+    }
+
+    /// The fencing token: our key's create revision. Strictly increasing across
+    /// successive holders of one name; hand it to storage that rejects lower tokens.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let mutex = session.mutex("m")?;
+    /// let first = mutex.lock()?.fencing_token();
+    /// let second = mutex.lock()?.fencing_token();
+    /// assert!(second > first);
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> i64 {
+        self.rev
+    }
+
+    /// Whether the lock is still held as far as this process knows: not released, and the
+    /// session's lease deadline has not passed. No request is sent; use a guarded write
+    /// to have etcd confirm.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// assert!(guard.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_held(&self) -> bool {
+        !self.released && self.mutex.inner.session.is_alive()
+    }
+
+    /// A channel that becomes ready (disconnected) when the lock may be lost: when the
+    /// session's lease deadline passes or the session ends. Nothing is ever sent on it.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// let lost = guard.lost();
+    /// std::thread::spawn(move || { let _ = lost.recv(); eprintln!("lost the lock"); });
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> Receiver<()> {
+        self.mutex.inner.session.lost()
+    }
+
+    /// The condition "we still hold this lock" (our key still has our create revision),
+    /// to add to your own transactions: Go's `Mutex.IsOwner()`.
+    ///
+    /// ```no_run
+    /// use etcd_sync::{Txn, TxnOp};
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// let r = session.client().txn(
+    ///     Txn::new().when([guard.ownership_compare()]).and_then([TxnOp::put("k", "v")]),
+    /// )?;
+    /// assert!(r.succeeded);
+    /// # Ok(()) }
+    /// ```
+    pub fn ownership_compare(&self) -> Compare {
+        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev)
+    }
+
+    /// Puts `key = value` only while we hold the lock; [`Error::LockLost`] otherwise.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// guard.put("state", "written by the holder")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<TxnResponse> {
+        self.txn(Txn::new().and_then([TxnOp::put(key.as_ref(), value.as_ref())]))
+    }
+
+    /// Deletes `key` only while we hold the lock; [`Error::LockLost`] otherwise.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// guard.delete("state")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<TxnResponse> {
+        self.txn(Txn::new().and_then([TxnOp::delete(key.as_ref())]))
+    }
+
+    /// Runs `txn` only while we hold the lock, atomically with that check; returns `txn`'s
+    /// own response, or [`Error::LockLost`].
+    ///
+    /// ```no_run
+    /// use etcd_sync::{Compare, CompareOp, Txn, TxnOp};
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// let r = guard.txn(
+    ///     Txn::new()
+    ///         .when([Compare::version("job", CompareOp::Equal, 0)])
+    ///         .and_then([TxnOp::put("job", "started")]),
+    /// )?;
+    /// println!("started: {}", r.succeeded);
+    /// # Ok(()) }
+    /// ```
+    pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        guarded_txn(self.mutex.inner.session.client(), self.ownership_compare(), txn)
+            .and_then(|r| r.ok_or(Error::LockLost))
+    }
+
+    /// Releases the lock and reports the outcome: [`Error::LockLost`] if it was no longer
+    /// ours (nothing was deleted then), or the request's error.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        let result = self.release_blocking();
+        self.local = None;
+        match result? {
+            true => Ok(()),
+            false => Err(Error::LockLost),
+        }
+    }
+
+    fn release_blocking(&self) -> Result<bool> {
+        let client = self.mutex.inner.session.client();
+        let rpc = client.rpc().clone();
+        let key = self.key().to_vec();
+        let rev = self.rev;
+        client.block_on(async move { queue::remove_guarded(&rpc, &key, rev).await })?
+    }
+}
+
+impl Drop for MutexGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        let client = self.mutex.inner.session.client();
+        if crate::runtime::inside_async() {
+            // Blocking here would stall the caller's executor: release in the background,
+            // keeping the process-local turn until etcd has released too.
+            let rpc = client.rpc().clone();
+            let key = self.key().to_vec();
+            let rev = self.rev;
+            let local = self.local.take();
+            client.spawn(async move {
+                let _ = queue::remove_guarded(&rpc, &key, rev).await;
+                drop(local);
+            });
+        } else {
+            // Bounded by the request timeout (and its retries on other endpoints).
+            let _ = self.release_blocking();
+        }
+    }
+}
+
+/// Runs `txn` nested inside an outer transaction that first checks `ownership`:
+/// `Ok(Some(response))` if we still own, `Ok(None)` if not.
+pub(crate) fn guarded_txn(
+    client: &crate::Client,
+    ownership: Compare,
+    txn: Txn,
+) -> Result<Option<TxnResponse>> {
+    let outer = Txn::new().when([ownership]).and_then([TxnOp::txn(txn)]);
+    let rpc = client.rpc().clone();
+    let response: TxnResponse = client
+        .block_on(async move { rpc.txn(outer.0, Retry::Never).await })??
+        .into();
+    if !response.succeeded {
+        return Ok(None);
+    }
+    match response.responses.into_iter().next() {
+        Some(crate::TxnOpResponse::Txn(inner)) => Ok(Some(inner)),
+        _ => Err(Error::Unavailable("malformed guarded transaction response".into())),
+    }
+}

@@ -1,0 +1,362 @@
+//! The waiting line shared by [`Mutex`](crate::Mutex) and [`Election`](crate::Election):
+//! keys `<name>/<lease hex>` ordered by create revision, where the oldest key owns.
+//!
+//! One implementation of "wait for my predecessor": watch only the immediate predecessor
+//! (no herd effect) and our own key, from *now* (never on etcd's 100 ms unsynced-watcher
+//! loop), re-read after the watchers exist, and stop at once if our session is lost or our
+//! key disappears (upstream Go keeps waiting, etcd #19597).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::kv::KeyValue;
+use crate::pb::etcdserverpb as pb;
+use crate::pb::mvccpb;
+use crate::rpc::{Retry, Rpc, prefix_end};
+use crate::session::SessionShared;
+use crate::watch::{WatchStream, watch_request};
+
+/// Longest name accepted for a lock or an election.
+pub(crate) const MAX_NAME_LEN: usize = 4096;
+
+/// Checks a lock or election name and returns the key prefix `<name>/`.
+pub(crate) fn key_prefix(name: &[u8]) -> Result<Vec<u8>> {
+    if name.is_empty() {
+        return Err(Error::InvalidArgument("empty lock/election name".into()));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "name is {} bytes; at most {MAX_NAME_LEN} are allowed",
+            name.len()
+        )));
+    }
+    let mut prefix = name.to_vec();
+    prefix.push(b'/');
+    Ok(prefix)
+}
+
+/// Our key under `prefix`, named like Go's: `<prefix><lease id as lowercase hex>`.
+pub(crate) fn own_key(prefix: &[u8], lease: i64) -> Vec<u8> {
+    let mut key = prefix.to_vec();
+    key.extend_from_slice(format!("{lease:x}").as_bytes());
+    key
+}
+
+/// Where our key stands in the line.
+#[derive(Debug)]
+pub(crate) enum Position {
+    /// Our key is gone, or is not the one we created.
+    Gone,
+    /// Ours is the oldest key: we own.
+    Owner,
+    /// The key created just before ours.
+    Behind(KeyValue),
+}
+
+/// Range over `prefix` newest-first, limited to create revisions up to `max_create`.
+fn newest_up_to(prefix: &[u8], max_create: i64, limit: i64) -> pb::RangeRequest {
+    pb::RangeRequest {
+        key: prefix.to_vec(),
+        range_end: prefix_end(prefix),
+        limit,
+        sort_order: pb::range_request::SortOrder::Descend as i32,
+        sort_target: pb::range_request::SortTarget::Create as i32,
+        max_create_revision: max_create,
+        ..Default::default()
+    }
+}
+
+/// Range over `prefix` oldest-first, one key: the owner (Go's `WithFirstCreate`).
+pub(crate) fn first_created(prefix: &[u8]) -> pb::RangeRequest {
+    pb::RangeRequest {
+        key: prefix.to_vec(),
+        range_end: prefix_end(prefix),
+        limit: 1,
+        sort_order: pb::range_request::SortOrder::Ascend as i32,
+        sort_target: pb::range_request::SortTarget::Create as i32,
+        ..Default::default()
+    }
+}
+
+/// Interprets "our key and the one before it" (newest first, at most two keys).
+fn position_of(kvs: Vec<mvccpb::KeyValue>, key: &[u8], rev: i64) -> Position {
+    let mut kvs = kvs.into_iter();
+    match kvs.next() {
+        Some(first) if first.key == key && first.create_revision == rev => match kvs.next() {
+            Some(pred) => Position::Behind(pred.into()),
+            None => Position::Owner,
+        },
+        _ => Position::Gone,
+    }
+}
+
+/// One linearizable read: does our key still exist with our revision, and who is before it?
+pub(crate) async fn read_position(rpc: &Rpc, prefix: &[u8], key: &[u8], rev: i64) -> Result<Position> {
+    let resp = rpc.range(newest_up_to(prefix, rev, 2)).await?;
+    Ok(position_of(resp.kvs, key, rev))
+}
+
+/// The outcome of [`enqueue`].
+pub(crate) struct Enqueued {
+    /// Our key's create revision (the fencing token).
+    pub(crate) rev: i64,
+    /// Whether the key already existed (this session had queued or held before).
+    pub(crate) existed: bool,
+    /// The value stored under our key.
+    pub(crate) value: Vec<u8>,
+    pub(crate) position: Position,
+}
+
+/// Joins the line in one transaction, with the shape of Go's `Mutex.tryAcquire` /
+/// `Election.Campaign`: if our key does not exist, put it with our lease; else read it.
+/// Both branches also read the owner (Go's shape) and, on the put branch, the newest two
+/// keys, which are ours and our predecessor's: so an uncontended acquire is one request.
+/// Retry-safe: a second run finds the key and takes the read branch.
+pub(crate) async fn enqueue(
+    rpc: &Rpc,
+    prefix: &[u8],
+    key: &[u8],
+    value: &[u8],
+    lease: i64,
+) -> Result<Enqueued> {
+    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+    use pb::request_op::Request;
+    let range = |r: pb::RangeRequest| pb::RequestOp {
+        request: Some(Request::RequestRange(r)),
+    };
+    let txn = pb::TxnRequest {
+        compare: vec![pb::Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Create as i32,
+            key: key.to_vec(),
+            target_union: Some(TargetUnion::CreateRevision(0)),
+            range_end: Vec::new(),
+        }],
+        success: vec![
+            pb::RequestOp {
+                request: Some(Request::RequestPut(pb::PutRequest {
+                    key: key.to_vec(),
+                    value: value.to_vec(),
+                    lease,
+                    ..Default::default()
+                })),
+            },
+            range(first_created(prefix)),
+            range(newest_up_to(prefix, 0, 2)),
+        ],
+        failure: vec![
+            range(pb::RangeRequest {
+                key: key.to_vec(),
+                ..Default::default()
+            }),
+            range(first_created(prefix)),
+        ],
+    };
+    let resp = rpc.txn(txn, Retry::Safe).await?;
+    let mut ranges = resp.responses.into_iter().filter_map(|op| match op.response {
+        Some(pb::response_op::Response::ResponseRange(r)) => Some(r),
+        _ => None,
+    });
+    if resp.succeeded {
+        let rev = resp.header.map_or(0, |h| h.revision);
+        let _owner = ranges.next();
+        let newest = ranges.next().map(|r| r.kvs).unwrap_or_default();
+        return Ok(Enqueued {
+            rev,
+            existed: false,
+            value: value.to_vec(),
+            position: position_of(newest, key, rev),
+        });
+    }
+    // Our key exists already (same session, earlier attempt or a resumed lease).
+    let Some(mine) = ranges.next().and_then(|r| r.kvs.into_iter().next()) else {
+        // Deleted between compare and read is impossible inside one txn; treat as gone.
+        return Err(Error::Unavailable("inconsistent lock transaction result".into()));
+    };
+    let owner = ranges.next().and_then(|r| r.kvs.into_iter().next());
+    let rev = mine.create_revision;
+    let position = match owner {
+        Some(owner) if owner.create_revision == rev => Position::Owner,
+        _ => read_position(rpc, prefix, key, rev).await?,
+    };
+    Ok(Enqueued {
+        rev,
+        existed: true,
+        value: mine.value,
+        position,
+    })
+}
+
+/// Deletes our key only if it still has our create revision, so a stale or retried
+/// release can never delete a newer holder's key (upstream #22082). Returns whether the
+/// key was ours.
+pub(crate) async fn remove_guarded(rpc: &Rpc, key: &[u8], rev: i64) -> Result<bool> {
+    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+    let txn = pb::TxnRequest {
+        compare: vec![pb::Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Create as i32,
+            key: key.to_vec(),
+            target_union: Some(TargetUnion::CreateRevision(rev)),
+            range_end: Vec::new(),
+        }],
+        success: vec![pb::RequestOp {
+            request: Some(pb::request_op::Request::RequestDeleteRange(
+                pb::DeleteRangeRequest {
+                    key: key.to_vec(),
+                    ..Default::default()
+                },
+            )),
+        }],
+        failure: Vec::new(),
+    };
+    Ok(rpc.txn(txn, Retry::Safe).await?.succeeded)
+}
+
+/// Deletes our key only if it is bound to our lease: the cleanup after an ambiguous join,
+/// when we do not know our revision. Only this session's holder uses this key, so it is ours.
+pub(crate) async fn remove_by_lease(rpc: &Rpc, key: &[u8], lease: i64) -> Result<()> {
+    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+    let txn = pb::TxnRequest {
+        compare: vec![pb::Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Lease as i32,
+            key: key.to_vec(),
+            target_union: Some(TargetUnion::Lease(lease)),
+            range_end: Vec::new(),
+        }],
+        success: vec![pb::RequestOp {
+            request: Some(pb::request_op::Request::RequestDeleteRange(
+                pb::DeleteRangeRequest {
+                    key: key.to_vec(),
+                    ..Default::default()
+                },
+            )),
+        }],
+        failure: Vec::new(),
+    };
+    rpc.txn(txn, Retry::Safe).await.map(|_| ())
+}
+
+/// The error for "our key vanished while we waited": the session's loss if it is lost,
+/// else `LockLost` (someone deleted the key).
+fn gone(session: &SessionShared) -> Error {
+    match session.loss_reason() {
+        Some(reason) => Error::SessionLost(reason),
+        None => Error::LockLost,
+    }
+}
+
+fn is_delete_of(response: &pb::WatchResponse, key: &[u8]) -> bool {
+    response.events.iter().any(|event| {
+        event.r#type == mvccpb::event::EventType::Delete as i32
+            && event.kv.as_ref().is_some_and(|kv| kv.key == key)
+    })
+}
+
+/// Blocks (asynchronously) until our key is the oldest under `prefix`.
+///
+/// Errors: `SessionLost` as soon as the session is lost, `LockLost` if our key is deleted
+/// by someone else, or an etcd error that retrying cannot fix. The caller removes the key.
+pub(crate) async fn wait_turn(
+    rpc: &Rpc,
+    session: &SessionShared,
+    prefix: &[u8],
+    key: &[u8],
+    rev: i64,
+    mut position: Position,
+) -> Result<()> {
+    let mut retry_delay = Duration::from_millis(20);
+    loop {
+        session.check()?;
+        let predecessor = match position {
+            Position::Owner => return Ok(()),
+            Position::Gone => return Err(gone(session)),
+            Position::Behind(pred) => pred,
+        };
+        let creates = vec![
+            watch_request(&predecessor.key, None, 0, true),
+            watch_request(key, None, 0, true),
+        ];
+        let opened = tokio::select! {
+            opened = WatchStream::open(rpc, creates) => opened,
+            reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
+        };
+        let mut watch = match opened {
+            Ok((watch, _)) => watch,
+            Err(e) if e.is_transient() => {
+                // Another endpoint may serve us: re-read, then watch again.
+                tokio::time::sleep(retry_delay).await;
+                retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
+                position = read_position(rpc, prefix, key, rev).await?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        // Anything that happened before the watchers existed shows in this read.
+        match read_position(rpc, prefix, key, rev).await? {
+            Position::Behind(now) if now.key == predecessor.key => {}
+            other => {
+                position = other;
+                continue;
+            }
+        }
+        loop {
+            let response = tokio::select! {
+                response = watch.next() => response,
+                reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
+            };
+            match response {
+                Ok(response) if response.canceled => {
+                    // Re-read and watch again; a cancelled "from now" watcher lost nothing.
+                    break;
+                }
+                Ok(response) if is_delete_of(&response, key) => return Err(gone(session)),
+                Ok(response) if is_delete_of(&response, &predecessor.key) => {
+                    retry_delay = Duration::from_millis(20);
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) if e.is_transient() => {
+                    tokio::time::sleep(retry_delay).await;
+                    retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // The one read after a handoff: are we first now, or who is before us?
+        position = read_position(rpc, prefix, key, rev).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_go_layout() {
+        let prefix = key_prefix(b"mylock").unwrap_or_default();
+        assert_eq!(prefix, b"mylock/");
+        assert_eq!(own_key(&prefix, 0x694d82254d5fa305), b"mylock/694d82254d5fa305");
+        assert!(key_prefix(b"").is_err());
+        assert!(key_prefix(&vec![b'x'; MAX_NAME_LEN + 1]).is_err());
+    }
+
+    #[test]
+    fn position_reads_own_key_then_predecessor() {
+        let kv = |key: &[u8], rev| mvccpb::KeyValue {
+            key: key.to_vec(),
+            create_revision: rev,
+            ..Default::default()
+        };
+        assert!(matches!(position_of(vec![kv(b"p/a", 5)], b"p/a", 5), Position::Owner));
+        assert!(matches!(
+            position_of(vec![kv(b"p/a", 5), kv(b"p/b", 3)], b"p/a", 5),
+            Position::Behind(pred) if pred.key == b"p/b"
+        ));
+        assert!(matches!(position_of(vec![kv(b"p/b", 3)], b"p/a", 5), Position::Gone));
+        assert!(matches!(position_of(vec![kv(b"p/a", 9)], b"p/a", 5), Position::Gone));
+        assert!(matches!(position_of(vec![], b"p/a", 5), Position::Gone));
+    }
+}

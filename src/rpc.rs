@@ -1,0 +1,362 @@
+//! Internal gRPC layer: one HTTP/2 channel per endpoint, request timeouts, retries of
+//! retry-safe requests on the next endpoint, and the metadata every call carries.
+//!
+//! Everything here is async and crate-private; the blocking API calls it through
+//! [`Runtime::block_on`](crate::runtime::Runtime::block_on).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{Error, Result};
+use crate::pb::etcdserverpb as pb;
+use pb::kv_client::KvClient;
+use pb::lease_client::LeaseClient;
+use pb::watch_client::WatchClient;
+
+/// Connection settings resolved by the client builder.
+#[derive(Debug, Clone)]
+pub(crate) struct RpcConfig {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) keep_alive_interval: Duration,
+    pub(crate) keep_alive_timeout: Duration,
+}
+
+/// Whether a request may be sent again after an ambiguous failure (timeout, broken
+/// connection) without changing its effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Reads, revision-guarded deletes, our lease-keyed acquire transaction.
+    Safe,
+    /// Plain writes: a retry could apply twice.
+    Never,
+}
+
+/// Cheap to clone: all clones share the channels and the current-endpoint cursor.
+#[derive(Clone)]
+pub(crate) struct Rpc {
+    inner: Arc<RpcInner>,
+}
+
+struct RpcInner {
+    endpoints: Vec<String>,
+    channels: Vec<Channel>,
+    /// Index of the endpoint requests go to; moved on when that endpoint fails.
+    current: AtomicUsize,
+    request_timeout: Duration,
+}
+
+/// Normalises `host:port` to `http://host:port` and checks the URL.
+pub(crate) fn parse_endpoint(raw: &str) -> Result<String> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Err(Error::InvalidArgument("empty endpoint".into()));
+    }
+    let url = if trimmed.contains("://") {
+        trimmed.to_string()
+    } else {
+        format!("http://{trimmed}")
+    };
+    if !url.starts_with("http://") {
+        return Err(Error::InvalidArgument(format!(
+            "endpoint {raw:?}: only http:// endpoints are supported"
+        )));
+    }
+    Endpoint::from_shared(url.clone())
+        .map_err(|e| Error::InvalidArgument(format!("endpoint {raw:?} is not a valid URL: {e}")))?;
+    let authority = &url["http://".len()..];
+    if authority.is_empty() || authority.starts_with('/') || authority.starts_with(':') {
+        return Err(Error::InvalidArgument(format!(
+            "endpoint {raw:?} has no host (expected e.g. http://127.0.0.1:2379)"
+        )));
+    }
+    Ok(url)
+}
+
+impl Rpc {
+    /// Connects to the endpoints in order. Endpoints that answer get a live channel, the
+    /// others a lazy one (they may come back later); it fails only if none answers within
+    /// the connect timeout.
+    pub(crate) async fn connect(config: &RpcConfig) -> Result<Rpc> {
+        let mut channels = Vec::with_capacity(config.endpoints.len());
+        let mut first_live = None;
+        let mut last_error = String::new();
+        for (i, url) in config.endpoints.iter().enumerate() {
+            let endpoint = Endpoint::from_shared(url.clone())
+                .map_err(|e| Error::InvalidArgument(format!("endpoint {url:?}: {e}")))?
+                .connect_timeout(config.connect_timeout)
+                .tcp_nodelay(true)
+                // etcd closes connections that ping faster than --grpc-keepalive-min-time
+                // (5 s), and counts pings without an open stream as abuse: ping only while
+                // a stream is open, every 10 s or slower.
+                .http2_keep_alive_interval(config.keep_alive_interval)
+                .keep_alive_timeout(config.keep_alive_timeout)
+                .keep_alive_while_idle(false);
+            if first_live.is_none() {
+                match tokio::time::timeout(config.connect_timeout, endpoint.connect()).await {
+                    Ok(Ok(channel)) => {
+                        first_live = Some(i);
+                        channels.push(channel);
+                        continue;
+                    }
+                    Ok(Err(e)) => last_error = format!("{url}: {}", error_chain(&e)),
+                    Err(_) => {
+                        last_error = format!("{url}: no answer within {:?}", config.connect_timeout)
+                    }
+                }
+            }
+            channels.push(endpoint.connect_lazy());
+        }
+        let Some(current) = first_live else {
+            return Err(Error::Connect {
+                endpoints: config.endpoints.join(","),
+                reason: last_error,
+            });
+        };
+        Ok(Rpc {
+            inner: Arc::new(RpcInner {
+                endpoints: config.endpoints.clone(),
+                channels,
+                current: AtomicUsize::new(current),
+                request_timeout: config.request_timeout,
+            }),
+        })
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
+    pub(crate) fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    /// The endpoint requests go to now, with its index for [`Rpc::fail_over`].
+    pub(crate) fn channel(&self) -> (usize, Channel) {
+        let i = self.inner.current.load(Ordering::Relaxed) % self.inner.channels.len();
+        (i, self.inner.channels[i].clone())
+    }
+
+    /// Moves on from endpoint `failed` to the next one, unless another caller already did.
+    pub(crate) fn fail_over(&self, failed: usize) {
+        let next = (failed + 1) % self.inner.channels.len();
+        let _ = self.inner.current.compare_exchange(
+            failed,
+            next,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Wraps a message with the metadata every etcd call carries.
+    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
+        tonic::Request::new(message)
+    }
+
+    /// Wraps a stream's request with `hasleader`, so a member cut off from the quorum
+    /// refuses the stream instead of serving stale state.
+    pub(crate) fn stream_request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = self.request(message);
+        request
+            .metadata_mut()
+            .insert("hasleader", tonic::metadata::MetadataValue::from_static("true"));
+        request
+    }
+
+    /// Sends one unary request with the request timeout; retry-safe requests go on to the
+    /// next endpoints when one is unavailable or silent.
+    async fn unary<Req, Resp, F, Fut>(
+        &self,
+        retry: Retry,
+        message: Req,
+        call: F,
+    ) -> Result<Resp>
+    where
+        Req: Clone,
+        F: Fn(Channel, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let attempts = match retry {
+            Retry::Safe => self.inner.channels.len(),
+            Retry::Never => 1,
+        };
+        let mut last = Error::Closed;
+        for _ in 0..attempts {
+            let (index, channel) = self.channel();
+            let request = self.request(message.clone());
+            match tokio::time::timeout(self.inner.request_timeout, call(channel, request)).await {
+                Ok(Ok(response)) => return Ok(response.into_inner()),
+                Ok(Err(status)) => {
+                    let error = Error::from_status(&status);
+                    if !error.is_transient() {
+                        return Err(error);
+                    }
+                    self.fail_over(index);
+                    last = error;
+                }
+                Err(_) => {
+                    self.fail_over(index);
+                    last = Error::Timeout {
+                        operation: "etcd request",
+                        after: self.inner.request_timeout,
+                    };
+                }
+            }
+        }
+        Err(last)
+    }
+
+    pub(crate) async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
+        self.unary(Retry::Safe, req, |ch, r| async move { KvClient::new(ch).range(r).await })
+            .await
+    }
+
+    pub(crate) async fn put(&self, req: pb::PutRequest) -> Result<pb::PutResponse> {
+        self.unary(Retry::Never, req, |ch, r| async move { KvClient::new(ch).put(r).await })
+            .await
+    }
+
+    pub(crate) async fn delete_range(
+        &self,
+        req: pb::DeleteRangeRequest,
+    ) -> Result<pb::DeleteRangeResponse> {
+        self.unary(Retry::Never, req, |ch, r| async move {
+            KvClient::new(ch).delete_range(r).await
+        })
+        .await
+    }
+
+    pub(crate) async fn txn(&self, req: pb::TxnRequest, retry: Retry) -> Result<pb::TxnResponse> {
+        self.unary(retry, req, |ch, r| async move { KvClient::new(ch).txn(r).await })
+            .await
+    }
+
+    pub(crate) async fn compact(&self, revision: i64) -> Result<pb::CompactionResponse> {
+        let req = pb::CompactionRequest {
+            revision,
+            physical: true,
+        };
+        self.unary(Retry::Safe, req, |ch, r| async move {
+            KvClient::new(ch).compact(r).await
+        })
+        .await
+    }
+
+    /// A grant that applied but whose answer was lost only leaks a lease that expires by
+    /// itself, so grants are retried.
+    pub(crate) async fn lease_grant(&self, ttl: i64) -> Result<pb::LeaseGrantResponse> {
+        let req = pb::LeaseGrantRequest { ttl, id: 0 };
+        self.unary(Retry::Safe, req, |ch, r| async move {
+            LeaseClient::new(ch).lease_grant(r).await
+        })
+        .await
+    }
+
+    pub(crate) async fn lease_revoke(&self, id: i64) -> Result<pb::LeaseRevokeResponse> {
+        let req = pb::LeaseRevokeRequest { id };
+        self.unary(Retry::Safe, req, |ch, r| async move {
+            LeaseClient::new(ch).lease_revoke(r).await
+        })
+        .await
+    }
+
+    pub(crate) async fn lease_time_to_live(
+        &self,
+        id: i64,
+    ) -> Result<pb::LeaseTimeToLiveResponse> {
+        let req = pb::LeaseTimeToLiveRequest { id, keys: false };
+        self.unary(Retry::Safe, req, |ch, r| async move {
+            LeaseClient::new(ch).lease_time_to_live(r).await
+        })
+        .await
+    }
+
+    /// Opens the bidirectional keep-alive stream. The caller must have queued the first
+    /// request already: etcd sends response headers only with its first response, so
+    /// awaiting the call before a request is queued would never finish.
+    pub(crate) async fn lease_keep_alive(
+        &self,
+        channel: Channel,
+        requests: UnboundedReceiver<pb::LeaseKeepAliveRequest>,
+    ) -> Result<tonic::Streaming<pb::LeaseKeepAliveResponse>> {
+        let request = self.stream_request(UnboundedReceiverStream::new(requests));
+        LeaseClient::new(channel)
+            .lease_keep_alive(request)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| Error::from_status(&s))
+    }
+
+    /// Opens a watch stream; the same rule as for keep-alive applies: queue the first
+    /// create request before awaiting.
+    pub(crate) async fn watch(
+        &self,
+        channel: Channel,
+        requests: UnboundedReceiver<pb::WatchRequest>,
+    ) -> Result<tonic::Streaming<pb::WatchResponse>> {
+        let request = self.stream_request(UnboundedReceiverStream::new(requests));
+        WatchClient::new(channel)
+            .watch(request)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| Error::from_status(&s))
+    }
+}
+
+/// Joins an error and its sources into one line: tonic's transport errors hide the useful
+/// part ("Connection refused") in the source chain.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
+/// The end of the key range that covers every key starting with `prefix`, etcd-style.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte was 0xff (or the prefix was empty): "to the end of the keyspace".
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_last_byte() {
+        assert_eq!(prefix_end(b"a/"), b"a0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_end(b""), vec![0]);
+    }
+
+    #[test]
+    fn endpoints_are_normalised_and_checked() {
+        assert_eq!(
+            parse_endpoint("127.0.0.1:2379").ok(),
+            Some("http://127.0.0.1:2379".to_string())
+        );
+        assert!(parse_endpoint("").is_err());
+        assert!(parse_endpoint("ftp://x:1").is_err());
+        assert!(parse_endpoint("http://").is_err());
+        assert!(parse_endpoint("http://exa mple:2379").is_err());
+    }
+}

@@ -1,0 +1,78 @@
+//! The private tokio runtime behind the blocking API.
+//!
+//! Like `reqwest::blocking` and the `postgres` crate, every blocking call runs its future with
+//! `block_on` on the caller's own thread, while one runtime worker thread drives sockets and
+//! timers. Nothing of tokio shows in the public API.
+
+use std::future::Future;
+
+use crate::error::{Error, Result};
+
+/// Returns `Err(InsideAsyncRuntime)` when called from inside any tokio runtime, where a
+/// blocking call would panic ("Cannot start a runtime from within a runtime") or stall
+/// the caller's executor.
+pub(crate) fn ensure_blocking_allowed() -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::InsideAsyncRuntime);
+    }
+    Ok(())
+}
+
+/// True when the current thread is inside an async runtime (ours or the caller's).
+pub(crate) fn inside_async() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
+/// Owns the runtime. Dropping it stops and joins the worker thread, except inside an async
+/// context, where joining would panic: there it is shut down in the background.
+pub(crate) struct Runtime {
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Runtime {
+    /// A multi-thread runtime with exactly one worker: one thread always drives the HTTP/2
+    /// connections (pings, GOAWAY, stream resets) even while no caller is inside `block_on`.
+    pub(crate) fn new() -> Result<Runtime> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .thread_name("etcd-sync-runtime")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Unavailable(format!("cannot start the I/O runtime: {e}")))?;
+        Ok(Runtime { rt: Some(rt) })
+    }
+
+    pub(crate) fn handle(&self) -> Result<&tokio::runtime::Handle> {
+        self.rt.as_ref().map(|rt| rt.handle()).ok_or(Error::Closed)
+    }
+
+    /// Runs `fut` to completion on the calling thread, refusing inside an async runtime.
+    pub(crate) fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
+        ensure_blocking_allowed()?;
+        Ok(self.handle()?.block_on(fut))
+    }
+
+    /// Runs `fut` in the background (used for best-effort cleanup from `Drop`).
+    pub(crate) fn spawn<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if let Some(rt) = &self.rt {
+            drop(rt.spawn(fut));
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            if inside_async() {
+                rt.shutdown_background();
+            } else {
+                // Waits for the worker to stop, so no thread of ours outlives the client.
+                drop(rt);
+            }
+        }
+    }
+}

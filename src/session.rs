@@ -1,0 +1,568 @@
+//! Sessions: an etcd lease kept alive by the client's keep-alive thread, and the signal
+//! that tells everything built on it (locks, leadership) when it is gone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::client::Client;
+use crate::error::{Code, Error, LossReason, Result};
+use crate::keepalive::safety_margin;
+
+/// Default session TTL, as in etcd's Go `concurrency` package.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+
+/// The largest TTL etcd accepts (`MaxLeaseTTL`, 9,000,000,000 s).
+pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
+
+/// State shared between a session's handles and the keep-alive thread.
+pub(crate) struct SessionShared {
+    id: i64,
+    state: StdMutex<State>,
+    lost_rx: Receiver<()>,
+    lost_async: tokio::sync::watch::Sender<bool>,
+}
+
+struct State {
+    ttl: Duration,
+    /// When we stop trusting the lease (monotonic): send time of the last acknowledged
+    /// keep-alive + its TTL - the safety margin.
+    deadline: Instant,
+    reason: Option<LossReason>,
+    /// Dropped on loss, which disconnects every `lost()` receiver at once.
+    lost_tx: Option<Sender<()>>,
+}
+
+impl SessionShared {
+    pub(crate) fn new(id: i64, ttl: Duration, deadline: Instant) -> Arc<SessionShared> {
+        let (lost_tx, lost_rx) = crossbeam_channel::bounded(0);
+        let (lost_async, _) = tokio::sync::watch::channel(false);
+        Arc::new(SessionShared {
+            id,
+            state: StdMutex::new(State {
+                ttl,
+                deadline,
+                reason: None,
+                lost_tx: Some(lost_tx),
+            }),
+            lost_rx,
+            lost_async,
+        })
+    }
+
+    fn state(&self) -> StdMutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn id(&self) -> i64 {
+        self.id
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.state().ttl
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.state().deadline
+    }
+
+    /// Records the first loss; later ones are ignored. Returns whether this call ended it.
+    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
+        let mut state = self.state();
+        if state.reason.is_some() {
+            return false;
+        }
+        state.reason = Some(reason);
+        state.lost_tx = None;
+        drop(state);
+        self.lost_async.send_replace(true);
+        true
+    }
+
+    /// Moves the deadline forward after an acknowledged keep-alive. A lost session stays
+    /// lost, whatever etcd says later.
+    pub(crate) fn extend(&self, deadline: Instant, ttl: Duration) {
+        let mut state = self.state();
+        if state.reason.is_none() && deadline > state.deadline {
+            state.deadline = deadline;
+            state.ttl = ttl;
+        }
+    }
+
+    /// Why the session ended, or `None` while it is alive. Checks the deadline itself, so
+    /// a late keep-alive thread can never make a dead lease look alive.
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        let state = self.state();
+        if let Some(reason) = &state.reason {
+            return Some(reason.clone());
+        }
+        if Instant::now() >= state.deadline {
+            drop(state);
+            self.mark_lost(LossReason::Expired);
+            return self.state().reason.clone();
+        }
+        None
+    }
+
+    pub(crate) fn lost_receiver(&self) -> Receiver<()> {
+        self.lost_rx.clone()
+    }
+
+    /// Resolves when the session is lost (for waits running inside the runtime).
+    pub(crate) async fn wait_lost(&self) -> LossReason {
+        let mut rx = self.lost_async.subscribe();
+        let deadline = self.deadline();
+        tokio::select! {
+            _ = rx.wait_for(|lost| *lost) => {}
+            // The keep-alive thread fires at the deadline too; this is a second line.
+            _ = tokio::time::sleep_until(deadline.into()) => {}
+        }
+        // The deadline may have moved on in the meantime: re-check before reporting.
+        loop {
+            if let Some(reason) = self.loss_reason() {
+                return reason;
+            }
+            let deadline = self.deadline();
+            tokio::select! {
+                _ = rx.wait_for(|lost| *lost) => {}
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+            }
+        }
+    }
+
+    /// `Err(SessionLost)` once the session is gone.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.loss_reason() {
+            Some(reason) => Err(Error::SessionLost(reason)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An etcd lease kept alive in the background: the lifetime that locks and leadership
+/// built on it share. Go's `concurrency.Session`, Rust-shaped.
+///
+/// Handles are cheap to clone and share one lease. When the last handle (including those
+/// held by mutexes, elections and guards) is dropped, the lease is revoked in the
+/// background, so everything bound to it is released at once; [`close`](Session::close)
+/// does the same and reports the outcome.
+///
+/// # Loss
+///
+/// The keep-alive thread renews the lease every TTL/3. The session counts as lost from
+/// [`valid_until`](Session::valid_until) on: the send time of the last keep-alive etcd
+/// acknowledged, plus the TTL it granted, minus a safety margin (10 % of the TTL, between
+/// 100 ms and 1 s). Because etcd starts the TTL when it *processes* the request, this is
+/// never later than the server-side expiry. A lost session stays lost.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> etcd_sync::Result<()> {
+/// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+/// let session = client.session_builder().ttl(Duration::from_secs(10)).start()?;
+/// println!("lease {:x}, ttl {:?}", session.lease_id(), session.ttl());
+/// let lost = session.lost();
+/// std::thread::spawn(move || {
+///     let _ = lost.recv(); // returns (with an error) once the lease is gone
+///     eprintln!("session lost: stop work that needs it");
+/// });
+/// session.close()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<SessionInner>,
+}
+
+pub(crate) struct SessionInner {
+    pub(crate) client: Client,
+    pub(crate) shared: Arc<SessionShared>,
+    /// Per lock name, the process-local lock that threads sharing this session queue on
+    /// before touching the etcd key (see ARCHITECTURE.md, "threads of one process").
+    locals: StdMutex<HashMap<Vec<u8>, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("lease_id", &format_args!("{:x}", self.lease_id()))
+            .field("ttl", &self.ttl())
+            .field("loss_reason", &self.loss_reason())
+            .finish()
+    }
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        // Best effort, never blocking: revoke in the background so keys go now, not at TTL.
+        if self.shared.mark_lost(LossReason::Closed) {
+            let rpc = self.client.rpc().clone();
+            let id = self.shared.id();
+            self.client.spawn(async move {
+                let _ = rpc.lease_revoke(id).await;
+            });
+        }
+    }
+}
+
+impl Session {
+    pub(crate) fn shared(&self) -> &Arc<SessionShared> {
+        &self.inner.shared
+    }
+
+    /// The client this session belongs to.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let client = session.client();
+    /// client.put("k", "v")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The lease ID. Keys of this session are named `<name>/<lease id in lowercase hex>`.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// println!("my lock key would be jobs/{:x}", session.lease_id());
+    /// # Ok(()) }
+    /// ```
+    pub fn lease_id(&self) -> i64 {
+        self.inner.shared.id()
+    }
+
+    /// The TTL etcd granted (etcd raises TTLs below its minimum, 2 s by default).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let s = client.session_builder().ttl(std::time::Duration::from_secs(1)).start()?;
+    /// assert!(s.ttl() >= std::time::Duration::from_secs(1));
+    /// # Ok(()) }
+    /// ```
+    pub fn ttl(&self) -> Duration {
+        self.inner.shared.ttl()
+    }
+
+    /// Whether the lease is still trusted to be alive (checked against the deadline now).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert!(session.is_alive());
+    /// session.orphan();
+    /// assert!(!session.is_alive());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_alive(&self) -> bool {
+        self.inner.shared.loss_reason().is_none()
+    }
+
+    /// Why the session ended, or `None` while it is alive.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// if let Some(reason) = session.loss_reason() {
+    ///     eprintln!("session gone: {reason}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.inner.shared.loss_reason()
+    }
+
+    /// A channel that becomes ready when the session is lost: nothing is ever sent on it;
+    /// it disconnects, so `recv()` returns `Err(RecvError)` and `select!` fires. Use it in
+    /// `crossbeam_channel::select!` next to your own channels.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let lost = session.lost();
+    /// assert!(lost.try_recv().is_err()); // empty while alive
+    /// session.orphan();
+    /// assert!(lost.recv().is_err()); // ready (disconnected) once lost
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> Receiver<()> {
+        // Make sure an already-passed deadline is reflected in the channel.
+        let _ = self.inner.shared.loss_reason();
+        self.inner.shared.lost_receiver()
+    }
+
+    /// The instant (monotonic clock) until which the lease is known to be alive, or `None`
+    /// once the session is lost. It moves forward with every acknowledged keep-alive.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// if let Some(until) = session.valid_until() {
+    ///     println!("safe for another {:?}", until - std::time::Instant::now());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn valid_until(&self) -> Option<Instant> {
+        if self.inner.shared.loss_reason().is_some() {
+            return None;
+        }
+        Some(self.inner.shared.deadline())
+    }
+
+    /// How long the lease is known to stay alive from now (zero once lost).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert!(session.remaining() > std::time::Duration::ZERO);
+    /// # Ok(()) }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        self.valid_until()
+            .map_or(Duration::ZERO, |until| until.saturating_duration_since(Instant::now()))
+    }
+
+    /// Stops the keep-alive and revokes the lease, so every key bound to it (locks,
+    /// leadership) is deleted now. Bounded by the client's request timeout. Closing a
+    /// session whose lease is already gone succeeds.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// session.close()?;
+    /// assert!(!session.is_alive());
+    /// # Ok(()) }
+    /// ```
+    pub fn close(&self) -> Result<()> {
+        crate::runtime::ensure_blocking_allowed()?;
+        self.inner.shared.mark_lost(LossReason::Closed);
+        let rpc = self.inner.client.rpc().clone();
+        let id = self.lease_id();
+        match self.inner.client.block_on(async move { rpc.lease_revoke(id).await })? {
+            Ok(_) => Ok(()),
+            // Already revoked or expired: the goal of close() holds.
+            Err(Error::Server {
+                code: Code::NotFound,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stops the keep-alive without revoking: keys bound to the lease stay until its TTL
+    /// runs out on the server. The session counts as lost at once.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let id = session.lease_id();
+    /// session.orphan(); // another process may resume `id` before it expires
+    /// # let _ = id;
+    /// # Ok(()) }
+    /// ```
+    pub fn orphan(&self) {
+        self.inner.shared.mark_lost(LossReason::Orphaned);
+    }
+
+    /// The process-local lock for `name` shared by every mutex of this session.
+    pub(crate) fn local_lock(&self, name: &[u8]) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locals = self.inner.locals.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = locals.get(name).and_then(Weak::upgrade) {
+            return existing;
+        }
+        locals.retain(|_, weak| weak.strong_count() > 0);
+        let fresh = Arc::new(tokio::sync::Mutex::new(()));
+        locals.insert(name.to_vec(), Arc::downgrade(&fresh));
+        fresh
+    }
+}
+
+/// Configures and starts a [`Session`]: `client.session_builder().ttl(..).start()`.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+/// let first = client.session_builder().ttl(Duration::from_secs(30)).start()?;
+/// let id = first.lease_id();
+/// first.orphan();
+/// // e.g. after a restart: take the same lease (and the keys bound to it) back
+/// let again = client.session_builder().resume(id).start()?;
+/// assert_eq!(again.lease_id(), id);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until .start()"]
+pub struct SessionBuilder {
+    client: Client,
+    ttl: Duration,
+    resume: Option<i64>,
+}
+
+impl SessionBuilder {
+    pub(crate) fn new(client: Client) -> SessionBuilder {
+        SessionBuilder {
+            client,
+            ttl: DEFAULT_TTL,
+            resume: None,
+        }
+    }
+
+    /// The lease TTL, in whole seconds (default 60 s). etcd raises values below its
+    /// minimum (2 s by default); [`Session::ttl`] reports what it granted.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let s = client.session_builder().ttl(std::time::Duration::from_secs(5)).start()?;
+    /// # let _ = s;
+    /// # Ok(()) }
+    /// ```
+    pub fn ttl(mut self, ttl: Duration) -> SessionBuilder {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Takes over an existing lease instead of granting a new one (no TTL is sent; the
+    /// lease keeps its own). Starting fails with [`Error::SessionLost`] if the lease is gone.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let s = client.session_builder().resume(0x694d82254d5fa305).start();
+    /// # let _ = s;
+    /// # Ok(()) }
+    /// ```
+    pub fn resume(mut self, lease_id: i64) -> SessionBuilder {
+        self.resume = Some(lease_id);
+        self
+    }
+
+    /// Grants (or resumes) the lease and starts keeping it alive.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let session = client.session_builder().start()?;
+    /// # let _ = session;
+    /// # Ok(()) }
+    /// ```
+    pub fn start(self) -> Result<Session> {
+        crate::runtime::ensure_blocking_allowed()?;
+        let rpc = self.client.rpc().clone();
+        let shared = match self.resume {
+            None => {
+                let ttl_secs = validate_ttl(self.ttl)?;
+                let sent = Instant::now();
+                let granted = self
+                    .client
+                    .block_on(async move { rpc.lease_grant(ttl_secs).await })??;
+                if !granted.error.is_empty() {
+                    return Err(Error::Server {
+                        code: Code::Unknown,
+                        message: granted.error,
+                    });
+                }
+                if granted.ttl <= 0 {
+                    return Err(Error::InvalidArgument(format!(
+                        "etcd granted TTL {} for a requested TTL of {ttl_secs}s",
+                        granted.ttl
+                    )));
+                }
+                let ttl = Duration::from_secs(granted.ttl.unsigned_abs());
+                SessionShared::new(granted.id, ttl, sent + ttl - safety_margin(ttl))
+            }
+            Some(id) => {
+                if id <= 0 {
+                    return Err(Error::InvalidArgument(format!(
+                        "lease id {id} cannot be resumed: etcd-assigned lease ids are positive"
+                    )));
+                }
+                let sent = Instant::now();
+                let live = self
+                    .client
+                    .block_on(async move { rpc.lease_time_to_live(id).await })??;
+                if live.ttl <= 0 {
+                    return Err(Error::SessionLost(LossReason::Revoked));
+                }
+                let ttl = Duration::from_secs(live.granted_ttl.max(live.ttl).unsigned_abs());
+                // `ttl` in the answer is the whole seconds left, rounded down: a safe bound.
+                let left = Duration::from_secs(live.ttl.unsigned_abs());
+                SessionShared::new(id, ttl, sent + left - safety_margin(ttl).min(left / 2))
+            }
+        };
+        self.client.keepalive_register(shared.clone())?;
+        Ok(Session {
+            inner: Arc::new(SessionInner {
+                client: self.client,
+                shared,
+                locals: StdMutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+/// TTLs are whole seconds between 1 s and etcd's maximum.
+fn validate_ttl(ttl: Duration) -> Result<i64> {
+    if ttl.subsec_nanos() != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "session TTL {ttl:?} is not a whole number of seconds (etcd leases count seconds)"
+        )));
+    }
+    if ttl.is_zero() {
+        return Err(Error::InvalidArgument(
+            "session TTL must be at least 1 second".into(),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::InvalidArgument(format!(
+            "session TTL {}s exceeds etcd's maximum of {}s",
+            ttl.as_secs(),
+            MAX_TTL.as_secs()
+        )));
+    }
+    i64::try_from(ttl.as_secs())
+        .map_err(|_| Error::InvalidArgument("session TTL too large".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_validation() {
+        assert!(validate_ttl(Duration::ZERO).is_err());
+        assert!(validate_ttl(Duration::from_millis(1500)).is_err());
+        assert!(validate_ttl(MAX_TTL + Duration::from_secs(1)).is_err());
+        assert_eq!(validate_ttl(Duration::from_secs(5)).ok(), Some(5));
+    }
+
+    #[test]
+    fn loss_is_sticky_and_disconnects_receivers() {
+        let shared = SessionShared::new(1, Duration::from_secs(5), Instant::now() + Duration::from_secs(5));
+        let rx = shared.lost_receiver();
+        assert!(rx.try_recv().is_err());
+        assert!(matches!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)));
+        assert!(shared.mark_lost(LossReason::Orphaned));
+        assert!(!shared.mark_lost(LossReason::Expired));
+        shared.extend(Instant::now() + Duration::from_secs(60), Duration::from_secs(60));
+        assert_eq!(shared.loss_reason(), Some(LossReason::Orphaned));
+        assert!(matches!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected)));
+    }
+
+    #[test]
+    fn passed_deadline_means_lost() {
+        let shared = SessionShared::new(1, Duration::from_secs(2), Instant::now());
+        assert_eq!(shared.loss_reason(), Some(LossReason::Expired));
+    }
+}
