@@ -224,7 +224,9 @@ impl Client {
             key: non_empty_key(key.as_ref())?,
             ..Default::default()
         };
-        Ok(self.call(|rpc| async move { rpc.delete_range(req).await })?.deleted)
+        Ok(self
+            .call(|rpc| async move { rpc.delete_range(req).await })?
+            .deleted)
     }
 
     /// Deletes every key starting with `prefix`; returns how many were deleted.
@@ -243,7 +245,9 @@ impl Client {
             key: prefix,
             ..Default::default()
         };
-        Ok(self.call(|rpc| async move { rpc.delete_range(req).await })?.deleted)
+        Ok(self
+            .call(|rpc| async move { rpc.delete_range(req).await })?
+            .deleted)
     }
 
     /// Runs a transaction (compare-and-swap and friends). Not retried on an ambiguous

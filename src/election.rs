@@ -206,12 +206,20 @@ impl Election {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn campaign_timeout(&self, value: impl AsRef<[u8]>, timeout: Duration) -> Result<Leadership> {
+    pub fn campaign_timeout(
+        &self,
+        value: impl AsRef<[u8]>,
+        timeout: Duration,
+    ) -> Result<Leadership> {
         let deadline = Instant::now().checked_add(timeout).map(|d| (d, timeout));
         self.campaign_until(value.as_ref(), deadline)
     }
 
-    fn campaign_until(&self, value: &[u8], deadline: Option<(Instant, Duration)>) -> Result<Leadership> {
+    fn campaign_until(
+        &self,
+        value: &[u8],
+        deadline: Option<(Instant, Duration)>,
+    ) -> Result<Leadership> {
         crate::runtime::ensure_blocking_allowed()?;
         let inner = &self.inner;
         let session = inner.session.shared().clone();
@@ -221,13 +229,14 @@ impl Election {
         let lease = inner.session.lease_id();
         let rev = client.block_on(async {
             let campaign = async {
-                let enqueued = match queue::enqueue(&rpc, &inner.prefix, &inner.key, value, lease).await {
-                    Ok(enqueued) => enqueued,
-                    Err(e) => {
-                        let _ = queue::remove_by_lease(&rpc, &inner.key, lease).await;
-                        return Err(e);
-                    }
-                };
+                let enqueued =
+                    match queue::enqueue(&rpc, &inner.prefix, &inner.key, value, lease).await {
+                        Ok(enqueued) => enqueued,
+                        Err(e) => {
+                            let _ = queue::remove_by_lease(&rpc, &inner.key, lease).await;
+                            return Err(e);
+                        }
+                    };
                 let rev = enqueued.rev;
                 let result = async {
                     if enqueued.existed && enqueued.value != value {
@@ -236,12 +245,19 @@ impl Election {
                             return Err(Error::NotLeader);
                         }
                     }
-                    queue::wait_turn(&rpc, &session, &inner.prefix, &inner.key, rev, enqueued.position)
-                        .await
-                        .map_err(|e| match e {
-                            Error::LockLost => Error::NotLeader,
-                            other => other,
-                        })
+                    queue::wait_turn(
+                        &rpc,
+                        &session,
+                        &inner.prefix,
+                        &inner.key,
+                        rev,
+                        enqueued.position,
+                    )
+                    .await
+                    .map_err(|e| match e {
+                        Error::LockLost => Error::NotLeader,
+                        other => other,
+                    })
                 }
                 .await;
                 Ok((rev, result))
@@ -254,7 +270,10 @@ impl Election {
                         Ok(outcome) => outcome,
                         Err(_) => {
                             let _ = queue::remove_by_lease(&rpc, &inner.key, lease).await;
-                            return Err(Error::Timeout { operation: "campaign", after });
+                            return Err(Error::Timeout {
+                                operation: "campaign",
+                                after,
+                            });
                         }
                     }
                 }
@@ -340,7 +359,11 @@ async fn current_leader(rpc: &Rpc, prefix: &[u8]) -> Result<(Option<Leader>, i64
 /// Puts a new value under our key only while it still has our create revision.
 async fn proclaim(rpc: &Rpc, key: &[u8], rev: i64, value: &[u8], lease: i64) -> Result<bool> {
     let txn = Txn::new()
-        .when([Compare::create_revision(key.to_vec(), CompareOp::Equal, rev)])
+        .when([Compare::create_revision(
+            key.to_vec(),
+            CompareOp::Equal,
+            rev,
+        )])
         .and_then([TxnOp::put_with_lease(key.to_vec(), value.to_vec(), lease)]);
     Ok(rpc.txn(txn.0, Retry::Safe).await?.succeeded)
 }
@@ -377,10 +400,10 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                         return;
                     }
                 };
-                if let Some(event) = diff(last.as_ref(), &current) {
-                    if !emit(event) {
-                        return;
-                    }
+                if let Some(event) = diff(last.as_ref(), &current)
+                    && !emit(event)
+                {
+                    return;
                 }
                 last = Some(current);
                 reread = false;
@@ -398,7 +421,9 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                 match &leader {
                     // A new value under the leader's own key (same create revision): the
                     // same leader proclaimed. Reported from the event: no read needed.
-                    Some(l) if is_put && kv.key == l.key && kv.create_revision == l.create_revision => {
+                    Some(l)
+                        if is_put && kv.key == l.key && kv.create_revision == l.create_revision =>
+                    {
                         let proclaimed = Leader::from(kv);
                         if !emit(LeaderEvent::Proclaimed(proclaimed.clone())) {
                             return;
@@ -423,7 +448,9 @@ fn diff(last: Option<&Option<Leader>>, current: &Option<Leader>) -> Option<Leade
     match (last, current) {
         (Some(None), None) => None,
         (_, None) => Some(LeaderEvent::NoLeader),
-        (Some(Some(prev)), Some(now)) if prev.key == now.key && prev.create_revision == now.create_revision => {
+        (Some(Some(prev)), Some(now))
+            if prev.key == now.key && prev.create_revision == now.create_revision =>
+        {
             (prev.mod_revision != now.mod_revision).then(|| LeaderEvent::Proclaimed(now.clone()))
         }
         (_, Some(now)) => Some(LeaderEvent::Elected(now.clone())),
@@ -693,8 +720,12 @@ impl Leadership {
         if self.resigned {
             return Err(Error::NotLeader);
         }
-        guarded_txn(self.election.inner.session.client(), self.ownership_compare(), txn)
-            .and_then(|r| r.ok_or(Error::NotLeader))
+        guarded_txn(
+            self.election.inner.session.client(),
+            self.ownership_compare(),
+            txn,
+        )
+        .and_then(|r| r.ok_or(Error::NotLeader))
     }
 
     /// Gives up leadership (deletes our key if it still has our create revision). On
@@ -742,4 +773,3 @@ impl Drop for Leadership {
         }
     }
 }
-

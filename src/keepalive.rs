@@ -91,15 +91,14 @@ struct Lease {
     in_flight: VecDeque<Instant>,
 }
 
-type Opening = Pin<
-    Box<dyn Future<Output = Result<tonic::Streaming<LeaseKeepAliveResponse>>> + Send>,
->;
+type Opening =
+    Pin<Box<dyn Future<Output = Result<tonic::Streaming<LeaseKeepAliveResponse>>> + Send>>;
 
 enum StreamState {
     /// The call is issued with its first requests queued; etcd answers headers together
     /// with the first response.
     Opening(Opening),
-    Open(tonic::Streaming<LeaseKeepAliveResponse>),
+    Open(Box<tonic::Streaming<LeaseKeepAliveResponse>>),
 }
 
 struct Stream {
@@ -162,7 +161,7 @@ impl Loop {
                 Event::Command(None | Some(Command::Shutdown)) => break,
                 Event::Opened(Ok(stream)) => {
                     if let Some(s) = &mut self.stream {
-                        s.state = StreamState::Open(stream);
+                        s.state = StreamState::Open(Box::new(stream));
                     }
                 }
                 Event::Opened(Err(_)) | Event::Message(Err(_)) | Event::Message(Ok(None)) => {
@@ -250,7 +249,8 @@ impl Loop {
             for id in &due {
                 let _ = requests.send(LeaseKeepAliveRequest { id: *id });
             }
-            let opening: Opening = Box::pin(async move { rpc.lease_keep_alive(channel, receiver).await });
+            let opening: Opening =
+                Box::pin(async move { rpc.lease_keep_alive(channel, receiver).await });
             self.stream = Some(Stream {
                 endpoint,
                 requests,
@@ -324,9 +324,18 @@ mod tests {
 
     #[test]
     fn margins_are_bounded() {
-        assert_eq!(safety_margin(Duration::from_secs(2)), Duration::from_millis(200));
-        assert_eq!(safety_margin(Duration::from_secs(60)), Duration::from_secs(1));
-        assert_eq!(safety_margin(Duration::from_millis(500)), Duration::from_millis(100));
+        assert_eq!(
+            safety_margin(Duration::from_secs(2)),
+            Duration::from_millis(200)
+        );
+        assert_eq!(
+            safety_margin(Duration::from_secs(60)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            safety_margin(Duration::from_millis(500)),
+            Duration::from_millis(100)
+        );
         assert!(stall_after(Duration::from_secs(2)) < Duration::from_secs(2) / 2);
     }
 }

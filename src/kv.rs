@@ -117,7 +117,12 @@ impl CompareOp {
 pub struct Compare(pub(crate) pb::Compare);
 
 impl Compare {
-    fn new(key: impl Into<Vec<u8>>, op: CompareOp, target: pb::compare::CompareTarget, value: pb::compare::TargetUnion) -> Compare {
+    fn new(
+        key: impl Into<Vec<u8>>,
+        op: CompareOp,
+        target: pb::compare::CompareTarget,
+        value: pb::compare::TargetUnion,
+    ) -> Compare {
         Compare(pb::Compare {
             result: op.to_pb(),
             target: target as i32,
@@ -135,7 +140,12 @@ impl Compare {
     /// ```
     pub fn create_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Compare {
         use pb::compare::{CompareTarget, TargetUnion};
-        Compare::new(key, op, CompareTarget::Create, TargetUnion::CreateRevision(revision))
+        Compare::new(
+            key,
+            op,
+            CompareTarget::Create,
+            TargetUnion::CreateRevision(revision),
+        )
     }
 
     /// Compares the key's last modification revision (0 when absent).
@@ -146,7 +156,12 @@ impl Compare {
     /// ```
     pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Compare {
         use pb::compare::{CompareTarget, TargetUnion};
-        Compare::new(key, op, CompareTarget::Mod, TargetUnion::ModRevision(revision))
+        Compare::new(
+            key,
+            op,
+            CompareTarget::Mod,
+            TargetUnion::ModRevision(revision),
+        )
     }
 
     /// Compares the key's version (number of writes since creation; 0 when absent).
@@ -157,7 +172,12 @@ impl Compare {
     /// ```
     pub fn version(key: impl Into<Vec<u8>>, op: CompareOp, version: i64) -> Compare {
         use pb::compare::{CompareTarget, TargetUnion};
-        Compare::new(key, op, CompareTarget::Version, TargetUnion::Version(version))
+        Compare::new(
+            key,
+            op,
+            CompareTarget::Version,
+            TargetUnion::Version(version),
+        )
     }
 
     /// Compares the key's value byte-wise. A missing key fails every value comparison.
@@ -168,7 +188,12 @@ impl Compare {
     /// ```
     pub fn value(key: impl Into<Vec<u8>>, op: CompareOp, value: impl Into<Vec<u8>>) -> Compare {
         use pb::compare::{CompareTarget, TargetUnion};
-        Compare::new(key, op, CompareTarget::Value, TargetUnion::Value(value.into()))
+        Compare::new(
+            key,
+            op,
+            CompareTarget::Value,
+            TargetUnion::Value(value.into()),
+        )
     }
 
     /// Compares the lease the key is bound to (0 when absent or unbound).
@@ -413,9 +438,9 @@ impl From<pb::TxnResponse> for TxnResponse {
                         TxnOpResponse::Get(r.kvs.into_iter().map(KeyValue::from).collect())
                     }
                     pb::response_op::Response::ResponsePut(_) => TxnOpResponse::Put,
-                    pb::response_op::Response::ResponseDeleteRange(d) => TxnOpResponse::Delete {
-                        deleted: d.deleted,
-                    },
+                    pb::response_op::Response::ResponseDeleteRange(d) => {
+                        TxnOpResponse::Delete { deleted: d.deleted }
+                    }
                     pb::response_op::Response::ResponseTxn(t) => TxnOpResponse::Txn(t.into()),
                 })
                 .collect(),

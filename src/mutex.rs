@@ -229,15 +229,20 @@ impl Mutex {
             let waited = match (&wait, enqueued.position) {
                 (_, Position::Owner) => Ok(()),
                 (Wait::Never, _) => Err(TryLockError::WouldBlock),
-                (Wait::Forever, position) => queue::wait_turn(&rpc, &session, &inner.prefix, &inner.key, rev, position)
-                    .await
-                    .map_err(TryLockError::from),
+                (Wait::Forever, position) => {
+                    queue::wait_turn(&rpc, &session, &inner.prefix, &inner.key, rev, position)
+                        .await
+                        .map_err(TryLockError::from)
+                }
                 (Wait::Until(deadline, after), position) => tokio::time::timeout_at(
                     (*deadline).into(),
                     queue::wait_turn(&rpc, &session, &inner.prefix, &inner.key, rev, position),
                 )
                 .await
-                .unwrap_or(Err(Error::Timeout { operation: "lock", after: *after }))
+                .unwrap_or(Err(Error::Timeout {
+                    operation: "lock",
+                    after: *after,
+                }))
                 .map_err(TryLockError::from),
             };
             match waited {
@@ -433,8 +438,12 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        guarded_txn(self.mutex.inner.session.client(), self.ownership_compare(), txn)
-            .and_then(|r| r.ok_or(Error::LockLost))
+        guarded_txn(
+            self.mutex.inner.session.client(),
+            self.ownership_compare(),
+            txn,
+        )
+        .and_then(|r| r.ok_or(Error::LockLost))
     }
 
     /// Releases the lock and reports the outcome: [`Error::LockLost`] if it was no longer
@@ -507,7 +516,13 @@ pub(crate) fn guarded_txn(
         return Ok(None);
     }
     match response.responses.into_iter().next() {
-        Some(crate::TxnOpResponse::Txn(inner)) => Ok(Some(inner)),
-        _ => Err(Error::Unavailable("malformed guarded transaction response".into())),
+        // etcd leaves nested responses without a header: report the outer revision.
+        Some(crate::TxnOpResponse::Txn(mut inner)) => {
+            inner.revision = response.revision;
+            Ok(Some(inner))
+        }
+        _ => Err(Error::Unavailable(
+            "malformed guarded transaction response".into(),
+        )),
     }
 }

@@ -91,7 +91,12 @@ fn position_of(kvs: Vec<mvccpb::KeyValue>, key: &[u8], rev: i64) -> Position {
 }
 
 /// One linearizable read: does our key still exist with our revision, and who is before it?
-pub(crate) async fn read_position(rpc: &Rpc, prefix: &[u8], key: &[u8], rev: i64) -> Result<Position> {
+pub(crate) async fn read_position(
+    rpc: &Rpc,
+    prefix: &[u8],
+    key: &[u8],
+    rev: i64,
+) -> Result<Position> {
     let resp = rpc.range(newest_up_to(prefix, rev, 2)).await?;
     Ok(position_of(resp.kvs, key, rev))
 }
@@ -153,10 +158,13 @@ pub(crate) async fn enqueue(
         ],
     };
     let resp = rpc.txn(txn, Retry::Safe).await?;
-    let mut ranges = resp.responses.into_iter().filter_map(|op| match op.response {
-        Some(pb::response_op::Response::ResponseRange(r)) => Some(r),
-        _ => None,
-    });
+    let mut ranges = resp
+        .responses
+        .into_iter()
+        .filter_map(|op| match op.response {
+            Some(pb::response_op::Response::ResponseRange(r)) => Some(r),
+            _ => None,
+        });
     if resp.succeeded {
         let rev = resp.header.map_or(0, |h| h.revision);
         let _owner = ranges.next();
@@ -171,7 +179,9 @@ pub(crate) async fn enqueue(
     // Our key exists already (same session, earlier attempt or a resumed lease).
     let Some(mine) = ranges.next().and_then(|r| r.kvs.into_iter().next()) else {
         // Deleted between compare and read is impossible inside one txn; treat as gone.
-        return Err(Error::Unavailable("inconsistent lock transaction result".into()));
+        return Err(Error::Unavailable(
+            "inconsistent lock transaction result".into(),
+        ));
     };
     let owner = ranges.next().and_then(|r| r.kvs.into_iter().next());
     let rev = mine.create_revision;
@@ -238,9 +248,16 @@ pub(crate) async fn remove_by_lease(rpc: &Rpc, key: &[u8], lease: i64) -> Result
     rpc.txn(txn, Retry::Safe).await.map(|_| ())
 }
 
-/// The error for "our key vanished while we waited": the session's loss if it is lost,
-/// else `LockLost` (someone deleted the key).
-fn gone(session: &SessionShared) -> Error {
+/// The error for "our key vanished while we waited": `SessionLost` if the lease is gone
+/// (asking etcd when we do not know yet: a revoke from elsewhere deletes our key before
+/// the next keep-alive tells us), else `LockLost` (someone deleted the key).
+async fn gone(rpc: &Rpc, session: &SessionShared) -> Error {
+    if session.loss_reason().is_none()
+        && let Ok(live) = rpc.lease_time_to_live(session.id()).await
+        && live.ttl <= 0
+    {
+        session.mark_lost(crate::error::LossReason::Revoked);
+    }
     match session.loss_reason() {
         Some(reason) => Error::SessionLost(reason),
         None => Error::LockLost,
@@ -271,7 +288,7 @@ pub(crate) async fn wait_turn(
         session.check()?;
         let predecessor = match position {
             Position::Owner => return Ok(()),
-            Position::Gone => return Err(gone(session)),
+            Position::Gone => return Err(gone(rpc, session).await),
             Position::Behind(pred) => pred,
         };
         let creates = vec![
@@ -311,7 +328,9 @@ pub(crate) async fn wait_turn(
                     // Re-read and watch again; a cancelled "from now" watcher lost nothing.
                     break;
                 }
-                Ok(response) if is_delete_of(&response, key) => return Err(gone(session)),
+                Ok(response) if is_delete_of(&response, key) => {
+                    return Err(gone(rpc, session).await);
+                }
                 Ok(response) if is_delete_of(&response, &predecessor.key) => {
                     retry_delay = Duration::from_millis(20);
                     break;
@@ -338,7 +357,10 @@ mod tests {
     fn keys_match_go_layout() {
         let prefix = key_prefix(b"mylock").unwrap_or_default();
         assert_eq!(prefix, b"mylock/");
-        assert_eq!(own_key(&prefix, 0x694d82254d5fa305), b"mylock/694d82254d5fa305");
+        assert_eq!(
+            own_key(&prefix, 0x694d82254d5fa305),
+            b"mylock/694d82254d5fa305"
+        );
         assert!(key_prefix(b"").is_err());
         assert!(key_prefix(&vec![b'x'; MAX_NAME_LEN + 1]).is_err());
     }
@@ -350,13 +372,22 @@ mod tests {
             create_revision: rev,
             ..Default::default()
         };
-        assert!(matches!(position_of(vec![kv(b"p/a", 5)], b"p/a", 5), Position::Owner));
+        assert!(matches!(
+            position_of(vec![kv(b"p/a", 5)], b"p/a", 5),
+            Position::Owner
+        ));
         assert!(matches!(
             position_of(vec![kv(b"p/a", 5), kv(b"p/b", 3)], b"p/a", 5),
             Position::Behind(pred) if pred.key == b"p/b"
         ));
-        assert!(matches!(position_of(vec![kv(b"p/b", 3)], b"p/a", 5), Position::Gone));
-        assert!(matches!(position_of(vec![kv(b"p/a", 9)], b"p/a", 5), Position::Gone));
+        assert!(matches!(
+            position_of(vec![kv(b"p/b", 3)], b"p/a", 5),
+            Position::Gone
+        ));
+        assert!(matches!(
+            position_of(vec![kv(b"p/a", 9)], b"p/a", 5),
+            Position::Gone
+        ));
         assert!(matches!(position_of(vec![], b"p/a", 5), Position::Gone));
     }
 }

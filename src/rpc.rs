@@ -147,12 +147,10 @@ impl Rpc {
     /// Moves on from endpoint `failed` to the next one, unless another caller already did.
     pub(crate) fn fail_over(&self, failed: usize) {
         let next = (failed + 1) % self.inner.channels.len();
-        let _ = self.inner.current.compare_exchange(
-            failed,
-            next,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        let _ =
+            self.inner
+                .current
+                .compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// Wraps a message with the metadata every etcd call carries.
@@ -164,20 +162,16 @@ impl Rpc {
     /// refuses the stream instead of serving stale state.
     pub(crate) fn stream_request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = self.request(message);
-        request
-            .metadata_mut()
-            .insert("hasleader", tonic::metadata::MetadataValue::from_static("true"));
+        request.metadata_mut().insert(
+            "hasleader",
+            tonic::metadata::MetadataValue::from_static("true"),
+        );
         request
     }
 
     /// Sends one unary request with the request timeout; retry-safe requests go on to the
     /// next endpoints when one is unavailable or silent.
-    async fn unary<Req, Resp, F, Fut>(
-        &self,
-        retry: Retry,
-        message: Req,
-        call: F,
-    ) -> Result<Resp>
+    async fn unary<Req, Resp, F, Fut>(&self, retry: Retry, message: Req, call: F) -> Result<Resp>
     where
         Req: Clone,
         F: Fn(Channel, tonic::Request<Req>) -> Fut,
@@ -214,13 +208,17 @@ impl Rpc {
     }
 
     pub(crate) async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
-        self.unary(Retry::Safe, req, |ch, r| async move { KvClient::new(ch).range(r).await })
-            .await
+        self.unary(Retry::Safe, req, |ch, r| async move {
+            KvClient::new(ch).range(r).await
+        })
+        .await
     }
 
     pub(crate) async fn put(&self, req: pb::PutRequest) -> Result<pb::PutResponse> {
-        self.unary(Retry::Never, req, |ch, r| async move { KvClient::new(ch).put(r).await })
-            .await
+        self.unary(Retry::Never, req, |ch, r| async move {
+            KvClient::new(ch).put(r).await
+        })
+        .await
     }
 
     pub(crate) async fn delete_range(
@@ -234,8 +232,12 @@ impl Rpc {
     }
 
     pub(crate) async fn txn(&self, req: pb::TxnRequest, retry: Retry) -> Result<pb::TxnResponse> {
-        self.unary(retry, req, |ch, r| async move { KvClient::new(ch).txn(r).await })
-            .await
+        self.unary(
+            retry,
+            req,
+            |ch, r| async move { KvClient::new(ch).txn(r).await },
+        )
+        .await
     }
 
     pub(crate) async fn compact(&self, revision: i64) -> Result<pb::CompactionResponse> {
@@ -267,10 +269,7 @@ impl Rpc {
         .await
     }
 
-    pub(crate) async fn lease_time_to_live(
-        &self,
-        id: i64,
-    ) -> Result<pb::LeaseTimeToLiveResponse> {
+    pub(crate) async fn lease_time_to_live(&self, id: i64) -> Result<pb::LeaseTimeToLiveResponse> {
         let req = pb::LeaseTimeToLiveRequest { id, keys: false };
         self.unary(Retry::Safe, req, |ch, r| async move {
             LeaseClient::new(ch).lease_time_to_live(r).await

@@ -326,8 +326,9 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn remaining(&self) -> Duration {
-        self.valid_until()
-            .map_or(Duration::ZERO, |until| until.saturating_duration_since(Instant::now()))
+        self.valid_until().map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(Instant::now())
+        })
     }
 
     /// Stops the keep-alive and revokes the lease, so every key bound to it (locks,
@@ -346,7 +347,11 @@ impl Session {
         self.inner.shared.mark_lost(LossReason::Closed);
         let rpc = self.inner.client.rpc().clone();
         let id = self.lease_id();
-        match self.inner.client.block_on(async move { rpc.lease_revoke(id).await })? {
+        match self
+            .inner
+            .client
+            .block_on(async move { rpc.lease_revoke(id).await })?
+        {
             Ok(_) => Ok(()),
             // Already revoked or expired: the goal of close() holds.
             Err(Error::Server {
@@ -531,8 +536,7 @@ fn validate_ttl(ttl: Duration) -> Result<i64> {
             MAX_TTL.as_secs()
         )));
     }
-    i64::try_from(ttl.as_secs())
-        .map_err(|_| Error::InvalidArgument("session TTL too large".into()))
+    i64::try_from(ttl.as_secs()).map_err(|_| Error::InvalidArgument("session TTL too large".into()))
 }
 
 #[cfg(test)]
@@ -549,15 +553,28 @@ mod tests {
 
     #[test]
     fn loss_is_sticky_and_disconnects_receivers() {
-        let shared = SessionShared::new(1, Duration::from_secs(5), Instant::now() + Duration::from_secs(5));
+        let shared = SessionShared::new(
+            1,
+            Duration::from_secs(5),
+            Instant::now() + Duration::from_secs(5),
+        );
         let rx = shared.lost_receiver();
         assert!(rx.try_recv().is_err());
-        assert!(matches!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)));
+        assert!(matches!(
+            rx.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Empty)
+        ));
         assert!(shared.mark_lost(LossReason::Orphaned));
         assert!(!shared.mark_lost(LossReason::Expired));
-        shared.extend(Instant::now() + Duration::from_secs(60), Duration::from_secs(60));
+        shared.extend(
+            Instant::now() + Duration::from_secs(60),
+            Duration::from_secs(60),
+        );
         assert_eq!(shared.loss_reason(), Some(LossReason::Orphaned));
-        assert!(matches!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected)));
+        assert!(matches!(
+            rx.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        ));
     }
 
     #[test]

@@ -59,16 +59,17 @@ impl WatchStream {
         creates: Vec<pb::WatchCreateRequest>,
     ) -> Result<(WatchStream, Created)> {
         let (endpoint, channel) = rpc.channel();
-        let result = tokio::time::timeout(rpc.request_timeout(), Self::open_on(rpc, channel, creates))
-            .await
-            .unwrap_or(Err(Error::Timeout {
-                operation: "opening a watch",
-                after: rpc.request_timeout(),
-            }));
-        if let Err(e) = &result {
-            if e.is_transient() {
-                rpc.fail_over(endpoint);
-            }
+        let result =
+            tokio::time::timeout(rpc.request_timeout(), Self::open_on(rpc, channel, creates))
+                .await
+                .unwrap_or(Err(Error::Timeout {
+                    operation: "opening a watch",
+                    after: rpc.request_timeout(),
+                }));
+        if let Err(e) = &result
+            && e.is_transient()
+        {
+            rpc.fail_over(endpoint);
         }
         result
     }

@@ -1,0 +1,199 @@
+//! Client basics against a real etcd: KV round trips, compare-and-swap, bad input,
+//! unreachable endpoints and blocking calls from inside an async runtime.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, etcd};
+use etcd_sync::{Client, Compare, CompareOp, Error, Txn, TxnOp, TxnOpResponse};
+
+#[test]
+fn kv_round_trip() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let rev = c.put("app/a", "1").unwrap();
+    c.put("app/b", "2").unwrap();
+    c.put("other", "x").unwrap();
+    let a = c.get("app/a").unwrap().expect("app/a exists");
+    assert_eq!(a.value, b"1");
+    assert_eq!(a.create_revision, rev);
+    assert_eq!(a.version, 1);
+    let listed: Vec<_> = c
+        .get_prefix("app/")
+        .unwrap()
+        .into_iter()
+        .map(|kv| kv.value)
+        .collect();
+    assert_eq!(listed, vec![b"1".to_vec(), b"2".to_vec()]);
+    assert_eq!(c.delete("app/a").unwrap(), 1);
+    assert_eq!(c.delete("app/a").unwrap(), 0);
+    assert!(c.get("app/a").unwrap().is_none());
+    assert_eq!(c.delete_prefix("app/").unwrap(), 1);
+    assert_eq!(
+        c.get("other").unwrap().map(|kv| kv.value),
+        Some(b"x".to_vec())
+    );
+}
+
+#[test]
+fn compare_and_swap() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    c.put("counter", "0").unwrap();
+    let seen = c.get("counter").unwrap().unwrap();
+    // Someone else writes in between: our swap on the old mod revision must fail.
+    c.put("counter", "5").unwrap();
+    let stale = c
+        .txn(
+            Txn::new()
+                .when([Compare::mod_revision(
+                    "counter",
+                    CompareOp::Equal,
+                    seen.mod_revision,
+                )])
+                .and_then([TxnOp::put("counter", "1")])
+                .or_else([TxnOp::get("counter")]),
+        )
+        .unwrap();
+    assert!(!stale.succeeded);
+    match &stale.responses[..] {
+        [TxnOpResponse::Get(kvs)] => assert_eq!(kvs[0].value, b"5"),
+        other => panic!("unexpected responses {other:?}"),
+    }
+    let fresh = c.get("counter").unwrap().unwrap();
+    let ok = c
+        .txn(
+            Txn::new()
+                .when([
+                    Compare::mod_revision("counter", CompareOp::Equal, fresh.mod_revision),
+                    Compare::value("counter", CompareOp::Equal, "5"),
+                    Compare::version("counter", CompareOp::Equal, 2),
+                    Compare::create_revision("counter", CompareOp::Equal, seen.create_revision),
+                    Compare::lease("counter", CompareOp::Equal, 0),
+                ])
+                .and_then([TxnOp::put("counter", "6")]),
+        )
+        .unwrap();
+    assert!(ok.succeeded);
+    assert_eq!(c.get("counter").unwrap().unwrap().value, b"6");
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    assert!(matches!(c.get(""), Err(Error::InvalidArgument(_))));
+    assert!(matches!(c.put("", "v"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        Client::connect(Vec::<String>::new()),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::connect(["ftp://127.0.0.1:1"]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::builder()
+            .endpoints(server.endpoints())
+            .keep_alive_interval(Duration::from_secs(1))
+            .connect(),
+        Err(Error::InvalidArgument(_))
+    ));
+    let session = c.session().unwrap();
+    assert!(matches!(session.mutex(""), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        session.election(""),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn unreachable_endpoint_fails_within_connect_timeout() {
+    // A port nobody listens on (bound and released), and a blackholed-but-local address.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let start = Instant::now();
+    let result = Client::builder()
+        .endpoints([&endpoint])
+        .connect_timeout(Duration::from_millis(500))
+        .connect();
+    let took = start.elapsed();
+    match result {
+        Err(Error::Connect { endpoints, .. }) => assert!(endpoints.contains(&endpoint)),
+        other => panic!("expected Connect error, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+#[test]
+fn paused_server_times_out_instead_of_hanging() {
+    let server = etcd();
+    let c = Client::builder()
+        .endpoints(server.endpoints())
+        .request_timeout(Duration::from_millis(500))
+        .connect()
+        .unwrap();
+    c.put("k", "v").unwrap();
+    server.pause().unwrap();
+    let start = Instant::now();
+    let result = c.get("k");
+    server.resume().unwrap();
+    assert!(
+        matches!(result, Err(Error::Timeout { .. } | Error::Unavailable(_))),
+        "{result:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert_eq!(c.get("k").unwrap().unwrap().value, b"v");
+}
+
+#[test]
+fn blocking_inside_async_runtime_is_an_error() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let session = c.session().unwrap();
+    let mutex = session.mutex("async-lock").unwrap();
+    let guard = mutex.lock().unwrap();
+    let rt = tokio_rt();
+    let endpoints = server.endpoints();
+    rt.block_on(async {
+        assert!(matches!(c.get("k"), Err(Error::InsideAsyncRuntime)));
+        assert!(matches!(c.session(), Err(Error::InsideAsyncRuntime)));
+        assert!(matches!(mutex.lock(), Err(Error::InsideAsyncRuntime)));
+        assert!(matches!(
+            Client::connect(&endpoints),
+            Err(Error::InsideAsyncRuntime)
+        ));
+        // Dropping a guard inside a runtime must not panic; the release happens anyway.
+        drop(guard);
+    });
+    drop(rt);
+    assert!(common::eventually(Duration::from_secs(3), || common::keys(
+        &c,
+        "async-lock/"
+    )
+    .is_empty()));
+}
+
+#[test]
+fn dropping_the_last_client_handle_inside_a_runtime_does_not_panic() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = c.session().unwrap();
+    let rt = tokio_rt();
+    rt.block_on(async move {
+        drop(s);
+        drop(c);
+    });
+}
+
+fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}

@@ -1,0 +1,288 @@
+//! Leader election against a real etcd, mirroring etcd's own election scenarios.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, etcd, eventually, keys, session};
+use etcd_sync::{Error, LeaderEvent, Observer};
+
+fn next_event(observer: &Observer) -> LeaderEvent {
+    observer
+        .recv_timeout(Duration::from_secs(5))
+        .expect("observer error")
+        .expect("no leadership event within 5 s")
+}
+
+fn value_of(event: &LeaderEvent) -> Option<String> {
+    match event {
+        LeaderEvent::Elected(l) | LeaderEvent::Proclaimed(l) => Some(l.value_str().into_owned()),
+        LeaderEvent::NoLeader => None,
+    }
+}
+
+#[test]
+fn campaign_blocks_until_the_leader_resigns_and_observers_follow() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s1 = session(&c, 10);
+    let s2 = session(&c, 10);
+    let e1 = s1.election("elect").unwrap();
+    let e2 = s2.election("elect").unwrap();
+    assert_eq!(e1.leader().unwrap(), None, "no leader is Ok(None)");
+    let observer = e1.observe().unwrap();
+    assert_eq!(next_event(&observer), LeaderEvent::NoLeader);
+
+    let mut l1 = e1.campaign("p1").unwrap();
+    assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("p1"));
+    let leader = e2.leader().unwrap().unwrap();
+    assert_eq!(leader.value, b"p1");
+    assert_eq!(leader.create_revision, l1.fencing_token());
+    assert_eq!(leader.lease, s1.lease_id());
+    assert_eq!(leader.key_str(), format!("elect/{:x}", s1.lease_id()));
+
+    let t = std::thread::spawn(move || {
+        let l = e2.campaign("p2").unwrap();
+        (l.fencing_token(), Instant::now(), l)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !t.is_finished(),
+        "second candidate led while the first still did"
+    );
+    l1.proclaim("p1b").unwrap();
+    assert_eq!(
+        next_event(&observer),
+        LeaderEvent::Proclaimed(e1.leader().unwrap().unwrap())
+    );
+    let resigned = Instant::now();
+    l1.resign().unwrap();
+    let (token2, led_at, l2) = t.join().unwrap();
+    assert!(led_at.duration_since(resigned) < Duration::from_secs(1));
+    assert!(token2 > l1.fencing_token());
+    match next_event(&observer) {
+        LeaderEvent::Elected(l) => assert_eq!(l.value, b"p2"),
+        other => panic!("expected the new leader, got {other:?}"),
+    }
+    // Proclaiming after resigning is refused.
+    assert!(matches!(l1.proclaim("late"), Err(Error::NotLeader)));
+    drop(l2);
+    assert_eq!(next_event(&observer), LeaderEvent::NoLeader);
+    assert!(keys(&c, "elect/").is_empty());
+}
+
+/// Upstream TestElectionFailover, with the leader's session closed.
+#[test]
+fn failover_when_the_leaders_session_is_closed() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s1 = session(&c, 10);
+    let s2 = session(&c, 10);
+    let l1 = s1.election("fo").unwrap().campaign("foo").unwrap();
+    let observer = session(&c, 10).election("fo").unwrap().observe().unwrap();
+    assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("foo"));
+    let e2 = s2.election("fo").unwrap();
+    let t = std::thread::spawn(move || e2.campaign("bar").map(|l| (l.fencing_token(), l)));
+    std::thread::sleep(Duration::from_millis(200));
+    s1.close().unwrap();
+    let (token, _l2) = t.join().unwrap().unwrap();
+    assert!(token > l1.fencing_token());
+    assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("bar"));
+    assert!(!l1.is_leader());
+    assert!(matches!(l1.proclaim("x"), Err(Error::NotLeader)));
+    assert!(matches!(l1.put("k", "v"), Err(Error::NotLeader)));
+}
+
+#[test]
+fn campaign_with_a_revoked_session_is_not_phantom_leadership() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s1 = session(&c, 10);
+    let _l1 = s1.election("ph").unwrap().campaign("a").unwrap();
+    let s2 = session(&c, 10);
+    let e2 = s2.election("ph").unwrap();
+    let t = std::thread::spawn(move || e2.campaign("b").map(|l| l.fencing_token()));
+    assert!(eventually(Duration::from_secs(2), || keys(&c, "ph/").len() == 2));
+    s2.close().unwrap();
+    let result = t.join().unwrap();
+    assert!(matches!(result, Err(Error::SessionLost(_))), "{result:?}");
+    assert_eq!(keys(&c, "ph/").len(), 1);
+}
+
+#[test]
+fn campaign_timeout_leaves_no_key() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let _l = session(&c, 10)
+        .election("ct")
+        .unwrap()
+        .campaign("a")
+        .unwrap();
+    let s2 = session(&c, 10);
+    let start = Instant::now();
+    let r = s2
+        .election("ct")
+        .unwrap()
+        .campaign_timeout("b", Duration::from_millis(400));
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert_eq!(keys(&c, "ct/").len(), 1);
+}
+
+/// Upstream TestElectionSessionRecampaign.
+#[test]
+fn recampaign_on_the_same_session_proclaims() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let e = s.election("rc").unwrap();
+    let first = e.campaign("abc").unwrap();
+    let second = e.campaign("def").unwrap();
+    assert_eq!(first.fencing_token(), second.fencing_token());
+    assert_eq!(e.leader().unwrap().unwrap().value, b"def");
+    let observer = e.observe().unwrap();
+    assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("def"));
+    std::mem::forget(second); // one resign is enough
+}
+
+/// Upstream TestElectionOnPrefixOfExistingKey.
+#[test]
+fn election_on_a_prefix_of_an_existing_key() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    c.put("testa", "x").unwrap();
+    let s = session(&c, 10);
+    let l = s
+        .election("test")
+        .unwrap()
+        .campaign_timeout("v", Duration::from_secs(5))
+        .unwrap();
+    assert!(l.is_leader());
+}
+
+/// Upstream TestElectionOnSessionRestart.
+#[test]
+fn resumed_session_recampaigns_and_keeps_leadership() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let l = s.election("restart").unwrap().campaign("abc").unwrap();
+    let token = l.fencing_token();
+    std::mem::forget(l); // simulate a crash: no resign
+    s.orphan();
+    let waiter_session = session(&c, 10);
+    let we = waiter_session.election("restart").unwrap();
+    let waiter = std::thread::spawn(move || we.campaign_timeout("other", Duration::from_secs(2)));
+    let resumed = c.session_builder().resume(s.lease_id()).start().unwrap();
+    let l2 = resumed
+        .election("restart")
+        .unwrap()
+        .campaign("def")
+        .unwrap();
+    assert_eq!(l2.fencing_token(), token, "kept its place");
+    assert!(matches!(waiter.join().unwrap(), Err(Error::Timeout { .. })));
+    let observer = resumed.election("restart").unwrap().observe().unwrap();
+    assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("def"));
+}
+
+/// Upstream TestElectionObserveCompacted.
+#[test]
+fn observe_survives_compaction() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let _l = s.election("cmp").unwrap().campaign("abc").unwrap();
+    let mut rev = 0;
+    for i in 0..5 {
+        rev = c.put("cmp-other", i.to_string()).unwrap();
+    }
+    c.compact(rev).unwrap();
+    let observer = s.election("cmp").unwrap().observe().unwrap();
+    assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("abc"));
+}
+
+/// Upstream TestElectionObserveFreshResponsesOnProclaim.
+#[test]
+fn observer_sees_every_proclamation_in_order() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let e = s.election("pr").unwrap();
+    let l = e.campaign("abc").unwrap();
+    let observer = e.observe().unwrap();
+    let mut revisions = Vec::new();
+    for expected in ["abc", "def", "ghi"] {
+        if expected != "abc" {
+            l.proclaim(expected).unwrap();
+        }
+        let event = next_event(&observer);
+        assert_eq!(value_of(&event).as_deref(), Some(expected));
+        if let LeaderEvent::Elected(x) | LeaderEvent::Proclaimed(x) = event {
+            revisions.push(x.mod_revision);
+        }
+    }
+    assert!(revisions.windows(2).all(|w| w[0] < w[1]), "{revisions:?}");
+}
+
+#[test]
+fn guarded_writes_and_resign_state() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let mut l = s.election("gw").unwrap().campaign("v").unwrap();
+    l.put("gw-data", "1").unwrap();
+    server.pause().unwrap();
+    let failed = l.resign();
+    server.resume().unwrap();
+    assert!(
+        failed.is_err(),
+        "resign against a frozen etcd cannot succeed"
+    );
+    // The failed resign kept the state: a retry runs again (whether or not the first
+    // request reached etcd before it froze) and ends with our key gone.
+    l.resign().unwrap();
+    assert!(keys(&c, "gw/").is_empty());
+    assert!(matches!(l.put("gw-data", "2"), Err(Error::NotLeader)));
+}
+
+#[test]
+fn leader_killed_process_is_replaced() {
+    // The leader runs in a child process that we SIGKILL; its lease expires, the waiter leads.
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let observer = session(&c, 10).election("kill").unwrap().observe().unwrap();
+    assert_eq!(next_event(&observer), LeaderEvent::NoLeader);
+    let mut child = std::process::Command::new(etcd_sync::testing::etcdctl_binary().unwrap())
+        .args(["--endpoints", &server.endpoint(), "elect", "kill", "child"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("child"));
+    let s = session(&c, 10);
+    let e = s.election("kill").unwrap();
+    let t = std::thread::spawn(move || e.campaign("survivor").map(|l| l.fencing_token()));
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // etcdctl elect uses a 60 s session; its key goes when its lease expires. Speed that up
+    // by revoking the orphaned lease as an operator would.
+    let lease = c
+        .get_prefix("kill/")
+        .unwrap()
+        .into_iter()
+        .find(|kv| kv.value == b"child")
+        .unwrap()
+        .lease;
+    client(&server.endpoints())
+        .session_builder()
+        .resume(lease)
+        .start()
+        .unwrap()
+        .close()
+        .unwrap();
+    assert!(t.join().unwrap().is_ok());
+    assert_eq!(
+        value_of(&next_event(&observer)).as_deref(),
+        Some("survivor")
+    );
+}

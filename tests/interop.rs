@@ -1,0 +1,150 @@
+//! Interoperation with the real `etcdctl lock` / `etcdctl elect` (Debian package etcd-client).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{client, etcd, eventually, keys, session};
+use etcd_sync::LeaderEvent;
+use etcd_sync::testing::etcdctl_binary;
+
+fn etcdctl(endpoint: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(etcdctl_binary().expect("etcdctl (apt-get install etcd-client)"));
+    cmd.arg("--endpoints").arg(endpoint).args(args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+    cmd
+}
+
+/// Kills the child when the test ends, pass or fail.
+struct Kill(Option<Child>);
+impl Kill {
+    fn spawn(mut cmd: Command) -> Kill {
+        Kill(Some(cmd.spawn().expect("spawn etcdctl")))
+    }
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("child present")
+    }
+    fn take(&mut self) -> Child {
+        self.0.take().expect("child present")
+    }
+}
+impl Drop for Kill {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn our_lock_waits_for_etcdctl_lock() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut child = Kill::spawn(etcdctl(
+        &server.endpoint(),
+        &["lock", "shared", "--", "sleep", "2"],
+    ));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "shared/")
+        .len()
+        == 1));
+    let started = Instant::now();
+    let s = session(&c, 10);
+    let g = s.mutex("shared").unwrap().lock().unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited > Duration::from_millis(800),
+        "did not wait for etcdctl: {waited:?}"
+    );
+    assert_eq!(keys(&c, "shared/"), vec![g.key_str().into_owned()]);
+    let status = child.child().wait().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn etcdctl_lock_waits_for_our_guard() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let g = s.mutex("shared").unwrap().lock().unwrap();
+    let mut child = Kill::spawn(etcdctl(
+        &server.endpoint(),
+        &["lock", "shared", "--", "echo", "got-it"],
+    ));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        child.child().try_wait().unwrap().is_none(),
+        "etcdctl got the lock while we held it"
+    );
+    assert_eq!(keys(&c, "shared/").len(), 2, "etcdctl queued behind us");
+    drop(g);
+    let out = child.take().wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("got-it"));
+}
+
+#[test]
+fn election_interop_with_etcdctl_elect() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let e = s.election("ee").unwrap();
+    let observer = e.observe().unwrap();
+    assert_eq!(
+        observer.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Some(LeaderEvent::NoLeader)
+    );
+    // etcdctl leads first: our campaign blocks until it exits.
+    let mut child = Kill::spawn(etcdctl(&server.endpoint(), &["elect", "ee", "p1"]));
+    match observer.recv_timeout(Duration::from_secs(5)).unwrap() {
+        Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"p1"),
+        other => panic!("expected etcdctl as leader, got {other:?}"),
+    }
+    let e2 = e.clone();
+    let t = std::thread::spawn(move || e2.campaign("ours").map(|l| (Instant::now(), l)));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!t.is_finished(), "we led while etcdctl did");
+    // SIGINT makes etcdctl resign and exit 0.
+    unsafe { libc::kill(child.child().id() as i32, libc::SIGINT) };
+    assert!(child.child().wait().unwrap().success());
+    let (_, leadership) = t.join().unwrap().unwrap();
+    // etcdctl elect -l prints our key and value.
+    let mut listener = Kill::spawn(etcdctl(&server.endpoint(), &["elect", "-l", "ee"]));
+    std::thread::sleep(Duration::from_millis(1000));
+    let _ = listener.child().kill();
+    let output = listener.take().wait_with_output().unwrap();
+    drop(leadership);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains(&format!("ee/{:x}", s.lease_id())),
+        "etcdctl elect -l printed {text:?}"
+    );
+    assert!(text.contains("ours"), "{text:?}");
+}
+
+#[test]
+fn observer_reports_etcdctl_leadership_changes() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let observer = session(&c, 10).election("obs").unwrap().observe().unwrap();
+    assert_eq!(
+        observer.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Some(LeaderEvent::NoLeader)
+    );
+    let mut first = Kill::spawn(etcdctl(&server.endpoint(), &["elect", "obs", "one"]));
+    match observer.recv_timeout(Duration::from_secs(5)).unwrap() {
+        Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"one"),
+        other => panic!("{other:?}"),
+    }
+    let _second = Kill::spawn(etcdctl(&server.endpoint(), &["elect", "obs", "two"]));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "obs/")
+        .len()
+        == 2));
+    unsafe { libc::kill(first.child().id() as i32, libc::SIGINT) };
+    first.child().wait().unwrap();
+    match observer.recv_timeout(Duration::from_secs(5)).unwrap() {
+        Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"two"),
+        other => panic!("{other:?}"),
+    }
+}
