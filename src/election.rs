@@ -414,15 +414,18 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                 Err(_) => break,
             };
             retry_delay = Duration::from_millis(20);
-            let leader = last.clone().flatten();
             for event in response.events {
                 let Some(kv) = event.kv else { continue };
                 let is_put = event.r#type == mvccpb::event::EventType::Put as i32;
-                match &leader {
+                match last.as_ref().and_then(Option::as_ref) {
                     // A new value under the leader's own key (same create revision): the
                     // same leader proclaimed. Reported from the event: no read needed.
+                    // Events at or before our last read are already reflected in it.
                     Some(l)
-                        if is_put && kv.key == l.key && kv.create_revision == l.create_revision =>
+                        if is_put
+                            && kv.key == l.key
+                            && kv.create_revision == l.create_revision
+                            && kv.mod_revision > l.mod_revision =>
                     {
                         let proclaimed = Leader::from(kv);
                         if !emit(LeaderEvent::Proclaimed(proclaimed.clone())) {
