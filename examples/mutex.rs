@@ -26,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("pass etcd endpoints, or build with --features testing".into());
     }
     let client = Client::connect(&endpoints)?;
+    client.put("example/last-token", format!("{:020}", 0))?;
 
     let workers: Vec<_> = (0..3)
         .map(|id| {
@@ -64,7 +65,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         })
         .collect();
-    client.put("example/last-token", format!("{:020}", 0))?;
     for worker in workers {
         worker.join().map_err(|_| "worker panicked")??;
     }
