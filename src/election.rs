@@ -408,10 +408,16 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                 last = Some(current);
                 reread = false;
             }
-            let response = match watch.next().await {
-                Ok(response) if response.canceled => break,
-                Ok(response) => response,
-                Err(_) => break,
+            let next = tokio::select! {
+                next = watch.next() => Some(next),
+                _ = tokio::time::sleep(queue::STALE_CHECK) => None,
+            };
+            let response = match next {
+                None if watch.is_stale(&rpc) => break,
+                None => continue,
+                Some(Ok(response)) if response.canceled => break,
+                Some(Ok(response)) => response,
+                Some(Err(_)) => break,
             };
             retry_delay = Duration::from_millis(20);
             for event in response.events {

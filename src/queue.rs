@@ -16,6 +16,9 @@ use crate::rpc::{Retry, Rpc, prefix_end};
 use crate::session::SessionShared;
 use crate::watch::{WatchStream, watch_request};
 
+/// How often a waiter checks that its watch stream still runs on the endpoint in use.
+pub(crate) const STALE_CHECK: Duration = Duration::from_millis(250);
+
 /// Longest name accepted for a lock or an election.
 pub(crate) const MAX_NAME_LEN: usize = 4096;
 
@@ -322,6 +325,12 @@ pub(crate) async fn wait_turn(
             let response = tokio::select! {
                 response = watch.next() => response,
                 reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
+                _ = tokio::time::sleep(STALE_CHECK) => {
+                    if watch.is_stale(rpc) {
+                        break; // re-read and watch again on the endpoint now in use
+                    }
+                    continue;
+                }
             };
             match response {
                 Ok(response) if response.canceled => {

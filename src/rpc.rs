@@ -140,8 +140,13 @@ impl Rpc {
 
     /// The endpoint requests go to now, with its index for [`Rpc::fail_over`].
     pub(crate) fn channel(&self) -> (usize, Channel) {
-        let i = self.inner.current.load(Ordering::Relaxed) % self.inner.channels.len();
+        let i = self.current();
         (i, self.inner.channels[i].clone())
+    }
+
+    /// The index of the endpoint requests go to now.
+    pub(crate) fn current(&self) -> usize {
+        self.inner.current.load(Ordering::Relaxed) % self.inner.channels.len()
     }
 
     /// Moves on from endpoint `failed` to the next one, unless another caller already did.

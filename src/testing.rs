@@ -818,6 +818,29 @@ impl EtcdCluster {
         self.cluster.member(i).restart()
     }
 
+    /// Kills every member, then starts them all again with their data, ports and flags,
+    /// and waits until the cluster is healthy: a full-cluster restart (one member alone
+    /// cannot become healthy without a quorum, so [`restart`](Self::restart) one by one
+    /// would not work after a total outage).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::start(3)?;
+    /// cluster.restart_all()?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn restart_all(&self) -> io::Result<()> {
+        for member in &self.cluster.members {
+            member.kill()?;
+        }
+        for member in &self.cluster.members {
+            member.spawn()?;
+        }
+        let members: Vec<&Member> = self.cluster.members.iter().collect();
+        wait_healthy(&members, START_TIMEOUT)
+    }
+
     /// The process id of member `i`, or `None` if it is not running.
     ///
     /// # Panics

@@ -42,6 +42,8 @@ pub(crate) struct WatchStream {
     stream: tonic::Streaming<pb::WatchResponse>,
     /// Responses that arrived while we were still waiting for `created` confirmations.
     early: VecDeque<pb::WatchResponse>,
+    /// The endpoint this stream runs on.
+    endpoint: usize,
 }
 
 /// What `open` learned: one watch id per create request, in order, and the store revision
@@ -59,13 +61,15 @@ impl WatchStream {
         creates: Vec<pb::WatchCreateRequest>,
     ) -> Result<(WatchStream, Created)> {
         let (endpoint, channel) = rpc.channel();
-        let result =
-            tokio::time::timeout(rpc.request_timeout(), Self::open_on(rpc, channel, creates))
-                .await
-                .unwrap_or(Err(Error::Timeout {
-                    operation: "opening a watch",
-                    after: rpc.request_timeout(),
-                }));
+        let result = tokio::time::timeout(
+            rpc.request_timeout(),
+            Self::open_on(rpc, endpoint, channel, creates),
+        )
+        .await
+        .unwrap_or(Err(Error::Timeout {
+            operation: "opening a watch",
+            after: rpc.request_timeout(),
+        }));
         if let Err(e) = &result
             && e.is_transient()
         {
@@ -76,6 +80,7 @@ impl WatchStream {
 
     async fn open_on(
         rpc: &Rpc,
+        endpoint: usize,
         channel: tonic::transport::Channel,
         creates: Vec<pb::WatchCreateRequest>,
     ) -> Result<(WatchStream, Created)> {
@@ -92,6 +97,7 @@ impl WatchStream {
             _requests: requests,
             stream,
             early: VecDeque::new(),
+            endpoint,
         };
         let mut created = Created {
             ids: Vec::with_capacity(wanted),
@@ -118,6 +124,13 @@ impl WatchStream {
             Ok(None) => Err(Error::Unavailable("etcd closed the watch stream".into())),
             Err(status) => Err(Error::from_status(&status)),
         }
+    }
+
+    /// Whether the client has moved to another endpoint since this stream was opened
+    /// (because requests or the keep-alive stream found this one dead or frozen): a frozen
+    /// member sends no events and no error, so watchers follow the client instead.
+    pub(crate) fn is_stale(&self, rpc: &Rpc) -> bool {
+        rpc.current() != self.endpoint
     }
 
     /// The next response (events, or a cancellation the caller must handle).

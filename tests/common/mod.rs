@@ -70,3 +70,91 @@ pub fn handled(metrics: &str, method: &str) -> u64 {
         .map(|v| v as u64)
         .sum()
 }
+
+/// The environment variable that makes a copy of a test binary act as a child process.
+pub const CHILD_ROLE: &str = "ETCD_SYNC_TEST_CHILD_ROLE";
+
+/// Starts this test binary again as a child process that runs only the test `entry`
+/// (which must check [`CHILD_ROLE`] and act on it), with extra environment variables.
+/// Its stdout is piped; stderr is inherited.
+pub fn spawn_child(entry: &str, role: &str, envs: &[(&str, String)]) -> std::process::Child {
+    let exe = std::env::current_exe().expect("own test binary");
+    std::process::Command::new(exe)
+        .args([entry, "--exact", "--nocapture", "--test-threads=1", "-q"])
+        .env(CHILD_ROLE, role)
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn child test process")
+}
+
+/// Kills a child process when dropped, pass or fail.
+pub struct ChildGuard(pub Option<std::process::Child>);
+
+impl ChildGuard {
+    pub fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("child present")
+    }
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Reads a child's stdout until a line starts with `prefix`, with a bound on the wait.
+pub fn read_line_starting(
+    child: &mut std::process::Child,
+    prefix: &str,
+    limit: Duration,
+) -> Option<String> {
+    let lines = child_lines(child)?;
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines.recv_timeout(left).ok()?;
+        if line.starts_with(prefix) {
+            return Some(line);
+        }
+    }
+}
+
+/// A child's stdout as a channel of lines (read by a helper thread).
+pub fn child_lines(child: &mut std::process::Child) -> Option<std::sync::mpsc::Receiver<String>> {
+    use std::io::BufRead;
+    let stdout = child.stdout.take()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = std::io::BufReader::new(stdout);
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    if tx.send(line.trim().to_string()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Some(rx)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock shared by every process on the machine.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,369 @@
+//! Fault suite on real 3-member etcd clusters (127.0.0.1 only, bounded in time): member
+//! kills and pauses, leader loss, killed holder processes, compaction during a wait, a
+//! full-cluster restart, and election failover. Scenarios run one at a time (each starts
+//! three etcd processes; running them side by side on a small machine would starve etcd).
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use common::{
+    CHILD_ROLE, ChildGuard, cluster, eventually, keys, read_line_starting, session, spawn_child,
+};
+use etcd_sync::{Client, Error, LeaderEvent, LossReason};
+
+static SERIAL: StdMutex<()> = StdMutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn client_for(endpoints: &[String]) -> Client {
+    Client::builder()
+        .endpoints(endpoints)
+        .request_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .expect("connect to the cluster")
+}
+
+/// Endpoints starting with member `first` (the client talks to the first that answers).
+fn starting_at(all: &[String], first: usize) -> Vec<String> {
+    (0..all.len())
+        .map(|i| all[(first + i) % all.len()].clone())
+        .collect()
+}
+
+/// Child-process entry point: `holder` locks a name and reports it, then waits to be killed.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(CHILD_ROLE) else {
+        return;
+    };
+    let endpoints: Vec<String> = std::env::var("ENDPOINTS")
+        .unwrap()
+        .split(',')
+        .map(String::from)
+        .collect();
+    let c = client_for(&endpoints);
+    if role == "holder" {
+        let s = session(&c, 2);
+        let g = s
+            .mutex(std::env::var("NAME").unwrap())
+            .unwrap()
+            .lock()
+            .unwrap();
+        println!("LOCKED {}", g.fencing_token());
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
+#[test]
+fn killing_the_holders_member_keeps_the_lease_and_the_lock() {
+    let _serial = serial();
+    let cl = cluster();
+    let all = cl.endpoints();
+    let holder_client = client_for(&all); // talks to member 0
+    let s = session(&holder_client, 5);
+    let g = s.mutex("f-kill").unwrap().lock().unwrap();
+    cl.kill(0).unwrap();
+    std::thread::sleep(Duration::from_secs(7)); // longer than the TTL
+    assert!(
+        s.is_alive(),
+        "lease lost after its member died: {:?}",
+        s.loss_reason()
+    );
+    assert!(g.is_held());
+    g.put("f-kill-data", "still mine")
+        .expect("guarded write after failover");
+
+    let waiter_client = client_for(&all[1..]);
+    let ws = session(&waiter_client, 5);
+    let wm = ws.mutex("f-kill").unwrap();
+    let waiter = std::thread::spawn(move || wm.lock().map(|g| g.fencing_token()));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !waiter.is_finished(),
+        "waiter acquired while the holder held"
+    );
+    let token = g.fencing_token();
+    drop(g);
+    let next = waiter
+        .join()
+        .unwrap()
+        .expect("waiter acquires after release");
+    assert!(next > token);
+}
+
+#[test]
+fn killing_the_etcd_leader_mid_contention_keeps_exclusion_and_progress() {
+    let _serial = serial();
+    let cl = cluster();
+    let all = cl.endpoints();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let violations = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let endpoints = starting_at(&all, i % 3);
+            let (inside, violations, done) = (inside.clone(), violations.clone(), done.clone());
+            std::thread::spawn(move || {
+                let c = client_for(&endpoints);
+                let s = session(&c, 5);
+                let m = s.mutex("f-leader").unwrap();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let mut sections = 0;
+                while sections < 10 && Instant::now() < deadline {
+                    let Ok(g) = m.lock_timeout(Duration::from_secs(10)) else {
+                        continue;
+                    };
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    drop(g);
+                    sections += 1;
+                }
+                done.fetch_add(sections, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let leader = cl.leader().unwrap();
+    cl.kill(leader).unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(violations.load(Ordering::SeqCst), 0, "two holders at once");
+    assert_eq!(
+        done.load(Ordering::SeqCst),
+        40,
+        "progress stopped after the leader died"
+    );
+}
+
+/// The pinned holder's guard must report the loss before anyone else can acquire.
+#[test]
+fn pausing_the_pinned_member_reports_loss_before_anyone_acquires() {
+    let _serial = serial();
+    let cl = cluster();
+    let all = cl.endpoints();
+    let leader = cl.leader().unwrap();
+    let follower = (leader + 1) % 3;
+    let mut leads = Vec::new();
+    for (trial, member) in [follower, leader].into_iter().enumerate() {
+        let name = format!("f-pause-{trial}");
+        let pinned = client_for(&[all[member].clone()]);
+        let s = session(&pinned, 3);
+        let g = s.mutex(&name).unwrap().lock().unwrap();
+        let others: Vec<String> = (0..3)
+            .filter(|i| *i != member)
+            .map(|i| all[i].clone())
+            .collect();
+        let waiter_client = client_for(&others);
+        let ws = session(&waiter_client, 10);
+        let wm = ws.mutex(&name).unwrap();
+        let waiter = std::thread::spawn(move || wm.lock().map(|g| (Instant::now(), g)));
+        assert!(eventually(Duration::from_secs(3), || keys(
+            &waiter_client,
+            &format!("{name}/")
+        )
+        .len()
+            == 2));
+        cl.pause(member).unwrap();
+        let fired = g.lost().recv_timeout(Duration::from_secs(20));
+        let lost_at = Instant::now();
+        assert!(
+            fired.is_err_and(|e| e.is_disconnected()),
+            "trial {trial}: no loss signal"
+        );
+        let (acquired_at, _g2) = waiter.join().unwrap().expect("waiter acquires eventually");
+        assert!(
+            acquired_at >= lost_at,
+            "trial {trial}: another holder acquired {:?} before our guard reported the loss",
+            lost_at - acquired_at
+        );
+        leads.push(acquired_at - lost_at);
+        cl.resume(member).unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(!g.is_held(), "a lost guard came back");
+        assert_eq!(s.loss_reason(), Some(LossReason::Expired));
+        drop(g);
+        cl.wait_healthy(Duration::from_secs(20)).unwrap();
+    }
+    println!("lead times (loss reported -> other holder acquired): {leads:?}");
+}
+
+#[test]
+fn sigkilled_holder_process_is_replaced_within_ttl() {
+    let _serial = serial();
+    let cl = cluster();
+    let all = cl.endpoints();
+    let mut child = ChildGuard(Some(spawn_child(
+        "child_entry",
+        "holder",
+        &[("ENDPOINTS", all.join(",")), ("NAME", "f-sigkill".into())],
+    )));
+    let line = read_line_starting(child.child(), "LOCKED ", Duration::from_secs(20))
+        .expect("child locked");
+    let child_token: i64 = line.trim_start_matches("LOCKED ").parse().unwrap();
+    let c = client_for(&all);
+    let s = session(&c, 5);
+    let m = s.mutex("f-sigkill").unwrap();
+    let waiter = std::thread::spawn(move || m.lock().map(|g| (Instant::now(), g.fencing_token())));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiter.is_finished());
+    let killed_at = Instant::now();
+    child.kill(); // SIGKILL: no release, no revoke
+    let (acquired_at, token) = waiter.join().unwrap().unwrap();
+    assert!(token > child_token);
+    let took = acquired_at - killed_at;
+    assert!(
+        took <= Duration::from_secs(3),
+        "took {took:?} (TTL 2 s + 1 s)"
+    );
+}
+
+#[test]
+fn compaction_during_a_wait_does_not_break_it() {
+    let _serial = serial();
+    let cl = cluster();
+    let c = client_for(&cl.endpoints());
+    let s1 = session(&c, 10);
+    let s2 = session(&c, 10);
+    let g = s1.mutex("f-compact").unwrap().lock().unwrap();
+    let m2 = s2.mutex("f-compact").unwrap();
+    let waiter = std::thread::spawn(move || m2.lock().map(|g| g.fencing_token()));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut rev = 0;
+    for i in 0..20 {
+        rev = c.put("f-compact-noise", i.to_string()).unwrap();
+    }
+    c.compact(rev).unwrap();
+    drop(g);
+    assert!(waiter.join().unwrap().is_ok());
+}
+
+#[test]
+fn full_cluster_restart_loses_only_sessions_whose_ttl_passed() {
+    let _serial = serial();
+    let cl = cluster();
+    let c = client_for(&cl.endpoints());
+    let short = session(&c, 2);
+    let long = session(&c, 30);
+    let g = long.mutex("f-restart").unwrap().lock().unwrap();
+    for i in 0..3 {
+        cl.kill(i).unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    cl.restart_all().unwrap();
+    assert!(eventually(Duration::from_secs(5), || !short.is_alive()));
+    assert_eq!(short.loss_reason(), Some(LossReason::Expired));
+    std::thread::sleep(Duration::from_secs(3)); // keep-alives flow again
+    assert!(long.is_alive(), "{:?}", long.loss_reason());
+    assert!(g.is_held());
+    g.put("f-restart-data", "ok")
+        .expect("guarded write after the restart");
+    assert!(matches!(
+        short.mutex("x").unwrap().lock(),
+        Err(Error::SessionLost(_))
+    ));
+}
+
+/// Leadership moves when the leader's member dies; at no instant do two candidates lead
+/// (checked by fencing token intervals); observers on different members converge.
+#[test]
+fn election_failover_has_one_leader_at_a_time_and_observers_converge() {
+    let _serial = serial();
+    let cl = cluster();
+    let all = cl.endpoints();
+    let intervals: Arc<StdMutex<Vec<(i64, Instant, Instant)>>> = Arc::default();
+    let stop = Arc::new(AtomicUsize::new(0));
+    let candidates: Vec<_> = (0..3)
+        .map(|i| {
+            let endpoints = starting_at(&all, i);
+            let (intervals, stop) = (intervals.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let c = client_for(&endpoints);
+                while stop.load(Ordering::SeqCst) == 0 {
+                    let Ok(s) = c.session_builder().ttl(Duration::from_secs(3)).start() else {
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
+                    };
+                    let e = s.election("f-elect").unwrap();
+                    let Ok(mut l) = e.campaign_timeout(format!("c{i}"), Duration::from_secs(2))
+                    else {
+                        continue;
+                    };
+                    let start = Instant::now();
+                    // Lead for a while, or until the loss signal fires.
+                    let lost = l
+                        .lost()
+                        .recv_timeout(Duration::from_millis(700))
+                        .is_err_and(|e| e.is_disconnected());
+                    let end = Instant::now();
+                    intervals
+                        .lock()
+                        .unwrap()
+                        .push((l.fencing_token(), start, end));
+                    if !lost {
+                        let _ = l.resign();
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let leader = cl.leader().unwrap();
+    cl.kill(leader).unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    stop.store(1, Ordering::SeqCst);
+    for c in candidates {
+        c.join().unwrap();
+    }
+    let mut intervals = intervals.lock().unwrap().clone();
+    intervals.sort_by_key(|(token, ..)| *token);
+    assert!(
+        intervals.len() >= 3,
+        "too few leaderships: {}",
+        intervals.len()
+    );
+    for pair in intervals.windows(2) {
+        let (t1, _, end1) = pair[0];
+        let (t2, start2, _) = pair[1];
+        assert!(t2 > t1);
+        assert!(
+            start2 >= end1,
+            "leaders {t1} and {t2} overlapped by {:?}",
+            end1 - start2
+        );
+    }
+
+    // Observers on two different surviving members converge on the same leader.
+    let alive: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let c = client_for(&[all[alive[0]].clone()]);
+    let s = session(&c, 10);
+    let l = s.election("f-elect").unwrap().campaign("final").unwrap();
+    for member in alive {
+        let oc = client_for(&[all[member].clone()]);
+        let observer = session(&oc, 10)
+            .election("f-elect")
+            .unwrap()
+            .observe()
+            .unwrap();
+        let mut last = None;
+        while let Ok(Some(event)) = observer.recv_timeout(Duration::from_millis(500)) {
+            last = Some(event);
+        }
+        match last {
+            Some(LeaderEvent::Elected(x) | LeaderEvent::Proclaimed(x)) => {
+                assert_eq!(x.value, b"final");
+                assert_eq!(x.create_revision, l.fencing_token());
+            }
+            other => panic!("observer on member {member} saw {other:?}"),
+        }
+    }
+}
