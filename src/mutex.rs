@@ -216,7 +216,20 @@ impl Mutex {
                 },
             };
             // 2. Join the line in etcd (one transaction).
-            let enqueued = match queue::enqueue(&rpc, &inner.prefix, &inner.key, b"", lease).await {
+            let join = || async {
+                let mut enqueued =
+                    queue::enqueue(&rpc, &inner.prefix, &inner.key, b"", lease).await?;
+                if enqueued.existed {
+                    // A key of this session survived an earlier hold whose release never
+                    // reached etcd (or came with a resumed lease). Every acquisition gets a
+                    // fresh create revision, so fencing tokens strictly increase: end that
+                    // hold and queue again.
+                    queue::remove_guarded(&rpc, &inner.key, enqueued.rev).await?;
+                    enqueued = queue::enqueue(&rpc, &inner.prefix, &inner.key, b"", lease).await?;
+                }
+                Ok::<_, Error>(enqueued)
+            };
+            let enqueued = match join().await {
                 Ok(enqueued) => enqueued,
                 Err(e) => {
                     // The transaction may have applied: remove whatever key of ours exists.
@@ -493,9 +506,23 @@ impl Drop for MutexGuard {
                 let _ = queue::remove_guarded(&rpc, &key, rev).await;
                 drop(local);
             });
-        } else {
-            // Bounded by the request timeout (and its retries on other endpoints).
-            let _ = self.release_blocking();
+        } else if let Err(e) = self.release_blocking()
+            && e.is_transient()
+        {
+            // Bounded by the request timeout above; if etcd did not answer, keep trying in
+            // the background for a while so the next holder does not wait for our TTL.
+            let rpc = client.rpc().clone();
+            let key = self.key().to_vec();
+            let rev = self.rev;
+            client.spawn(async move {
+                for attempt in 0..5u32 {
+                    tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt)).await;
+                    match queue::remove_guarded(&rpc, &key, rev).await {
+                        Err(e) if e.is_transient() => continue,
+                        _ => return,
+                    }
+                }
+            });
         }
     }
 }
