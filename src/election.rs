@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use crate::mutex::guarded_txn;
 use crate::pb::mvccpb;
-use crate::queue;
+use crate::queue::{self, Owned};
 use crate::rpc::{Retry, Rpc, prefix_end};
 use crate::session::Session;
 use crate::watch::{WatchStream, watch_request};
@@ -229,14 +229,15 @@ impl Election {
         let lease = inner.session.lease_id();
         let rev = client.block_on(async {
             let campaign = async {
-                let enqueued =
-                    match queue::enqueue(&rpc, &inner.prefix, &inner.key, value, lease).await {
-                        Ok(enqueued) => enqueued,
-                        Err(e) => {
-                            let _ = queue::remove_by_lease(&rpc, &inner.key, lease).await;
-                            return Err(e);
-                        }
-                    };
+                let enqueued = match queue::enqueue(&rpc, &inner.prefix, &inner.key, value, lease)
+                    .await
+                {
+                    Ok(enqueued) => enqueued,
+                    Err(e) => {
+                        let _ = queue::remove_or_retry(&rpc, &inner.key, Owned::Lease(lease)).await;
+                        return Err(e);
+                    }
+                };
                 let rev = enqueued.rev;
                 let result = async {
                     if enqueued.existed && enqueued.value != value {
@@ -269,7 +270,8 @@ impl Election {
                     match tokio::time::timeout_at(deadline.into(), campaign).await {
                         Ok(outcome) => outcome,
                         Err(_) => {
-                            let _ = queue::remove_by_lease(&rpc, &inner.key, lease).await;
+                            let _ =
+                                queue::remove_or_retry(&rpc, &inner.key, Owned::Lease(lease)).await;
                             return Err(Error::Timeout {
                                 operation: "campaign",
                                 after,
@@ -282,7 +284,7 @@ impl Election {
             match result {
                 Ok(()) => Ok(rev),
                 Err(e) => {
-                    let _ = queue::remove_guarded(&rpc, &inner.key, rev).await;
+                    let _ = queue::remove_or_retry(&rpc, &inner.key, Owned::Revision(rev)).await;
                     Err(e)
                 }
             }
@@ -757,7 +759,9 @@ impl Leadership {
         let client = self.election.inner.session.client();
         let key = self.key().to_vec();
         let rev = self.rev;
-        client.call(|rpc| async move { queue::remove_guarded(&rpc, &key, rev).await })?;
+        client.call(|rpc| async move {
+            queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await
+        })?;
         self.resigned = true;
         Ok(())
     }
@@ -775,10 +779,12 @@ impl Drop for Leadership {
         let rev = self.rev;
         if crate::runtime::inside_async() {
             client.spawn(async move {
-                let _ = queue::remove_guarded(&rpc, &key, rev).await;
+                let _ = queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await;
             });
         } else {
-            let _ = client.block_on(async move { queue::remove_guarded(&rpc, &key, rev).await });
+            let _ = client.block_on(async move {
+                queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await
+            });
         }
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use crate::error::{Error, Result, TryLockError};
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
-use crate::queue::{self, Position};
+use crate::queue::{self, Owned, Position};
 use crate::rpc::Retry;
 use crate::session::Session;
 
@@ -224,7 +224,7 @@ impl Mutex {
                     // reached etcd (or came with a resumed lease). Every acquisition gets a
                     // fresh create revision, so fencing tokens strictly increase: end that
                     // hold and queue again.
-                    queue::remove_guarded(&rpc, &inner.key, enqueued.rev).await?;
+                    queue::remove(&rpc, &inner.key, Owned::Revision(enqueued.rev)).await?;
                     enqueued = queue::enqueue(&rpc, &inner.prefix, &inner.key, b"", lease).await?;
                 }
                 Ok::<_, Error>(enqueued)
@@ -233,7 +233,7 @@ impl Mutex {
                 Ok(enqueued) => enqueued,
                 Err(e) => {
                     // The transaction may have applied: remove whatever key of ours exists.
-                    let _ = queue::remove_by_lease(&rpc, &inner.key, lease).await;
+                    let _ = queue::remove_or_retry(&rpc, &inner.key, Owned::Lease(lease)).await;
                     return Err(e.into());
                 }
             };
@@ -261,7 +261,7 @@ impl Mutex {
             match waited {
                 Ok(()) => Ok((rev, local)),
                 Err(e) => {
-                    let _ = queue::remove_guarded(&rpc, &inner.key, rev).await;
+                    let _ = queue::remove_or_retry(&rpc, &inner.key, Owned::Revision(rev)).await;
                     Err(e)
                 }
             }
@@ -484,7 +484,9 @@ impl MutexGuard {
         let rpc = client.rpc().clone();
         let key = self.key().to_vec();
         let rev = self.rev;
-        client.block_on(async move { queue::remove_guarded(&rpc, &key, rev).await })?
+        client.block_on(
+            async move { queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await },
+        )?
     }
 }
 
@@ -503,26 +505,13 @@ impl Drop for MutexGuard {
             let rev = self.rev;
             let local = self.local.take();
             client.spawn(async move {
-                let _ = queue::remove_guarded(&rpc, &key, rev).await;
+                let _ = queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await;
                 drop(local);
             });
-        } else if let Err(e) = self.release_blocking()
-            && e.is_transient()
-        {
-            // Bounded by the request timeout above; if etcd did not answer, keep trying in
-            // the background for a while so the next holder does not wait for our TTL.
-            let rpc = client.rpc().clone();
-            let key = self.key().to_vec();
-            let rev = self.rev;
-            client.spawn(async move {
-                for attempt in 0..5u32 {
-                    tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt)).await;
-                    match queue::remove_guarded(&rpc, &key, rev).await {
-                        Err(e) if e.is_transient() => continue,
-                        _ => return,
-                    }
-                }
-            });
+        } else {
+            // Bounded by the request timeout; keeps retrying in the background if etcd did
+            // not answer.
+            let _ = self.release_blocking();
         }
     }
 }

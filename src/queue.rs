@@ -200,17 +200,30 @@ pub(crate) async fn enqueue(
     })
 }
 
-/// Deletes our key only if it still has our create revision, so a stale or retried
-/// release can never delete a newer holder's key (upstream #22082). Returns whether the
-/// key was ours.
-pub(crate) async fn remove_guarded(rpc: &Rpc, key: &[u8], rev: i64) -> Result<bool> {
+/// What proves a key is ours when removing it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Owned {
+    /// The key still has this create revision: a stale or retried release can never delete
+    /// a newer holder's key (upstream #22082).
+    Revision(i64),
+    /// The key is bound to this lease: the cleanup after an ambiguous join, when we do not
+    /// know our revision. Only this session's holder uses this key, so it is ours.
+    Lease(i64),
+}
+
+/// Deletes `key` if it is still ours; returns whether it was.
+pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> {
     use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+    let (target, value) = match owned {
+        Owned::Revision(rev) => (CompareTarget::Create, TargetUnion::CreateRevision(rev)),
+        Owned::Lease(lease) => (CompareTarget::Lease, TargetUnion::Lease(lease)),
+    };
     let txn = pb::TxnRequest {
         compare: vec![pb::Compare {
             result: CompareResult::Equal as i32,
-            target: CompareTarget::Create as i32,
+            target: target as i32,
             key: key.to_vec(),
-            target_union: Some(TargetUnion::CreateRevision(rev)),
+            target_union: Some(value),
             range_end: Vec::new(),
         }],
         success: vec![pb::RequestOp {
@@ -226,29 +239,26 @@ pub(crate) async fn remove_guarded(rpc: &Rpc, key: &[u8], rev: i64) -> Result<bo
     Ok(rpc.txn(txn, Retry::Safe).await?.succeeded)
 }
 
-/// Deletes our key only if it is bound to our lease: the cleanup after an ambiguous join,
-/// when we do not know our revision. Only this session's holder uses this key, so it is ours.
-pub(crate) async fn remove_by_lease(rpc: &Rpc, key: &[u8], lease: i64) -> Result<()> {
-    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
-    let txn = pb::TxnRequest {
-        compare: vec![pb::Compare {
-            result: CompareResult::Equal as i32,
-            target: CompareTarget::Lease as i32,
-            key: key.to_vec(),
-            target_union: Some(TargetUnion::Lease(lease)),
-            range_end: Vec::new(),
-        }],
-        success: vec![pb::RequestOp {
-            request: Some(pb::request_op::Request::RequestDeleteRange(
-                pb::DeleteRangeRequest {
-                    key: key.to_vec(),
-                    ..Default::default()
-                },
-            )),
-        }],
-        failure: Vec::new(),
-    };
-    rpc.txn(txn, Retry::Safe).await.map(|_| ())
+/// [`remove`], and if etcd did not answer, keep trying in the background (on the client's
+/// runtime, up to about 6 s) so nothing is left behind and the next holder does not wait
+/// for our TTL. Must run inside the client's runtime.
+pub(crate) async fn remove_or_retry(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> {
+    let first = remove(rpc, key, owned).await;
+    if let Err(e) = &first
+        && e.is_transient()
+    {
+        let (rpc, key) = (rpc.clone(), key.to_vec());
+        tokio::spawn(async move {
+            for attempt in 0..5u32 {
+                tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt)).await;
+                match remove(&rpc, &key, owned).await {
+                    Err(e) if e.is_transient() => continue,
+                    _ => return,
+                }
+            }
+        });
+    }
+    first
 }
 
 /// The error for "our key vanished while we waited": `SessionLost` if the lease is gone
