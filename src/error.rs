@@ -76,6 +76,10 @@ pub enum Error {
     )]
     InsideAsyncRuntime,
 
+    /// etcd rejected our user name or password (or auth is not enabled on the server).
+    #[error("authentication failed: {0} (check the user name and password given to the client)")]
+    Authentication(String),
+
     /// The client was shut down (its last handle dropped, or its runtime stopped).
     #[error("client closed")]
     Closed,
@@ -207,6 +211,20 @@ impl Error {
                 code: code.into(),
                 message,
             },
+        }
+    }
+
+    /// True when etcd refused our auth token as invalid or outdated: authenticating again
+    /// and retrying can succeed.
+    pub(crate) fn is_auth_expired(&self) -> bool {
+        match self {
+            Error::Server { code, message } => {
+                *code == Code::Unauthenticated
+                    || message.contains("invalid auth token")
+                    || message.contains("revision of auth store is old")
+                    || message.contains("user name is empty")
+            }
+            _ => false,
         }
     }
 

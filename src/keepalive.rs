@@ -120,6 +120,8 @@ struct Loop {
     stream: Option<Stream>,
     retry_at: Instant,
     backoff: Duration,
+    /// etcd refused our token: get a new one before opening the next stream.
+    reauthenticate: bool,
 }
 
 impl Loop {
@@ -130,6 +132,7 @@ impl Loop {
             stream: None,
             retry_at: Instant::now(),
             backoff: BACKOFF_MIN,
+            reauthenticate: false,
         }
     }
 
@@ -164,9 +167,11 @@ impl Loop {
                         s.state = StreamState::Open(Box::new(stream));
                     }
                 }
-                Event::Opened(Err(_)) | Event::Message(Err(_)) | Event::Message(Ok(None)) => {
+                Event::Opened(Err(e)) | Event::Message(Err(e)) => {
+                    self.reauthenticate |= self.rpc.can_reauthenticate(&e);
                     self.reset_stream();
                 }
+                Event::Message(Ok(None)) => self.reset_stream(),
                 Event::Message(Ok(Some(response))) => self.on_response(response),
                 Event::Timer => {}
             }
@@ -249,8 +254,13 @@ impl Loop {
             for id in &due {
                 let _ = requests.send(LeaseKeepAliveRequest { id: *id });
             }
-            let opening: Opening =
-                Box::pin(async move { rpc.lease_keep_alive(channel, receiver).await });
+            let reauthenticate = std::mem::take(&mut self.reauthenticate);
+            let opening: Opening = Box::pin(async move {
+                if reauthenticate {
+                    rpc.reauthenticate(None).await?;
+                }
+                rpc.lease_keep_alive(channel, receiver).await
+            });
             self.stream = Some(Stream {
                 endpoint,
                 requests,

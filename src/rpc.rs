@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{Error, Result};
 use crate::pb::etcdserverpb as pb;
+use pb::auth_client::AuthClient;
 use pb::kv_client::KvClient;
 use pb::lease_client::LeaseClient;
 use pb::watch_client::WatchClient;
@@ -27,6 +29,8 @@ pub(crate) struct RpcConfig {
     pub(crate) request_timeout: Duration,
     pub(crate) keep_alive_interval: Duration,
     pub(crate) keep_alive_timeout: Duration,
+    /// User name and password for etcd's auth, if enabled.
+    pub(crate) credentials: Option<(String, String)>,
 }
 
 /// Whether a request may be sent again after an ambiguous failure (timeout, broken
@@ -37,6 +41,13 @@ pub(crate) enum Retry {
     Safe,
     /// Plain writes: a retry could apply twice.
     Never,
+}
+
+/// Whether a call carries the auth token.
+#[derive(Debug, Clone, Copy)]
+enum Token {
+    Send,
+    Omit,
 }
 
 /// Cheap to clone: all clones share the channels and the current-endpoint cursor.
@@ -51,6 +62,11 @@ struct RpcInner {
     /// Index of the endpoint requests go to; moved on when that endpoint fails.
     current: AtomicUsize,
     request_timeout: Duration,
+    credentials: Option<(String, String)>,
+    /// The current auth token, sent as `token` metadata on every call and stream.
+    token: std::sync::RwLock<Option<MetadataValue<Ascii>>>,
+    /// Serialises re-authentication so a burst of expired-token errors asks once.
+    authenticating: tokio::sync::Mutex<()>,
 }
 
 /// Normalises `host:port` to `http://host:port` and checks the URL.
@@ -120,14 +136,63 @@ impl Rpc {
                 reason: last_error,
             });
         };
-        Ok(Rpc {
+        let rpc = Rpc {
             inner: Arc::new(RpcInner {
                 endpoints: config.endpoints.clone(),
                 channels,
                 current: AtomicUsize::new(current),
                 request_timeout: config.request_timeout,
+                credentials: config.credentials.clone(),
+                token: std::sync::RwLock::new(None),
+                authenticating: tokio::sync::Mutex::new(()),
             }),
-        })
+        };
+        rpc.reauthenticate(None).await?;
+        Ok(rpc)
+    }
+
+    fn token(&self) -> Option<MetadataValue<Ascii>> {
+        self.inner
+            .token
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether a failed call should be retried after a fresh token: we have credentials and
+    /// etcd said the token is invalid or outdated.
+    pub(crate) fn can_reauthenticate(&self, error: &Error) -> bool {
+        self.inner.credentials.is_some() && error.is_auth_expired()
+    }
+
+    /// Gets a new token with our credentials (no-op without credentials). `stale` is the
+    /// token the failed call used: if another caller already replaced it, nothing is sent.
+    pub(crate) async fn reauthenticate(&self, stale: Option<MetadataValue<Ascii>>) -> Result<()> {
+        let Some((name, password)) = &self.inner.credentials else {
+            return Ok(());
+        };
+        let _one_at_a_time = self.inner.authenticating.lock().await;
+        if stale.is_some() && self.token() != stale {
+            return Ok(());
+        }
+        let req = pb::AuthenticateRequest {
+            name: name.clone(),
+            password: password.clone(),
+        };
+        let resp = self
+            // Without the old token: etcd rejects any call carrying an invalid one.
+            .unary_once(Retry::Safe, Token::Omit, req, |ch, r| async move {
+                AuthClient::new(ch).authenticate(r).await
+            })
+            .await
+            .map_err(|e| match e {
+                Error::Server { message, .. } => Error::Authentication(message),
+                other => other,
+            })?;
+        let token = MetadataValue::try_from(resp.token.as_str())
+            .map_err(|_| Error::Authentication("etcd returned an unusable token".into()))?;
+        *self.inner.token.write().unwrap_or_else(|e| e.into_inner()) = Some(token);
+        Ok(())
     }
 
     pub(crate) fn request_timeout(&self) -> Duration {
@@ -158,9 +223,13 @@ impl Rpc {
                 .compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    /// Wraps a message with the metadata every etcd call carries.
+    /// Wraps a message with the metadata every etcd call carries (the auth token).
     pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
-        tonic::Request::new(message)
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = self.token() {
+            request.metadata_mut().insert("token", token);
+        }
+        request
     }
 
     /// Wraps a stream's request with `hasleader`, so a member cut off from the quorum
@@ -182,6 +251,33 @@ impl Rpc {
         F: Fn(Channel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
+        let used = self.token();
+        match self
+            .unary_once(retry, Token::Send, message.clone(), &call)
+            .await
+        {
+            // The token expired (simple tokens live --auth-token-ttl, 300 s by default, since
+            // their last use) or auth changed: authenticate again and retry once.
+            Err(e) if self.can_reauthenticate(&e) => {
+                self.reauthenticate(used).await?;
+                self.unary_once(retry, Token::Send, message, &call).await
+            }
+            other => other,
+        }
+    }
+
+    async fn unary_once<Req, Resp, F, Fut>(
+        &self,
+        retry: Retry,
+        token: Token,
+        message: Req,
+        call: F,
+    ) -> Result<Resp>
+    where
+        Req: Clone,
+        F: Fn(Channel, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
         let attempts = match retry {
             Retry::Safe => self.inner.channels.len(),
             Retry::Never => 1,
@@ -189,7 +285,10 @@ impl Rpc {
         let mut last = Error::Closed;
         for _ in 0..attempts {
             let (index, channel) = self.channel();
-            let request = self.request(message.clone());
+            let request = match token {
+                Token::Send => self.request(message.clone()),
+                Token::Omit => tonic::Request::new(message.clone()),
+            };
             match tokio::time::timeout(self.inner.request_timeout, call(channel, request)).await {
                 Ok(Ok(response)) => return Ok(response.into_inner()),
                 Ok(Err(status)) => {

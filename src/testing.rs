@@ -512,6 +512,31 @@ impl EtcdServer {
         wait_healthy(&[self.member()], timeout)
     }
 
+    /// Turns on etcd's authentication with the users described at [`AUTH_ROOT`] and
+    /// [`AUTH_USER`] (created with the real `etcdctl`). Afterwards clients must call
+    /// [`ClientBuilder::user`](crate::ClientBuilder::user).
+    ///
+    /// # Errors
+    ///
+    /// If `etcdctl` is missing or one of its commands fails.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use etcd_sync::testing::{AUTH_USER, EtcdServer};
+    /// let etcd = EtcdServer::start()?;
+    /// etcd.enable_auth()?;
+    /// let client = etcd_sync::Client::builder()
+    ///     .endpoints(etcd.endpoints())
+    ///     .user(AUTH_USER.0, AUTH_USER.1)
+    ///     .connect()?;
+    /// # let _ = client;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn enable_auth(&self) -> io::Result<()> {
+        enable_auth(&self.endpoint())
+    }
+
     fn member(&self) -> &Member {
         self.cluster.member(0)
     }
@@ -1668,4 +1693,54 @@ fn wait_all_threads_stopped(pid: u32) {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// The root user [`EtcdServer::enable_auth`] creates: `(name, password)`.
+pub const AUTH_ROOT: (&str, &str) = ("root", "root-secret");
+
+/// The restricted user [`EtcdServer::enable_auth`] creates: `(name, password)`. Its role
+/// `app` may read and write keys starting with [`AUTH_PREFIX`] only.
+pub const AUTH_USER: (&str, &str) = ("app", "app-secret");
+
+/// The key prefix [`AUTH_USER`] may use.
+pub const AUTH_PREFIX: &str = "app/";
+
+/// Creates the root user, a restricted user and role, and enables auth, with `etcdctl`.
+fn enable_auth(endpoint: &str) -> io::Result<()> {
+    let etcdctl = etcdctl_binary()?;
+    let root = format!("{}:{}", AUTH_ROOT.0, AUTH_ROOT.1);
+    let user = format!("{}:{}", AUTH_USER.0, AUTH_USER.1);
+    let prefix_end = "app0"; // AUTH_PREFIX with its last byte incremented
+    let steps: [&[&str]; 6] = [
+        &["user", "add", &root, "--interactive=false"],
+        &["role", "add", AUTH_USER.0],
+        &[
+            "role",
+            "grant-permission",
+            AUTH_USER.0,
+            "readwrite",
+            AUTH_PREFIX,
+            prefix_end,
+        ],
+        &["user", "add", &user, "--interactive=false"],
+        &["user", "grant-role", AUTH_USER.0, AUTH_USER.0],
+        &["auth", "enable"],
+    ];
+    for args in steps {
+        let output = Command::new(&etcdctl)
+            .env_clear()
+            .arg("--endpoints")
+            .arg(endpoint)
+            .args(args)
+            .output()
+            .map_err(|e| context(e, format_args!("cannot run {}", etcdctl.display())))?;
+        if !output.status.success() {
+            return Err(io::Error::other(format!(
+                "etcdctl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+    }
+    Ok(())
 }

@@ -60,6 +60,20 @@ impl WatchStream {
         rpc: &Rpc,
         creates: Vec<pb::WatchCreateRequest>,
     ) -> Result<(WatchStream, Created)> {
+        match Self::open_with_token(rpc, creates.clone()).await {
+            // etcd checks the token on every watcher it creates: refresh it and try again.
+            Err(e) if rpc.can_reauthenticate(&e) => {
+                rpc.reauthenticate(None).await?;
+                Self::open_with_token(rpc, creates).await
+            }
+            other => other,
+        }
+    }
+
+    async fn open_with_token(
+        rpc: &Rpc,
+        creates: Vec<pb::WatchCreateRequest>,
+    ) -> Result<(WatchStream, Created)> {
         let (endpoint, channel) = rpc.channel();
         let result = tokio::time::timeout(
             rpc.request_timeout(),
@@ -158,6 +172,12 @@ pub(crate) fn cancel_error(response: &pb::WatchResponse) -> Error {
     } else {
         response.cancel_reason.clone()
     };
+    if reason.contains("invalid auth token") || reason.contains("user name is empty") {
+        return Error::Server {
+            code: crate::error::Code::Unauthenticated,
+            message: reason,
+        };
+    }
     if reason.contains("permission denied") || reason.contains("auth") {
         return Error::Server {
             code: crate::error::Code::PermissionDenied,
