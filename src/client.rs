@@ -350,6 +350,8 @@ pub struct ClientBuilder {
     request_timeout: Duration,
     keep_alive_interval: Duration,
     credentials: Option<(String, String)>,
+    #[cfg(feature = "tls")]
+    tls: Option<crate::TlsConfig>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -373,11 +375,20 @@ impl Default for ClientBuilder {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             keep_alive_interval: MIN_KEEP_ALIVE_INTERVAL,
             credentials: None,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
 
 impl ClientBuilder {
+    fn uses_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
     /// Sets the etcd endpoints (members of one cluster). Requests go to the first one that
     /// answers and move on to the next when it fails.
     ///
@@ -451,6 +462,22 @@ impl ClientBuilder {
         self
     }
 
+    /// Connects over TLS (`https://` endpoints; `host:port` is read as `https://`).
+    /// Requires the cargo feature `tls`.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let tls = etcd_sync::TlsConfig::from_files("ca.pem", Some(("client.pem", "client-key.pem")))?;
+    /// let client = etcd_sync::Client::builder().endpoints(["https://127.0.0.1:2379"]).tls(tls).connect()?;
+    /// # let _ = client;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::TlsConfig) -> ClientBuilder {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Validates the settings, starts the private runtime and keep-alive thread, and
     /// connects. Fails within the connect timeout when no endpoint answers.
     ///
@@ -470,7 +497,7 @@ impl ClientBuilder {
         let endpoints = self
             .endpoints
             .iter()
-            .map(|e| parse_endpoint(e))
+            .map(|e| parse_endpoint(e, self.uses_tls()))
             .collect::<Result<Vec<_>>>()?;
         for (name, value) in [
             ("connect timeout", self.connect_timeout),
@@ -499,6 +526,12 @@ impl ClientBuilder {
             keep_alive_interval: self.keep_alive_interval,
             keep_alive_timeout: Duration::from_secs(5),
             credentials: self.credentials,
+            #[cfg(feature = "tls")]
+            tls: self
+                .tls
+                .as_ref()
+                .map(crate::TlsConfig::to_tonic)
+                .transpose()?,
         };
         let runtime = Runtime::new()?;
         let rpc = runtime.block_on(Rpc::connect(&config))??;

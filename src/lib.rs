@@ -40,6 +40,8 @@ mod runtime;
 mod session;
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "tls")]
+mod tls;
 mod watch;
 
 pub use client::{
@@ -51,3 +53,5 @@ pub use error::{Code, Error, LossReason, Result, TryLockError};
 pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 pub use mutex::{Mutex, MutexGuard};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};
+#[cfg(feature = "tls")]
+pub use tls::TlsConfig;

@@ -31,6 +31,9 @@ pub(crate) struct RpcConfig {
     pub(crate) keep_alive_timeout: Duration,
     /// User name and password for etcd's auth, if enabled.
     pub(crate) credentials: Option<(String, String)>,
+    /// TLS settings for `https://` endpoints.
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 /// Whether a request may be sent again after an ambiguous failure (timeout, broken
@@ -69,25 +72,33 @@ struct RpcInner {
     authenticating: tokio::sync::Mutex<()>,
 }
 
-/// Normalises `host:port` to `http://host:port` and checks the URL.
-pub(crate) fn parse_endpoint(raw: &str) -> Result<String> {
+/// Normalises `host:port` to `http://host:port` (`https://` with TLS) and checks the URL:
+/// with TLS settings every endpoint must be `https://`, without them `http://`.
+pub(crate) fn parse_endpoint(raw: &str, tls: bool) -> Result<String> {
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return Err(Error::InvalidArgument("empty endpoint".into()));
     }
+    let scheme = if tls { "https://" } else { "http://" };
     let url = if trimmed.contains("://") {
         trimmed.to_string()
     } else {
-        format!("http://{trimmed}")
+        format!("{scheme}{trimmed}")
     };
-    if !url.starts_with("http://") {
+    if url.starts_with("https://") && !tls {
         return Err(Error::InvalidArgument(format!(
-            "endpoint {raw:?}: only http:// endpoints are supported"
+            "endpoint {raw:?} is https:// but no TLS settings were given \
+             (ClientBuilder::tls, cargo feature `tls`)"
+        )));
+    }
+    if !url.starts_with(scheme) {
+        return Err(Error::InvalidArgument(format!(
+            "endpoint {raw:?}: expected a {scheme} URL"
         )));
     }
     Endpoint::from_shared(url.clone())
         .map_err(|e| Error::InvalidArgument(format!("endpoint {raw:?} is not a valid URL: {e}")))?;
-    let authority = &url["http://".len()..];
+    let authority = &url[scheme.len()..];
     if authority.is_empty() || authority.starts_with('/') || authority.starts_with(':') {
         return Err(Error::InvalidArgument(format!(
             "endpoint {raw:?} has no host (expected e.g. http://127.0.0.1:2379)"
@@ -115,14 +126,21 @@ impl Rpc {
                 .http2_keep_alive_interval(config.keep_alive_interval)
                 .keep_alive_timeout(config.keep_alive_timeout)
                 .keep_alive_while_idle(false);
+            #[cfg(feature = "tls")]
+            let endpoint = match &config.tls {
+                Some(tls) => endpoint.tls_config(tls.clone()).map_err(|e| {
+                    Error::InvalidArgument(format!("TLS settings for {url}: {}", error_chain(&e)))
+                })?,
+                None => endpoint,
+            };
             if first_live.is_none() {
-                match tokio::time::timeout(config.connect_timeout, endpoint.connect()).await {
+                match tokio::time::timeout(config.connect_timeout, probe(&endpoint)).await {
                     Ok(Ok(channel)) => {
                         first_live = Some(i);
                         channels.push(channel);
                         continue;
                     }
-                    Ok(Err(e)) => last_error = format!("{url}: {}", error_chain(&e)),
+                    Ok(Err(reason)) => last_error = format!("{url}: {}", hint(config, reason)),
                     Err(_) => {
                         last_error = format!("{url}: no answer within {:?}", config.connect_timeout)
                     }
@@ -413,6 +431,42 @@ impl Rpc {
     }
 }
 
+/// Adds what to check to a failed connection's reason, where the cause is easy to miss.
+fn hint(config: &RpcConfig, reason: String) -> String {
+    #[cfg(feature = "tls")]
+    if config.tls.is_some()
+        && ["broken pipe", "connection reset", "closed"]
+            .iter()
+            .any(|s| reason.contains(s))
+    {
+        return format!(
+            "{reason} (etcd closed the TLS connection: if it runs with --client-cert-auth, \
+             give the client a certificate signed by its CA with TlsConfig::client_identity_pem)"
+        );
+    }
+    let _ = config;
+    reason
+}
+
+/// Connects and asks etcd for its status: proves a real etcd answers (a frozen process
+/// still accepts TCP connections, and with TLS 1.3 a refused client certificate only shows
+/// on the first request).
+async fn probe(endpoint: &Endpoint) -> std::result::Result<Channel, String> {
+    let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
+    pb::maintenance_client::MaintenanceClient::new(channel.clone())
+        .status(pb::StatusRequest {})
+        .await
+        .map_err(|status| {
+            let mut text = format!("{:?}: {}", status.code(), status.message());
+            if let Some(source) = std::error::Error::source(&status) {
+                text.push_str(": ");
+                text.push_str(&error_chain(source));
+            }
+            text
+        })?;
+    Ok(channel)
+}
+
 /// Joins an error and its sources into one line: tonic's transport errors hide the useful
 /// part ("Connection refused") in the source chain.
 fn error_chain(error: &dyn std::error::Error) -> String {
@@ -454,12 +508,18 @@ mod tests {
     #[test]
     fn endpoints_are_normalised_and_checked() {
         assert_eq!(
-            parse_endpoint("127.0.0.1:2379").ok(),
+            parse_endpoint("127.0.0.1:2379", false).ok(),
             Some("http://127.0.0.1:2379".to_string())
         );
-        assert!(parse_endpoint("").is_err());
-        assert!(parse_endpoint("ftp://x:1").is_err());
-        assert!(parse_endpoint("http://").is_err());
-        assert!(parse_endpoint("http://exa mple:2379").is_err());
+        assert!(parse_endpoint("", false).is_err());
+        assert!(parse_endpoint("ftp://x:1", false).is_err());
+        assert!(parse_endpoint("http://", false).is_err());
+        assert!(parse_endpoint("http://exa mple:2379", false).is_err());
+        assert!(parse_endpoint("https://127.0.0.1:2379", false).is_err());
+        assert!(parse_endpoint("http://127.0.0.1:2379", true).is_err());
+        assert_eq!(
+            parse_endpoint("127.0.0.1:2379", true).ok(),
+            Some("https://127.0.0.1:2379".to_string())
+        );
     }
 }

@@ -223,6 +223,7 @@ pub struct EtcdServer {
 #[must_use = "a builder does nothing until .start() is called"]
 pub struct EtcdServerBuilder {
     args: Vec<OsString>,
+    tls: bool,
 }
 
 impl EtcdServerBuilder {
@@ -278,7 +279,24 @@ impl EtcdServerBuilder {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn start(self) -> io::Result<EtcdServer> {
-        Cluster::start(1, &self.args).map(|cluster| EtcdServer { cluster })
+        Cluster::start(1, &self.args, self.tls).map(|cluster| EtcdServer { cluster })
+    }
+
+    /// Serves clients over TLS with certificates generated for this server (see
+    /// [`TlsCerts`]): `https://` endpoints, and client certificates required
+    /// (`--client-cert-auth`). Health and metrics stay on a plain-HTTP metrics port.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let etcd = etcd_sync::testing::EtcdServer::builder().tls().start()?;
+    /// let certs = etcd.tls_certs().expect("TLS mode");
+    /// println!("CA at {}", certs.ca_cert.display());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
     }
 }
 
@@ -534,7 +552,20 @@ impl EtcdServer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn enable_auth(&self) -> io::Result<()> {
-        enable_auth(&self.endpoint())
+        enable_auth(&self.endpoint(), self.cluster.tls.as_ref())
+    }
+
+    /// The certificates of a server started in TLS mode, else `None`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let etcd = etcd_sync::testing::EtcdServer::builder().tls().start()?;
+    /// assert!(etcd.tls_certs().is_some());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn tls_certs(&self) -> Option<&TlsCerts> {
+        self.cluster.tls.as_ref()
     }
 
     fn member(&self) -> &Member {
@@ -582,6 +613,7 @@ pub struct EtcdCluster {
 pub struct EtcdClusterBuilder {
     members: usize,
     args: Vec<OsString>,
+    tls: bool,
 }
 
 impl EtcdClusterBuilder {
@@ -638,7 +670,21 @@ impl EtcdClusterBuilder {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn start(self) -> io::Result<EtcdCluster> {
-        Cluster::start(self.members, &self.args).map(|cluster| EtcdCluster { cluster })
+        Cluster::start(self.members, &self.args, self.tls).map(|cluster| EtcdCluster { cluster })
+    }
+
+    /// Serves clients over TLS, like [`EtcdServerBuilder::tls`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(3).tls().start()?;
+    /// # let _ = cluster;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
     }
 }
 
@@ -676,6 +722,7 @@ impl EtcdCluster {
         EtcdClusterBuilder {
             members,
             args: Vec::new(),
+            tls: false,
         }
     }
 
@@ -1042,11 +1089,12 @@ struct Cluster {
     // Field order matters: the members (whose drop kills their process) are dropped before
     // the directory holding their data is removed.
     members: Vec<Member>,
+    tls: Option<TlsCerts>,
     _dir: TempDir,
 }
 
 impl Cluster {
-    fn start(size: usize, extra_args: &[OsString]) -> io::Result<Cluster> {
+    fn start(size: usize, extra_args: &[OsString], tls: bool) -> io::Result<Cluster> {
         if size == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -1058,7 +1106,7 @@ impl Cluster {
         for _ in 0..START_ATTEMPTS {
             // An error from `try_start` itself (no directory, cannot spawn) is final; a
             // cluster that does not come up is retried with fresh ports.
-            match Self::try_start(&binary, size, extra_args)? {
+            match Self::try_start(&binary, size, extra_args, tls)? {
                 Ok(cluster) => return Ok(cluster),
                 Err(failure) => failures.push(failure),
             }
@@ -1089,12 +1137,19 @@ impl Cluster {
         binary: &Path,
         size: usize,
         extra_args: &[OsString],
+        tls: bool,
     ) -> io::Result<Result<Cluster, io::Error>> {
         let suffix = unique_suffix();
         let dir = TempDir::create(&format!("etcd-sync-{suffix}"))?;
-        let ports = free_ports(2 * size)?;
+        let tls = if tls {
+            Some(TlsCerts::generate(&dir.path.join("tls"))?)
+        } else {
+            None
+        };
+        let ports = free_ports(3 * size)?;
         let client_ports = &ports[..size];
-        let peer_ports = &ports[size..];
+        let peer_ports = &ports[size..2 * size];
+        let metrics_ports = &ports[2 * size..];
         let initial_cluster = peer_ports
             .iter()
             .enumerate()
@@ -1107,14 +1162,16 @@ impl Cluster {
             initial_cluster: &initial_cluster,
             token: &format!("etcd-sync-{suffix}"),
             extra_args,
+            tls: tls.as_ref(),
         };
-        let members = client_ports
-            .iter()
-            .zip(peer_ports)
-            .enumerate()
-            .map(|(i, (&client_port, &peer_port))| Member::new(&config, i, client_port, peer_port))
+        let members = (0..size)
+            .map(|i| Member::new(&config, i, client_ports[i], peer_ports[i], metrics_ports[i]))
             .collect::<io::Result<Vec<_>>>()?;
-        let cluster = Cluster { members, _dir: dir };
+        let cluster = Cluster {
+            members,
+            tls,
+            _dir: dir,
+        };
         // Spawn everyone first: a member of a new cluster only becomes healthy once a
         // quorum of its peers is up.
         for member in &cluster.members {
@@ -1148,6 +1205,7 @@ struct ClusterConfig<'a> {
     initial_cluster: &'a str,
     token: &'a str,
     extra_args: &'a [OsString],
+    tls: Option<&'a TlsCerts>,
 }
 
 fn member_name(i: usize) -> String {
@@ -1162,8 +1220,10 @@ struct Member {
     args: Vec<OsString>,
     data_dir: PathBuf,
     log_path: PathBuf,
-    client_addr: SocketAddr,
     client_url: String,
+    /// Plain-HTTP listener for /health and /metrics (`--listen-metrics-urls`), so health
+    /// checks work the same with and without TLS on the client port.
+    metrics_addr: SocketAddr,
     state: Mutex<State>,
 }
 
@@ -1183,6 +1243,7 @@ impl Member {
         index: usize,
         client_port: u16,
         peer_port: u16,
+        metrics_port: u16,
     ) -> io::Result<Member> {
         let name = member_name(index);
         let member_dir = config.dir.join(&name);
@@ -1190,7 +1251,13 @@ impl Member {
         let data_dir = member_dir.join("data");
         let log_path = member_dir.join(LOG_FILE_NAME);
         let client_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, client_port));
-        let client_url = format!("http://{client_addr}");
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let client_url = format!("{scheme}://{client_addr}");
+        let metrics_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, metrics_port));
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let mut args: Vec<OsString> = Vec::new();
         let mut flag = |flag: &str, value: OsString| {
@@ -1206,6 +1273,16 @@ impl Member {
         flag("--initial-cluster", config.initial_cluster.into());
         flag("--initial-cluster-token", config.token.into());
         flag("--initial-cluster-state", "new".into());
+        flag(
+            "--listen-metrics-urls",
+            format!("http://{metrics_addr}").into(),
+        );
+        if let Some(tls) = config.tls {
+            flag("--cert-file", tls.server_cert.clone().into());
+            flag("--key-file", tls.server_key.clone().into());
+            flag("--trusted-ca-file", tls.ca_cert.clone().into());
+            args.push("--client-cert-auth".into());
+        }
         args.push("--logger=zap".into());
         args.extend(config.extra_args.iter().cloned());
         Ok(Member {
@@ -1214,8 +1291,8 @@ impl Member {
             args,
             data_dir,
             log_path,
-            client_addr,
             client_url,
+            metrics_addr,
             state: Mutex::new(State::default()),
         })
     }
@@ -1412,12 +1489,12 @@ impl Member {
                 return Err(self.not_running(&state));
             }
         }
-        Ok(http_get(self.client_addr, "/health")
+        Ok(http_get(self.metrics_addr, "/health")
             .is_ok_and(|(_, body)| find(&body, br#""health":"true""#).is_some()))
     }
 
     fn metrics(&self) -> io::Result<String> {
-        let (status, body) = http_get(self.client_addr, "/metrics").map_err(|e| {
+        let (status, body) = http_get(self.metrics_addr, "/metrics").map_err(|e| {
             context(
                 e,
                 format_args!(
@@ -1706,7 +1783,7 @@ pub const AUTH_USER: (&str, &str) = ("app", "app-secret");
 pub const AUTH_PREFIX: &str = "app/";
 
 /// Creates the root user, a restricted user and role, and enables auth, with `etcdctl`.
-fn enable_auth(endpoint: &str) -> io::Result<()> {
+fn enable_auth(endpoint: &str, tls: Option<&TlsCerts>) -> io::Result<()> {
     let etcdctl = etcdctl_binary()?;
     let root = format!("{}:{}", AUTH_ROOT.0, AUTH_ROOT.1);
     let user = format!("{}:{}", AUTH_USER.0, AUTH_USER.1);
@@ -1727,10 +1804,18 @@ fn enable_auth(endpoint: &str) -> io::Result<()> {
         &["auth", "enable"],
     ];
     for args in steps {
-        let output = Command::new(&etcdctl)
-            .env_clear()
-            .arg("--endpoints")
-            .arg(endpoint)
+        let mut command = Command::new(&etcdctl);
+        command.env_clear().arg("--endpoints").arg(endpoint);
+        if let Some(tls) = tls {
+            command
+                .arg("--cacert")
+                .arg(&tls.ca_cert)
+                .arg("--cert")
+                .arg(&tls.client_cert)
+                .arg("--key")
+                .arg(&tls.client_key);
+        }
+        let output = command
             .args(args)
             .output()
             .map_err(|e| context(e, format_args!("cannot run {}", etcdctl.display())))?;
@@ -1743,4 +1828,79 @@ fn enable_auth(endpoint: &str) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Certificates generated at test time for a TLS-mode etcd (see
+/// [`EtcdServerBuilder::tls`]): a CA, a server certificate for `127.0.0.1` and
+/// `localhost`, a client certificate, and a second, unrelated CA to test rejection. All
+/// files are PEM, in the server's temporary directory.
+#[derive(Debug, Clone)]
+pub struct TlsCerts {
+    /// The CA that signed the server and client certificates.
+    pub ca_cert: PathBuf,
+    /// The server certificate (SANs `127.0.0.1`, `localhost`).
+    pub server_cert: PathBuf,
+    /// The server's private key.
+    pub server_key: PathBuf,
+    /// A client certificate signed by the CA (common name `etcd-sync-client`).
+    pub client_cert: PathBuf,
+    /// The client certificate's private key.
+    pub client_key: PathBuf,
+    /// A CA that signed nothing here: trusting only it must fail the handshake.
+    pub other_ca_cert: PathBuf,
+}
+
+impl TlsCerts {
+    fn generate(dir: &Path) -> io::Result<TlsCerts> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+            IsCa, KeyPair, KeyUsagePurpose,
+        };
+        let fail = |e: rcgen::Error| io::Error::other(format!("generating test certificates: {e}"));
+        create_private_dir(dir)?;
+        let ca = |name: &str| -> io::Result<CertifiedIssuer<'static, KeyPair>> {
+            let mut params = CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.distinguished_name.push(DnType::CommonName, name);
+            params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+            CertifiedIssuer::self_signed(params, KeyPair::generate().map_err(fail)?).map_err(fail)
+        };
+        let issuer = ca("etcd-sync test CA")?;
+        let other = ca("etcd-sync unrelated CA")?;
+        let leaf = |names: Vec<String>, cn: &str, usages| -> io::Result<(String, String)> {
+            let mut params = CertificateParams::new(names).map_err(fail)?;
+            params.distinguished_name.push(DnType::CommonName, cn);
+            params.extended_key_usages = usages;
+            let key = KeyPair::generate().map_err(fail)?;
+            let cert = params.signed_by(&key, &issuer).map_err(fail)?;
+            Ok((cert.pem(), key.serialize_pem()))
+        };
+        let (server_pem, server_key_pem) = leaf(
+            vec!["127.0.0.1".into(), "localhost".into()],
+            "etcd-sync test server",
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        )?;
+        let (client_pem, client_key_pem) = leaf(
+            Vec::new(),
+            "etcd-sync-client",
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
+        )?;
+        let write = |name: &str, contents: &str| -> io::Result<PathBuf> {
+            let path = dir.join(name);
+            fs::write(&path, contents)
+                .map_err(|e| context(e, format_args!("cannot write {}", path.display())))?;
+            Ok(path)
+        };
+        Ok(TlsCerts {
+            ca_cert: write("ca.pem", &issuer.pem())?,
+            server_cert: write("server.pem", &server_pem)?,
+            server_key: write("server-key.pem", &server_key_pem)?,
+            client_cert: write("client.pem", &client_pem)?,
+            client_key: write("client-key.pem", &client_key_pem)?,
+            other_ca_cert: write("other-ca.pem", &other.pem())?,
+        })
+    }
 }

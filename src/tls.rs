@@ -1,0 +1,133 @@
+//! TLS settings for `https://` endpoints (cargo feature `tls`): rustls, no OpenSSL.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// How to reach etcd over TLS: the CA that signed etcd's certificate, and optionally a
+/// client certificate and key (for etcd's `--client-cert-auth`).
+///
+/// # Example
+///
+/// ```no_run
+/// use etcd_sync::{Client, TlsConfig};
+/// # fn main() -> etcd_sync::Result<()> {
+/// let tls = TlsConfig::from_files("ca.pem", Some(("client.pem", "client-key.pem")))?;
+/// let client = Client::builder()
+///     .endpoints(["https://10.0.0.1:2379"])
+///     .tls(tls)
+///     .connect()?;
+/// # let _ = client;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct TlsConfig {
+    ca_pem: Option<Vec<u8>>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+    domain_name: Option<String>,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.identity.is_some()) // never the key
+            .field("domain_name", &self.domain_name)
+            .finish()
+    }
+}
+
+impl TlsConfig {
+    /// Empty settings; a CA certificate is required before connecting.
+    ///
+    /// ```
+    /// let tls = etcd_sync::TlsConfig::new().ca_certificate_pem("-----BEGIN CERTIFICATE-----...");
+    /// # let _ = tls;
+    /// ```
+    pub fn new() -> TlsConfig {
+        TlsConfig::default()
+    }
+
+    /// Reads the CA certificate and, optionally, a client certificate and key (PEM files).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let tls = etcd_sync::TlsConfig::from_files("/etc/etcd/ca.pem", None::<(&str, &str)>)?;
+    /// # let _ = tls;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_files(
+        ca: impl AsRef<Path>,
+        client: Option<(impl AsRef<Path>, impl AsRef<Path>)>,
+    ) -> Result<TlsConfig> {
+        let read = |path: &Path, what: &str| {
+            std::fs::read(path).map_err(|e| {
+                Error::InvalidArgument(format!("cannot read {what} {}: {e}", path.display()))
+            })
+        };
+        let mut config = TlsConfig::new().ca_certificate_pem(read(ca.as_ref(), "CA certificate")?);
+        if let Some((cert, key)) = client {
+            config = config.client_identity_pem(
+                read(cert.as_ref(), "client certificate")?,
+                read(key.as_ref(), "client key")?,
+            );
+        }
+        Ok(config)
+    }
+
+    /// Trusts this CA (PEM) for etcd's server certificate.
+    ///
+    /// ```
+    /// let tls = etcd_sync::TlsConfig::new().ca_certificate_pem(std::fs::read("ca.pem").unwrap_or_default());
+    /// # let _ = tls;
+    /// ```
+    pub fn ca_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> TlsConfig {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate and key (PEM) to etcd (mutual TLS).
+    ///
+    /// ```
+    /// let tls = etcd_sync::TlsConfig::new().client_identity_pem(b"cert".to_vec(), b"key".to_vec());
+    /// # let _ = tls;
+    /// ```
+    pub fn client_identity_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> TlsConfig {
+        self.identity = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Checks etcd's certificate against this name instead of the endpoint's host.
+    ///
+    /// ```
+    /// let tls = etcd_sync::TlsConfig::new().domain_name("etcd.internal");
+    /// # let _ = tls;
+    /// ```
+    pub fn domain_name(mut self, name: impl Into<String>) -> TlsConfig {
+        self.domain_name = Some(name.into());
+        self
+    }
+
+    pub(crate) fn to_tonic(&self) -> Result<tonic::transport::ClientTlsConfig> {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let Some(ca) = &self.ca_pem else {
+            return Err(Error::InvalidArgument(
+                "TLS needs the CA certificate that signed etcd's certificate \
+                 (TlsConfig::ca_certificate_pem or from_files)"
+                    .into(),
+            ));
+        };
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+        if let Some((cert, key)) = &self.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(name) = &self.domain_name {
+            config = config.domain_name(name.clone());
+        }
+        Ok(config)
+    }
+}

@@ -1,0 +1,104 @@
+//! TLS against a real etcd serving https with client-certificate auth, using certificates
+//! generated at test time: a good mutual-TLS handshake, a wrong CA, and a missing client
+//! certificate, each a clear error.
+#![cfg(all(feature = "tls", feature = "testing"))]
+
+use std::time::Duration;
+
+use etcd_sync::testing::EtcdServer;
+use etcd_sync::{Client, Error, TlsConfig};
+
+fn tls_server() -> EtcdServer {
+    EtcdServer::builder()
+        .tls()
+        .start()
+        .expect("start etcd with TLS")
+}
+
+fn connect(server: &EtcdServer, tls: TlsConfig) -> etcd_sync::Result<Client> {
+    Client::builder()
+        .endpoints(server.endpoints())
+        .connect_timeout(Duration::from_secs(2))
+        .tls(tls)
+        .connect()
+}
+
+#[test]
+fn mutual_tls_works_end_to_end() {
+    let server = tls_server();
+    assert!(server.endpoint().starts_with("https://"));
+    let certs = server.tls_certs().unwrap();
+    let tls = TlsConfig::from_files(
+        &certs.ca_cert,
+        Some((&certs.client_cert, &certs.client_key)),
+    )
+    .unwrap();
+    let c = connect(&server, tls).unwrap();
+    let s = c.session().unwrap();
+    let g = s.mutex("tls-lock").unwrap().lock().unwrap();
+    g.put("tls-data", "over tls").unwrap();
+    drop(g);
+    assert_eq!(c.get("tls-data").unwrap().unwrap().value, b"over tls");
+    // Host:port endpoints are read as https:// when TLS is configured.
+    let hostport = server.endpoint().trim_start_matches("https://").to_string();
+    let tls = TlsConfig::from_files(
+        &certs.ca_cert,
+        Some((&certs.client_cert, &certs.client_key)),
+    )
+    .unwrap();
+    assert!(
+        Client::builder()
+            .endpoints([hostport])
+            .tls(tls)
+            .connect()
+            .is_ok()
+    );
+}
+
+#[test]
+fn wrong_ca_is_a_clear_connect_error() {
+    let server = tls_server();
+    let certs = server.tls_certs().unwrap();
+    let tls = TlsConfig::from_files(
+        &certs.other_ca_cert,
+        Some((&certs.client_cert, &certs.client_key)),
+    )
+    .unwrap();
+    match connect(&server, tls) {
+        Err(Error::Connect { reason, .. }) => {
+            assert!(reason.to_lowercase().contains("certificate"), "{reason}")
+        }
+        other => panic!("expected a Connect error, got {other:?}"),
+    }
+}
+
+#[test]
+fn missing_client_certificate_is_a_clear_connect_error() {
+    let server = tls_server();
+    let certs = server.tls_certs().unwrap();
+    let tls = TlsConfig::from_files(&certs.ca_cert, None::<(&str, &str)>).unwrap();
+    match connect(&server, tls) {
+        Err(Error::Connect { reason, .. }) => {
+            assert!(reason.to_lowercase().contains("certificate"), "{reason}")
+        }
+        other => panic!("expected a Connect error, got {other:?}"),
+    }
+}
+
+#[test]
+fn tls_settings_are_checked() {
+    let server = tls_server();
+    // https endpoints without TLS settings, and TLS settings without a CA.
+    assert!(matches!(
+        Client::connect(server.endpoints()),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        connect(&server, TlsConfig::new()),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        TlsConfig::from_files("/nonexistent/ca.pem", None::<(&str, &str)>),
+        Err(Error::InvalidArgument(_))
+    ));
+}
