@@ -221,6 +221,9 @@ impl Election {
         deadline: Option<(Instant, Duration)>,
     ) -> Result<Leadership> {
         crate::runtime::ensure_blocking_allowed()?;
+        let span =
+            tracing::debug_span!("campaign", key = %String::from_utf8_lossy(&self.inner.key));
+        let _entered = span.enter();
         let inner = &self.inner;
         let session = inner.session.shared().clone();
         session.check()?;
@@ -289,6 +292,7 @@ impl Election {
                 }
             }
         })??;
+        tracing::info!(fencing_token = rev, "elected leader");
         Ok(Leadership {
             election: self.clone(),
             rev,
@@ -402,10 +406,11 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                         return;
                     }
                 };
-                if let Some(event) = diff(last.as_ref(), &current)
-                    && !emit(event)
-                {
-                    return;
+                if let Some(event) = diff(last.as_ref(), &current) {
+                    tracing::debug!(?event, "leadership changed");
+                    if !emit(event) {
+                        return;
+                    }
                 }
                 last = Some(current);
                 reread = false;

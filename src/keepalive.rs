@@ -168,6 +168,7 @@ impl Loop {
                     }
                 }
                 Event::Opened(Err(e)) | Event::Message(Err(e)) => {
+                    tracing::warn!(error = %e, "lease keep-alive stream failed; reopening");
                     self.reauthenticate |= self.rpc.can_reauthenticate(&e);
                     self.reset_stream();
                 }
@@ -210,6 +211,7 @@ impl Loop {
                 .is_some_and(|sent| now.duration_since(*sent) >= stall_after(lease.ttl))
         });
         if stalled {
+            tracing::warn!("lease keep-alive unanswered; reopening the stream");
             self.reset_stream();
         }
     }
@@ -293,7 +295,13 @@ impl Loop {
         }
         let ttl = Duration::from_secs(response.ttl.unsigned_abs());
         lease.ttl = ttl;
-        lease.session.extend(sent + ttl - safety_margin(ttl), ttl);
+        let deadline = sent + ttl - safety_margin(ttl);
+        lease.session.extend(deadline, ttl);
+        tracing::trace!(
+            lease = %format_args!("{:x}", response.id),
+            margin = ?deadline.saturating_duration_since(Instant::now()),
+            "lease renewed"
+        );
         lease.next_send = sent + ttl / 3;
     }
 

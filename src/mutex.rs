@@ -189,6 +189,8 @@ impl Mutex {
 
     fn acquire(&self, wait: Wait) -> std::result::Result<MutexGuard, TryLockError> {
         crate::runtime::ensure_blocking_allowed()?;
+        let span = tracing::debug_span!("lock", key = %String::from_utf8_lossy(&self.inner.key));
+        let _entered = span.enter();
         let inner = &self.inner;
         let session = inner.session.shared().clone();
         session.check()?;
@@ -266,6 +268,7 @@ impl Mutex {
                 }
             }
         })??;
+        tracing::debug!(fencing_token = rev, "lock acquired");
         Ok(MutexGuard {
             mutex: self.clone(),
             rev,
@@ -480,6 +483,7 @@ impl MutexGuard {
     }
 
     fn release_blocking(&self) -> Result<bool> {
+        tracing::debug!(key = %self.key_str(), fencing_token = self.rev, "lock released");
         let client = self.mutex.inner.session.client();
         let rpc = client.rpc().clone();
         let key = self.key().to_vec();

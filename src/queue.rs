@@ -304,6 +304,11 @@ pub(crate) async fn wait_turn(
             Position::Gone => return Err(gone(rpc, session).await),
             Position::Behind(pred) => pred,
         };
+        tracing::debug!(
+            key = %String::from_utf8_lossy(key),
+            predecessor = %String::from_utf8_lossy(&predecessor.key),
+            "waiting for predecessor"
+        );
         let creates = vec![
             watch_request(&predecessor.key, None, 0, true),
             watch_request(key, None, 0, true),

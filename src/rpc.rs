@@ -149,11 +149,13 @@ impl Rpc {
             channels.push(endpoint.connect_lazy());
         }
         let Some(current) = first_live else {
+            tracing::warn!(endpoints = %config.endpoints.join(","), reason = %last_error, "etcd unreachable");
             return Err(Error::Connect {
                 endpoints: config.endpoints.join(","),
                 reason: last_error,
             });
         };
+        tracing::info!(endpoint = %config.endpoints[current], "connected to etcd");
         let rpc = Rpc {
             inner: Arc::new(RpcInner {
                 endpoints: config.endpoints.clone(),
@@ -193,6 +195,7 @@ impl Rpc {
         if stale.is_some() && self.token() != stale {
             return Ok(());
         }
+        tracing::debug!(user = %name, "authenticating");
         let req = pb::AuthenticateRequest {
             name: name.clone(),
             password: password.clone(),
@@ -235,10 +238,19 @@ impl Rpc {
     /// Moves on from endpoint `failed` to the next one, unless another caller already did.
     pub(crate) fn fail_over(&self, failed: usize) {
         let next = (failed + 1) % self.inner.channels.len();
-        let _ =
-            self.inner
-                .current
-                .compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed);
+        if self
+            .inner
+            .current
+            .compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+            && next != failed
+        {
+            tracing::warn!(
+                failed = %self.inner.endpoints[failed],
+                next = %self.inner.endpoints[next],
+                "etcd endpoint failed; switching"
+            );
+        }
     }
 
     /// Wraps a message with the metadata every etcd call carries (the auth token).

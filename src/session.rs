@@ -74,6 +74,12 @@ impl SessionShared {
         if state.reason.is_some() {
             return false;
         }
+        match &reason {
+            LossReason::Closed | LossReason::Orphaned => {
+                tracing::debug!(lease = %format_args!("{:x}", self.id), %reason, "session ended")
+            }
+            _ => tracing::warn!(lease = %format_args!("{:x}", self.id), %reason, "session lost"),
+        }
         state.reason = Some(reason);
         state.lost_tx = None;
         drop(state);
@@ -506,6 +512,12 @@ impl SessionBuilder {
                 SessionShared::new(id, ttl, sent + left - safety_margin(ttl).min(left / 2))
             }
         };
+        tracing::debug!(
+            lease = %format_args!("{:x}", shared.id()),
+            ttl = ?shared.ttl(),
+            resumed = self.resume.is_some(),
+            "session started"
+        );
         self.client.keepalive_register(shared.clone())?;
         Ok(Session {
             inner: Arc::new(SessionInner {
