@@ -245,42 +245,52 @@ fn guarded_writes_and_resign_state() {
     assert!(matches!(l.put("gw-data", "2"), Err(Error::NotLeader)));
 }
 
+/// Child-process entry point: `leader` campaigns with a 2 s session, reports, then waits
+/// to be SIGKILLed.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(common::CHILD_ROLE) else {
+        return;
+    };
+    assert_eq!(role, "leader");
+    let c = client(&[std::env::var("ENDPOINT").unwrap()]);
+    let s = session(&c, 2);
+    let l = s.election("kill").unwrap().campaign("child").unwrap();
+    println!("LEADING {}", l.fencing_token());
+    std::thread::sleep(Duration::from_secs(60));
+}
+
 #[test]
 fn leader_killed_process_is_replaced() {
-    // The leader runs in a child process that we SIGKILL; its lease expires, the waiter leads.
+    // The leader runs in a child process that we SIGKILL: no resign, no revoke. Its lease
+    // expires within its TTL, the waiting candidate leads, the observer sees it.
     let server = etcd();
     let c = client(&server.endpoints());
     let observer = session(&c, 10).election("kill").unwrap().observe().unwrap();
     assert_eq!(next_event(&observer), LeaderEvent::NoLeader);
-    let mut child = std::process::Command::new(etcd_sync::testing::etcdctl_binary().unwrap())
-        .args(["--endpoints", &server.endpoint(), "elect", "kill", "child"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = common::ChildGuard(Some(common::spawn_child(
+        "child_entry",
+        "leader",
+        &[("ENDPOINT", server.endpoint())],
+    )));
+    let line = common::read_line_starting(child.child(), "LEADING ", Duration::from_secs(10))
+        .expect("child leads");
+    let child_token: i64 = line.trim_start_matches("LEADING ").parse().unwrap();
     assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("child"));
     let s = session(&c, 10);
     let e = s.election("kill").unwrap();
-    let t = std::thread::spawn(move || e.campaign("survivor").map(|l| l.fencing_token()));
+    let t = std::thread::spawn(move || e.campaign("survivor").map(|l| (Instant::now(), l)));
     std::thread::sleep(Duration::from_millis(300));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    // etcdctl elect uses a 60 s session; its key goes when its lease expires. Speed that up
-    // by revoking the orphaned lease as an operator would.
-    let lease = c
-        .get_prefix("kill/")
-        .unwrap()
-        .into_iter()
-        .find(|kv| kv.value == b"child")
-        .unwrap()
-        .lease;
-    client(&server.endpoints())
-        .session_builder()
-        .resume(lease)
-        .start()
-        .unwrap()
-        .close()
-        .unwrap();
-    assert!(t.join().unwrap().is_ok());
+    assert!(!t.is_finished());
+    let killed = Instant::now();
+    child.kill();
+    let (led_at, leadership) = t.join().unwrap().unwrap();
+    assert!(leadership.fencing_token() > child_token);
+    assert!(
+        led_at - killed <= Duration::from_secs(3),
+        "took {:?}",
+        led_at - killed
+    );
     assert_eq!(
         value_of(&next_event(&observer)).as_deref(),
         Some("survivor")
