@@ -1,6 +1,8 @@
 //! etcd authentication: credentials, the restricted user's permissions, and tokens that
 //! expire in the middle of a lock wait (`--auth-token-ttl`).
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -2,6 +2,8 @@
 //! bounded time, without a panic and without leaving anything in etcd; lock names are
 //! property-tested over arbitrary bytes and unicode.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! Client basics against a real etcd: KV round trips, compare-and-swap, bad input,
 //! unreachable endpoints and blocking calls from inside an async runtime.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::time::{Duration, Instant};

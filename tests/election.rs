@@ -1,5 +1,7 @@
 //! Leader election against a real etcd, mirroring etcd's own election scenarios.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -3,6 +3,8 @@
 //! full-cluster restart, and election failover. Scenarios run one at a time (each starts
 //! three etcd processes; running them side by side on a small machine would starve etcd).
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,6 +1,8 @@
 //! The testing helper itself: every etcd it starts is gone when the handle is dropped,
 //! also when the test panics, and a missing binary is a clear error.
 
+#![cfg(feature = "testing")]
+
 use std::path::Path;
 
 use etcd_sync::testing::{EtcdCluster, EtcdServer};

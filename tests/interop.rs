@@ -1,5 +1,7 @@
 //! Interoperation with the real `etcdctl lock` / `etcdctl elect` (Debian package etcd-client).
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::process::{Child, Command, Stdio};

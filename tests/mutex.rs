@@ -1,5 +1,7 @@
 //! The distributed Mutex against a real etcd.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

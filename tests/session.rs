@@ -1,6 +1,8 @@
 //! Sessions against a real etcd: keep-alive, close, orphan, resume, TTL handling and the
 //! lease-loss timing property.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,8 @@
 //! OS threads per client do not grow with sessions and are all joined on drop.
 //! (Alone in its own test binary so no other test's threads disturb the count.)
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::time::Duration;

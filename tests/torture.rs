@@ -12,6 +12,8 @@
 //! Bounded: `TORTURE_SECS` (default 60) of chaos, everything on 127.0.0.1, every process
 //! started is killed at the end.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::collections::HashMap;

@@ -1,0 +1,693 @@
+//! The `etcd-sync` command-line tool, run as a subprocess against real etcd servers (and
+//! the real `etcdctl`). Needs features `cli` and `testing`: `cargo test --all-features`.
+#![cfg(all(feature = "cli", feature = "testing"))]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use common::{client, etcd, eventually, keys, session};
+use etcd_sync::testing::{EtcdServer, etcdctl_binary};
+use etcd_sync::{LeaderEvent, TryLockError};
+
+/// Generous: the machine may be busy building or running other suites.
+const WAIT: Duration = Duration::from_secs(15);
+
+/// `etcd-sync ARGS...`, with SIGINT and SIGHUP handled even if this test runs with them
+/// ignored (etcd-sync keeps signals ignored at startup ignored, as shells do).
+fn etcd_sync_bare(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etcd-sync"));
+    cmd.env_remove("ETCD_SYNC_ENDPOINTS").args(args);
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// `etcd-sync --endpoints <server> ARGS...`.
+fn etcd_sync(server: &EtcdServer, args: &[&str]) -> Command {
+    let mut cmd = etcd_sync_bare(&["--endpoints", &server.endpoint()]);
+    cmd.args(args);
+    cmd
+}
+
+/// `etcdctl --endpoints <server> ARGS...`.
+fn etcdctl(server: &EtcdServer, args: &[&str]) -> Command {
+    let mut cmd = Command::new(etcdctl_binary().expect("etcdctl (apt-get install etcd-client)"));
+    cmd.env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(server.endpoint())
+        .args(args);
+    cmd
+}
+
+/// A running subprocess whose stdout lines arrive on a channel and whose stderr is
+/// collected. On drop (pass or fail) it gets SIGTERM (etcd-sync then stops its CMD and
+/// releases), then SIGKILL; process groups registered with `owns_group` get SIGKILL too.
+struct Proc {
+    child: Child,
+    lines: Receiver<String>,
+    stderr: Arc<StdMutex<String>>,
+    status: Option<ExitStatus>,
+    groups: Vec<i32>,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command) -> Proc {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stderr_pipe = child.stderr.take().expect("piped stderr");
+        let stderr = Arc::new(StdMutex::new(String::new()));
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            while let Ok(n @ 1..) = stderr_pipe.read(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                sink.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_str(&text);
+            }
+        });
+        Proc {
+            child,
+            lines,
+            stderr,
+            status: None,
+            groups: Vec::new(),
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("pid fits")
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The next stdout line; panics (showing stderr) if none comes within `limit`.
+    fn line(&self, limit: Duration) -> String {
+        match self.lines.recv_timeout(limit) {
+            Ok(line) => line,
+            Err(e) => panic!("no stdout line ({e:?}); stderr: {}", self.stderr()),
+        }
+    }
+
+    /// Every remaining stdout line, until EOF; `None` if EOF does not come within `limit`
+    /// (something still holds the pipe: a process of CMD's group survived).
+    fn rest(&self, limit: Duration) -> Option<Vec<String>> {
+        let deadline = Instant::now() + limit;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(RecvTimeoutError::Disconnected) => return Some(lines),
+                Err(RecvTimeoutError::Timeout) => return None,
+            }
+        }
+    }
+
+    /// Remembers CMD's process group (its pid, printed by the test's CMD) for cleanup.
+    fn owns_group(&mut self, pgid: i32) {
+        self.groups.push(pgid);
+    }
+
+    fn signal(&self, signo: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.pid(), signo) };
+    }
+
+    fn wait_timeout(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+            if self.status.is_none() {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.status
+    }
+
+    /// The exit code; panics if the process does not exit within `limit` or was killed.
+    fn code(&mut self, limit: Duration) -> i32 {
+        match self.wait_timeout(limit) {
+            Some(status) => match status.code() {
+                Some(code) => code,
+                None => panic!("killed by a signal: {status:?}; stderr: {}", self.stderr()),
+            },
+            None => panic!("still running after {limit:?}; stderr: {}", self.stderr()),
+        }
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.wait_timeout(Duration::ZERO).is_none()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.is_running() {
+            self.signal(libc::SIGTERM);
+            if self.wait_timeout(Duration::from_secs(10)).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+        for &pgid in &self.groups {
+            // SAFETY: a group this test's CMD created; ESRCH when it is gone already.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The lease (hex) in a key `<name>/<lease hex>`.
+fn lease_of(key: &str) -> &str {
+    key.rsplit('/').next().unwrap_or_default()
+}
+
+/// Lease ids (hex) etcd currently knows.
+fn leases(server: &EtcdServer) -> String {
+    let out = etcdctl(server, &["lease", "list"])
+        .output()
+        .expect("etcdctl lease list");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn lock_prints_key_holds_and_releases_on_sigint() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut p = Proc::spawn(etcd_sync(&server, &["lock", "job"]));
+    let key = p.line(WAIT);
+    assert!(key.starts_with("job/"), "{key:?}");
+    assert_eq!(keys(&c, "job/"), vec![key.clone()]);
+    assert!(leases(&server).contains(lease_of(&key)));
+
+    let s = session(&c, 10);
+    assert!(matches!(
+        s.mutex("job").unwrap().try_lock(),
+        Err(TryLockError::WouldBlock)
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(p.is_running(), "stderr: {}", p.stderr());
+
+    p.signal(libc::SIGINT);
+    assert_eq!(p.code(WAIT), 0, "stderr: {}", p.stderr());
+    assert!(keys(&c, "job/").is_empty());
+    // The session was closed (lease revoked), not left to expire.
+    assert!(!leases(&server).contains(lease_of(&key)));
+    let _g = s.mutex("job").unwrap().try_lock().expect("free again");
+}
+
+#[test]
+fn lock_command_gets_key_and_fencing_token_and_its_exit_code_passes_through() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    // Contended, so that the create revision differs from the revision at acquisition
+    // (etcdctl's ETCD_LOCK_REV is the latter; ours is the fencing token).
+    let s = session(&c, 10);
+    let ours = s.mutex("envs").unwrap().lock().unwrap();
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &[
+            "lock",
+            "envs",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$ETCD_LOCK_KEY $ETCD_LOCK_REV""#,
+        ],
+    ));
+    assert!(eventually(WAIT, || keys(&c, "envs/").len() == 2));
+    let queued = c
+        .get_prefix("envs/")
+        .unwrap()
+        .into_iter()
+        .find(|kv| kv.key != ours.key())
+        .expect("etcd-sync's key");
+    for i in 0..3 {
+        c.put("noise", i.to_string()).unwrap();
+    }
+    drop(ours);
+    let line = p.line(WAIT);
+    assert_eq!(
+        line,
+        format!("{} {}", queued.key_str(), queued.create_revision)
+    );
+    assert_eq!(p.code(WAIT), 0, "stderr: {}", p.stderr());
+    assert!(keys(&c, "envs/").is_empty());
+
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &["lock", "envs", "--", "sh", "-c", "exit 7"],
+    ));
+    assert_eq!(p.code(WAIT), 7);
+    assert_eq!(p.stderr(), "", "no message when the code is CMD's");
+    assert!(keys(&c, "envs/").is_empty());
+
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &["lock", "envs", "--", "sh", "-c", "kill -KILL $$"],
+    ));
+    assert_eq!(p.code(WAIT), 128 + libc::SIGKILL);
+    assert!(keys(&c, "envs/").is_empty());
+}
+
+#[test]
+fn missing_command_exits_127_and_releases() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &["lock", "nf", "--", "/nonexistent/etcd-sync-test-cmd"],
+    ));
+    assert_eq!(p.code(WAIT), 127);
+    assert!(p.stderr().starts_with("etcd-sync: "), "{}", p.stderr());
+    assert!(keys(&c, "nf/").is_empty());
+}
+
+#[test]
+fn lock_command_waits_for_etcdctl_lock() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut held = Proc::spawn(etcdctl(&server, &["lock", "shared", "--", "sleep", "2"]));
+    assert!(eventually(WAIT, || keys(&c, "shared/").len() == 1));
+    let started = Instant::now();
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &["lock", "shared", "--", "sh", "-c", "echo got-it"],
+    ));
+    assert_eq!(p.line(WAIT), "got-it");
+    let waited = started.elapsed();
+    assert!(
+        waited > Duration::from_millis(800),
+        "did not wait for etcdctl: {waited:?}"
+    );
+    assert_eq!(p.code(WAIT), 0);
+    assert_eq!(held.code(WAIT), 0, "etcdctl: {}", held.stderr());
+    assert!(keys(&c, "shared/").is_empty());
+}
+
+#[test]
+fn etcdctl_lock_waits_while_etcd_sync_holds() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut p = Proc::spawn(etcd_sync(&server, &["lock", "shared"]));
+    let key = p.line(WAIT);
+    let mut other = Proc::spawn(etcdctl(
+        &server,
+        &["lock", "shared", "--", "echo", "etcdctl-got-it"],
+    ));
+    assert!(eventually(WAIT, || keys(&c, "shared/").len() == 2));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(other.is_running(), "etcdctl got the lock while we held it");
+    assert!(keys(&c, "shared/").contains(&key));
+
+    p.signal(libc::SIGTERM);
+    assert_eq!(p.code(WAIT), 0);
+    assert_eq!(other.line(WAIT), "etcdctl-got-it");
+    assert_eq!(other.code(WAIT), 0);
+}
+
+#[test]
+fn timeout_exits_4_and_leaves_no_key() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let guard = s.mutex("busy").unwrap().lock().unwrap();
+    let started = Instant::now();
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &["lock", "--timeout", "1s", "busy", "--", "echo", "never"],
+    ));
+    assert_eq!(p.code(WAIT), 4, "stderr: {}", p.stderr());
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(p.rest(WAIT).expect("EOF").is_empty(), "CMD must not run");
+    assert!(p.stderr().contains("--timeout"), "{}", p.stderr());
+    assert_eq!(keys(&c, "busy/"), vec![guard.key_str().into_owned()]);
+
+    // The same for a campaign.
+    let leading = s.election("busy-e").unwrap().campaign("us").unwrap();
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &["elect", "busy-e", "them", "--timeout", "500ms"],
+    ));
+    assert_eq!(p.code(WAIT), 4, "stderr: {}", p.stderr());
+    assert_eq!(
+        keys(&c, "busy-e/"),
+        vec![String::from_utf8_lossy(leading.key()).into_owned()]
+    );
+}
+
+#[test]
+fn signal_while_waiting_exits_128_plus_n_and_removes_the_key() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let _guard = s.mutex("wait").unwrap().lock().unwrap();
+    let mut p = Proc::spawn(etcd_sync(&server, &["lock", "wait", "--", "echo", "never"]));
+    assert!(eventually(WAIT, || keys(&c, "wait/").len() == 2));
+    p.signal(libc::SIGINT);
+    assert_eq!(p.code(WAIT), 128 + libc::SIGINT, "stderr: {}", p.stderr());
+    assert!(p.rest(WAIT).expect("EOF").is_empty(), "CMD must not run");
+    assert_eq!(keys(&c, "wait/").len(), 1);
+}
+
+#[test]
+fn elect_prints_key_and_value_and_etcdctl_sees_the_leader() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut p = Proc::spawn(etcd_sync(&server, &["elect", "ee", "proposal-1"]));
+    let key = p.line(WAIT);
+    assert!(key.starts_with("ee/"), "{key:?}");
+    assert_eq!(p.line(WAIT), "proposal-1");
+
+    let listener = Proc::spawn(etcdctl(&server, &["elect", "-l", "ee"]));
+    assert_eq!(listener.line(WAIT), key);
+    assert_eq!(listener.line(WAIT), "proposal-1");
+    let s = session(&c, 10);
+    let leader = s
+        .election("ee")
+        .unwrap()
+        .leader()
+        .unwrap()
+        .expect("a leader");
+    assert_eq!(leader.key_str(), key);
+
+    p.signal(libc::SIGINT);
+    assert_eq!(p.code(WAIT), 0, "stderr: {}", p.stderr());
+    assert_eq!(s.election("ee").unwrap().leader().unwrap(), None);
+}
+
+#[test]
+fn elect_command_gets_key_and_fencing_token() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let observer = session(&c, 10).election("ec").unwrap().observe().unwrap();
+    assert_eq!(
+        observer.recv_timeout(WAIT).unwrap(),
+        Some(LeaderEvent::NoLeader)
+    );
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &[
+            "elect",
+            "ec",
+            "v",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$ETCD_ELECT_KEY $ETCD_ELECT_REV"; exit 5"#,
+        ],
+    ));
+    let line = p.line(WAIT);
+    assert_eq!(p.code(WAIT), 5);
+    let leader = match observer.recv_timeout(WAIT).unwrap() {
+        Some(LeaderEvent::Elected(leader)) => leader,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        line,
+        format!("{} {}", leader.key_str(), leader.create_revision)
+    );
+    assert!(keys(&c, "ec/").is_empty(), "resigned after CMD");
+}
+
+#[test]
+fn listen_json_prints_the_state_then_every_change() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut p = Proc::spawn(etcd_sync(&server, &["elect", "--listen", "--json", "obs"]));
+    assert_eq!(p.line(WAIT), r#"{"event":"none"}"#);
+
+    let s = session(&c, 10);
+    let mut leadership = s.election("obs").unwrap().campaign("v1").unwrap();
+    let key = String::from_utf8_lossy(leadership.key()).into_owned();
+    let elected = p.line(WAIT);
+    let revision = leadership.fencing_token();
+    assert!(
+        elected.starts_with(&format!(
+            r#"{{"event":"elected","key":"{key}","value":"v1","revision":{revision},"#
+        )),
+        "{elected}"
+    );
+    assert!(
+        elected.ends_with(&format!(r#","lease":"{:x}"}}"#, s.lease_id())),
+        "{elected}"
+    );
+
+    leadership.proclaim("v2").unwrap();
+    let proclaimed = p.line(WAIT);
+    assert!(
+        proclaimed.starts_with(&format!(
+            r#"{{"event":"proclaimed","key":"{key}","value":"v2","#
+        )),
+        "{proclaimed}"
+    );
+    leadership.resign().unwrap();
+    assert_eq!(p.line(WAIT), r#"{"event":"none"}"#);
+
+    p.signal(libc::SIGINT);
+    assert_eq!(p.code(WAIT), 0, "stderr: {}", p.stderr());
+}
+
+#[test]
+fn listen_prints_human_lines() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let leadership = s.election("hum").unwrap().campaign("first").unwrap();
+    let key = String::from_utf8_lossy(leadership.key()).into_owned();
+    let mut p = Proc::spawn(etcd_sync(&server, &["elect", "-l", "hum"]));
+    assert_eq!(p.line(WAIT), format!("leader {key} first"));
+    drop(leadership);
+    assert_eq!(p.line(WAIT), "no-leader");
+    p.signal(libc::SIGTERM);
+    assert_eq!(p.code(WAIT), 0);
+}
+
+/// The CMD of the kill-on-loss tests: prints `started <pgid>` (its pid is its process
+/// group), starts a grandchild in its group, and waits.
+fn loss_script(on_term: &str) -> String {
+    format!("trap '{on_term}' TERM; echo started $$; sleep 30 & wait")
+}
+
+/// Reads `started <pgid>` and registers the group for cleanup.
+fn expect_started(p: &mut Proc) {
+    let line = p.line(WAIT);
+    let pgid = line
+        .strip_prefix("started ")
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    p.owns_group(pgid);
+}
+
+#[test]
+fn lost_lock_terminates_the_command_group_and_exits_3() {
+    let server = etcd();
+    let script = loss_script("echo got-term; exit 0");
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &[
+            "--ttl",
+            "2",
+            "lock",
+            "--kill-grace",
+            "2s",
+            "lost",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    ));
+    expect_started(&mut p);
+    server.pause().expect("pause etcd");
+    // TTL (2 s) + grace (2 s) + slack.
+    let code = p.wait_timeout(Duration::from_secs(2 + 2 + 6));
+    server.resume().expect("resume etcd");
+    let code = code.and_then(|status| status.code());
+    assert_eq!(code, Some(3), "stderr: {}", p.stderr());
+    // CMD got SIGTERM; EOF shows the grandchild (`sleep 30`) is gone too.
+    let rest = p
+        .rest(Duration::from_secs(5))
+        .expect("CMD's whole group ended");
+    assert_eq!(rest, vec!["got-term".to_string()]);
+    assert!(p.stderr().contains("lock lost"), "{}", p.stderr());
+}
+
+#[test]
+fn lost_lock_escalates_to_sigkill_after_the_grace() {
+    let server = etcd();
+    // Ignores SIGTERM (and so does its grandchild): only SIGKILL ends them.
+    let script = loss_script("");
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &[
+            "--ttl",
+            "2",
+            "lock",
+            "--kill-grace",
+            "1s",
+            "stubborn",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    ));
+    expect_started(&mut p);
+    server.pause().expect("pause etcd");
+    let code = p.wait_timeout(Duration::from_secs(2 + 1 + 6));
+    server.resume().expect("resume etcd");
+    assert_eq!(
+        code.and_then(|status| status.code()),
+        Some(3),
+        "stderr: {}",
+        p.stderr()
+    );
+    assert_eq!(p.rest(Duration::from_secs(5)), Some(vec![]));
+}
+
+#[test]
+fn lost_leadership_without_command_exits_3() {
+    let server = etcd();
+    let mut p = Proc::spawn(etcd_sync(&server, &["--ttl", "2", "elect", "lead", "me"]));
+    assert!(p.line(WAIT).starts_with("lead/"));
+    assert_eq!(p.line(WAIT), "me");
+    server.pause().expect("pause etcd");
+    let code = p.wait_timeout(Duration::from_secs(2 + 6));
+    server.resume().expect("resume etcd");
+    assert_eq!(
+        code.and_then(|status| status.code()),
+        Some(3),
+        "stderr: {}",
+        p.stderr()
+    );
+    assert!(p.stderr().contains("leadership lost"), "{}", p.stderr());
+}
+
+#[test]
+fn signals_are_forwarded_to_the_command_then_the_lock_is_released() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let script = loss_script("echo got-term; exit 5");
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &[
+            "lock",
+            "--kill-grace",
+            "2s",
+            "fwd",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    ));
+    expect_started(&mut p);
+    assert_eq!(keys(&c, "fwd/").len(), 1);
+    p.signal(libc::SIGTERM);
+    assert_eq!(p.code(WAIT), 5, "stderr: {}", p.stderr());
+    assert_eq!(p.rest(WAIT), Some(vec!["got-term".to_string()]));
+    assert!(keys(&c, "fwd/").is_empty());
+}
+
+#[test]
+fn cannot_connect_exits_1() {
+    let port = free_port();
+    let mut cmd = etcd_sync_bare(&["--dial-timeout", "500ms", "lock", "x"]);
+    cmd.env("ETCD_SYNC_ENDPOINTS", format!("http://127.0.0.1:{port}"));
+    let mut p = Proc::spawn(cmd);
+    assert_eq!(p.code(WAIT), 1);
+    let stderr = p.stderr();
+    assert!(stderr.starts_with("etcd-sync: "), "{stderr}");
+    assert!(stderr.contains(&port.to_string()), "{stderr}");
+}
+
+/// A port nothing listens on.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[test]
+fn endpoints_come_from_the_environment_comma_separated() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let mut cmd = etcd_sync_bare(&["lock", "envep", "--", "sh", "-c", "echo $ETCD_LOCK_KEY"]);
+    cmd.env(
+        "ETCD_SYNC_ENDPOINTS",
+        format!("{dead}, {}", server.endpoint()),
+    );
+    let mut p = Proc::spawn(cmd);
+    assert!(p.line(WAIT).starts_with("envep/"));
+    assert_eq!(p.code(WAIT), 0, "stderr: {}", p.stderr());
+    assert!(keys(&c, "envep/").is_empty());
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let cases: &[&[&str]] = &[
+        &[],
+        &["lock"],
+        &["lock", ""],
+        &["lock", "x", "echo"],
+        &["elect", "e"],
+        &["elect", "-l", "e", "p"],
+        &["elect", "--json", "e", "p"],
+        &["elect", "-l", "e", "--", "true"],
+        &["elect", "-l", "e", "--timeout", "1s"],
+        &["--ttl", "0", "lock", "x"],
+        &["--ttl", "ten", "lock", "x"],
+        &["--dial-timeout", "soon", "lock", "x"],
+        &["lock", "--timeout", "-1s", "x"],
+        &["unlock", "x"],
+    ];
+    for args in cases {
+        let out = etcd_sync_bare(args).output().expect("run etcd-sync");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!out.stderr.is_empty(), "{args:?}: no message");
+    }
+    for help in [&["--help"][..], &["lock", "--help"], &["elect", "--help"]] {
+        let out = etcd_sync_bare(help).output().expect("run etcd-sync");
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Exit codes:") && text.contains("128+N"),
+            "{text}"
+        );
+    }
+}
