@@ -691,3 +691,70 @@ fn bad_arguments_exit_2() {
         );
     }
 }
+
+#[test]
+fn tls_and_auth_flags_reach_a_secured_etcd() {
+    // mutual TLS
+    let server = EtcdServer::builder()
+        .tls()
+        .start()
+        .expect("start etcd with TLS");
+    let certs = server.tls_certs().expect("TLS mode").clone();
+    let (ca, cert, key) = (
+        certs.ca_cert.display().to_string(),
+        certs.client_cert.display().to_string(),
+        certs.client_key.display().to_string(),
+    );
+    let mut ok = Proc::spawn(etcd_sync(
+        &server,
+        &[
+            "--cacert", &ca, "--cert", &cert, "--key", &key, "lock", "tls-cli", "--", "true",
+        ],
+    ));
+    assert_eq!(ok.code(WAIT), 0, "{}", ok.stderr());
+    let mut no_client_cert = Proc::spawn(etcd_sync(
+        &server,
+        &["--cacert", &ca, "lock", "tls-cli", "--", "true"],
+    ));
+    assert_eq!(no_client_cert.code(WAIT), 1);
+    assert!(
+        no_client_cert.stderr().contains("certificate"),
+        "{}",
+        no_client_cert.stderr()
+    );
+    let mut cert_without_ca = Proc::spawn(etcd_sync(
+        &server,
+        &["--cert", &cert, "--key", &key, "lock", "x"],
+    ));
+    assert_eq!(cert_without_ca.code(WAIT), 1);
+    assert!(
+        cert_without_ca.stderr().contains("--cacert"),
+        "{}",
+        cert_without_ca.stderr()
+    );
+
+    // auth
+    let server = EtcdServer::start().expect("start etcd");
+    server.enable_auth().expect("enable auth");
+    let (user, password) = etcd_sync::testing::AUTH_USER;
+    let credentials = format!("{user}:{password}");
+    let mut ok = Proc::spawn(etcd_sync(
+        &server,
+        &["--user", &credentials, "lock", "app/cli", "--", "true"],
+    ));
+    assert_eq!(ok.code(WAIT), 0, "{}", ok.stderr());
+    let mut via_env = etcd_sync(&server, &["--user", user, "lock", "app/cli", "--", "true"]);
+    via_env.env("ETCD_SYNC_PASSWORD", password);
+    let mut via_env = Proc::spawn(via_env);
+    assert_eq!(via_env.code(WAIT), 0, "{}", via_env.stderr());
+    let mut wrong = Proc::spawn(etcd_sync(
+        &server,
+        &["--user", "app:wrong", "lock", "app/cli"],
+    ));
+    assert_eq!(wrong.code(WAIT), 1);
+    assert!(
+        wrong.stderr().contains("authentication failed"),
+        "{}",
+        wrong.stderr()
+    );
+}

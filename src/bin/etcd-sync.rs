@@ -103,21 +103,91 @@ struct GlobalOpts {
     /// Time limit for each etcd request (grant, release, revoke, ...)
     #[arg(long, global = true, default_value = "5s", value_parser = text::parse_duration, value_name = "DURATION")]
     command_timeout: Duration,
+
+    /// CA certificate (PEM) that signed etcd's certificate; turns on TLS (https)
+    #[arg(long, global = true, env = "ETCD_SYNC_CACERT", value_name = "FILE")]
+    cacert: Option<std::path::PathBuf>,
+
+    /// Client certificate (PEM) for etcd's --client-cert-auth; needs --key and --cacert
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_CERT",
+        value_name = "FILE",
+        requires = "key"
+    )]
+    cert: Option<std::path::PathBuf>,
+
+    /// Private key (PEM) of the client certificate
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_KEY",
+        value_name = "FILE",
+        requires = "cert"
+    )]
+    key: Option<std::path::PathBuf>,
+
+    /// etcd user, as NAME or NAME:PASSWORD (etcd auth)
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_USER",
+        hide_env_values = true,
+        value_name = "USER"
+    )]
+    user: Option<String>,
+
+    /// Password for --user (prefer the ETCD_SYNC_PASSWORD environment variable)
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    password: Option<String>,
 }
 
 impl GlobalOpts {
     /// The client configuration these options describe. Connection options added later
     /// (TLS, authentication) go here.
-    fn client_builder(&self) -> ClientBuilder {
+    fn client_builder(&self) -> etcd_sync::Result<ClientBuilder> {
         let endpoints = self
             .endpoints
             .iter()
             .map(|e| e.trim())
             .filter(|e| !e.is_empty());
-        Client::builder()
+        let mut builder = Client::builder()
             .endpoints(endpoints)
             .connect_timeout(self.dial_timeout)
-            .request_timeout(self.command_timeout)
+            .request_timeout(self.command_timeout);
+        match (&self.cacert, &self.cert, &self.key) {
+            (Some(ca), cert, key) => {
+                let client = cert.as_ref().zip(key.as_ref());
+                builder = builder.tls(etcd_sync::TlsConfig::from_files(ca, client)?);
+            }
+            (None, Some(_), _) | (None, _, Some(_)) => {
+                return Err(etcd_sync::Error::InvalidArgument(
+                    "--cert/--key need --cacert (the CA that signed etcd's certificate)".into(),
+                ));
+            }
+            (None, None, None) => {}
+        }
+        if let Some(user) = &self.user {
+            let (name, password) = match (user.split_once(':'), &self.password) {
+                (Some((name, password)), _) => (name.to_string(), password.to_string()),
+                (None, Some(password)) => (user.clone(), password.clone()),
+                (None, None) => {
+                    return Err(etcd_sync::Error::InvalidArgument(
+                        "--user needs a password: NAME:PASSWORD, --password or ETCD_SYNC_PASSWORD"
+                            .into(),
+                    ));
+                }
+            };
+            builder = builder.user(name, password);
+        }
+        Ok(builder)
     }
 
     fn session_ttl(&self) -> Duration {
@@ -261,7 +331,7 @@ fn run(cli: &Cli) -> Exit {
 
 /// Connects and starts the session, interruptibly.
 fn connect(global: &GlobalOpts) -> Result<Session, Exit> {
-    let builder = global.client_builder();
+    let builder = global.client_builder().map_err(|e| fail(&e))?;
     let ttl = global.session_ttl();
     match interruptible(move || builder.connect()?.session_builder().ttl(ttl).start())? {
         Waited::Done(Ok(session)) => Ok(session),
