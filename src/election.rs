@@ -618,6 +618,18 @@ impl Leadership {
         &self.election.inner.key
     }
 
+    /// Our election key as text.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// println!("{}", session.election("e")?.campaign("v")?.key_str());
+    /// # Ok(()) }
+    /// ```
+    pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(self.key())
+    }
+
     /// Our key's create revision: strictly increasing across successive leaders.
     ///
     /// ```no_run
@@ -782,7 +794,9 @@ impl Drop for Leadership {
         let rpc = client.rpc().clone();
         let key = self.key().to_vec();
         let rev = self.rev;
-        if crate::runtime::inside_async() {
+        // Inside an async runtime, or once the lease is gone (etcd may be unreachable), do
+        // not make the caller wait: resign in the background.
+        if crate::runtime::inside_async() || !self.election.inner.session.is_alive() {
             client.spawn(async move {
                 let _ = queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await;
             });

@@ -53,7 +53,7 @@ pub enum Error {
 
     /// The session (lease) under this operation is gone; everything bound to it
     /// (locks, leadership, keys put with its lease) is gone too.
-    #[error("session lost: {0}")]
+    #[error("session lost: {0} (start a new session to continue)")]
     SessionLost(LossReason),
 
     /// The lock is no longer ours: its key was deleted or belongs to a newer holder.
@@ -129,12 +129,10 @@ impl fmt::Display for LossReason {
         match self {
             LossReason::Closed => f.write_str("the session was closed"),
             LossReason::Orphaned => f.write_str("the session was orphaned"),
-            LossReason::Revoked => {
-                f.write_str("etcd reports the lease revoked or expired; start a new session")
+            LossReason::Revoked => f.write_str("etcd reports the lease revoked or expired"),
+            LossReason::Expired => {
+                f.write_str("no keep-alive was acknowledged before the lease deadline")
             }
-            LossReason::Expired => f.write_str(
-                "no keep-alive was acknowledged before the lease deadline; start a new session",
-            ),
             LossReason::KeepAliveFailed(msg) => write!(f, "keep-alive failed: {msg}"),
             LossReason::ClientClosed => f.write_str("the client was shut down"),
         }

@@ -512,6 +512,15 @@ impl Drop for MutexGuard {
                 let _ = queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await;
                 drop(local);
             });
+        } else if !self.mutex.inner.session.is_alive() {
+            // The lease is gone or going (etcd deletes the key with it), and etcd may well be
+            // unreachable: do not make the caller wait for a release; try in the background.
+            let rpc = client.rpc().clone();
+            let key = self.key().to_vec();
+            let rev = self.rev;
+            client.spawn(async move {
+                let _ = queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await;
+            });
         } else {
             // Bounded by the request timeout; keeps retrying in the background if etcd did
             // not answer.

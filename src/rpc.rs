@@ -140,10 +140,11 @@ impl Rpc {
                         channels.push(channel);
                         continue;
                     }
-                    Ok(Err(reason)) => last_error = format!("{url}: {}", hint(config, reason)),
-                    Err(_) => {
-                        last_error = format!("{url}: no answer within {:?}", config.connect_timeout)
-                    }
+                    Ok(Err(reason)) => last_error = hint(config, reason),
+                    Err(_) => last_error = format!("no answer within {:?}", config.connect_timeout),
+                }
+                if config.endpoints.len() > 1 {
+                    last_error = format!("{url}: {last_error}");
                 }
             }
             channels.push(endpoint.connect_lazy());
@@ -483,10 +484,17 @@ async fn probe(endpoint: &Endpoint) -> std::result::Result<Channel, String> {
 /// part ("Connection refused") in the source chain.
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
+    let mut last = text.clone();
     let mut source = error.source();
     while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
+        let part = inner.to_string();
+        // Layers often repeat their inner error's text ("tcp connect error: tcp connect
+        // error: ..."): keep each distinct part once.
+        if part != last && !last.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        last = part;
         source = inner.source();
     }
     text
