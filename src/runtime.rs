@@ -5,6 +5,9 @@
 //! timers. Nothing of tokio shows in the public API.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 
@@ -27,7 +30,19 @@ pub(crate) fn inside_async() -> bool {
 /// context, where joining would panic: there it is shut down in the background.
 pub(crate) struct Runtime {
     rt: Option<tokio::runtime::Runtime>,
+    /// Background work started with [`Runtime::spawn`] (revokes, releases) still running.
+    pending: Arc<Pending>,
 }
+
+#[derive(Default)]
+struct Pending {
+    count: AtomicUsize,
+    done: tokio::sync::Notify,
+}
+
+/// How long dropping the client waits for background cleanup (a revoke from a dropped
+/// session, a release from a guard dropped inside an async runtime) before cancelling it.
+const CLEANUP_GRACE: Duration = Duration::from_secs(1);
 
 impl Runtime {
     /// A multi-thread runtime with exactly one worker: one thread always drives the HTTP/2
@@ -40,7 +55,10 @@ impl Runtime {
             .enable_all()
             .build()
             .map_err(|e| Error::Unavailable(format!("cannot start the I/O runtime: {e}")))?;
-        Ok(Runtime { rt: Some(rt) })
+        Ok(Runtime {
+            rt: Some(rt),
+            pending: Arc::default(),
+        })
     }
 
     pub(crate) fn handle(&self) -> Result<&tokio::runtime::Handle> {
@@ -59,7 +77,13 @@ impl Runtime {
         F: Future<Output = ()> + Send + 'static,
     {
         if let Some(rt) = &self.rt {
-            drop(rt.spawn(fut));
+            let pending = self.pending.clone();
+            pending.count.fetch_add(1, Ordering::SeqCst);
+            drop(rt.spawn(async move {
+                fut.await;
+                pending.count.fetch_sub(1, Ordering::SeqCst);
+                pending.done.notify_waiters();
+            }));
         }
     }
 }
@@ -70,7 +94,21 @@ impl Drop for Runtime {
             if inside_async() {
                 rt.shutdown_background();
             } else {
-                // Waits for the worker to stop, so no thread of ours outlives the client.
+                // Give background cleanup a moment to reach etcd, then stop; dropping the
+                // runtime waits for the worker, so no thread of ours outlives the client.
+                let pending = self.pending.clone();
+                rt.block_on(async move {
+                    let _ = tokio::time::timeout(CLEANUP_GRACE, async {
+                        while pending.count.load(Ordering::SeqCst) > 0 {
+                            let notified = pending.done.notified();
+                            if pending.count.load(Ordering::SeqCst) == 0 {
+                                break;
+                            }
+                            notified.await;
+                        }
+                    })
+                    .await;
+                });
                 drop(rt);
             }
         }

@@ -218,3 +218,16 @@ fn loss_is_declared_before_the_lease_can_expire_and_is_final() {
         Err(Error::SessionLost(_))
     ));
 }
+
+#[test]
+fn dropping_session_and_client_together_still_revokes() {
+    let server = etcd();
+    let observer = client(&server.endpoints());
+    let c = client(&server.endpoints());
+    let s = session(&c, 60);
+    c.put_with_lease("drop-both/key", "v", s.lease_id())
+        .unwrap();
+    drop(s); // revoke goes to the background...
+    drop(c); // ...and the client waits (briefly) for it before shutting down
+    assert!(observer.get("drop-both/key").unwrap().is_none());
+}
