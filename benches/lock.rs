@@ -62,7 +62,11 @@ fn lock(c: &mut Criterion) {
     });
 
     let holder = client.session().expect("session");
-    let _held = holder.mutex("bench/held").expect("mutex").lock().expect("lock");
+    let _held = holder
+        .mutex("bench/held")
+        .expect("mutex")
+        .lock()
+        .expect("lock");
     let contender = session.mutex("bench/held").expect("mutex");
     group.bench_function("try_lock_held", |b| {
         b.iter(|| assert!(contender.try_lock().is_err()));
@@ -131,8 +135,13 @@ fn election(c: &mut Criterion) {
             n += 1;
             leadership.proclaim(n.to_string()).expect("proclaim");
             loop {
-                match observer.recv_timeout(Duration::from_secs(5)).expect("observer") {
-                    Some(LeaderEvent::Proclaimed(l)) if l.value == n.to_string().as_bytes() => break,
+                match observer
+                    .recv_timeout(Duration::from_secs(5))
+                    .expect("observer")
+                {
+                    Some(LeaderEvent::Proclaimed(l)) if l.value == n.to_string().as_bytes() => {
+                        break;
+                    }
                     Some(_) => continue,
                     None => panic!("observer saw nothing"),
                 }
