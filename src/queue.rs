@@ -6,7 +6,7 @@
 //! loop), re-read after the watchers exist, and stop at once if our session is lost or our
 //! key disappears (upstream Go keeps waiting, etcd #19597).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::kv::KeyValue;
@@ -100,9 +100,30 @@ pub(crate) async fn read_position(
     key: &[u8],
     rev: i64,
 ) -> Result<Position> {
-    let resp = rpc.range(newest_up_to(prefix, rev, 2)).await?;
-    Ok(position_of(resp.kvs, key, rev))
+    Ok(read_position_at(rpc, prefix, key, rev).await?.0)
 }
+
+/// [`read_position`], with the store revision of the read.
+async fn read_position_at(
+    rpc: &Rpc,
+    prefix: &[u8],
+    key: &[u8],
+    rev: i64,
+) -> Result<(Position, i64)> {
+    let resp = rpc.range(newest_up_to(prefix, rev, 2)).await?;
+    let revision = resp.header.map_or(0, |h| h.revision);
+    Ok((position_of(resp.kvs, key, rev), revision))
+}
+
+/// How long after creating its watchers a waiter double-checks by reading, when etcd may
+/// have registered them as *unsynced*: etcd 3.4 turns `start_revision = 0` into "the
+/// stream's revision + 1" read just before registering, so a write landing in between makes
+/// the watcher unsynced, and its events then wait for etcd's 100 ms sync loop. After one
+/// loop (plus slack) the watcher is synced or its events delivered.
+const UNSYNCED_WINDOW: Duration = Duration::from_millis(120);
+
+/// Read interval inside [`UNSYNCED_WINDOW`].
+const UNSYNCED_POLL: Duration = Duration::from_millis(15);
 
 /// The outcome of [`enqueue`].
 pub(crate) struct Enqueued {
@@ -317,8 +338,8 @@ pub(crate) async fn wait_turn(
             opened = WatchStream::open(rpc, creates) => opened,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
         };
-        let mut watch = match opened {
-            Ok((watch, _)) => watch,
+        let (mut watch, created) = match opened {
+            Ok(opened) => opened,
             Err(e) if e.is_transient() => {
                 // Another endpoint may serve us: re-read, then watch again.
                 tokio::time::sleep(retry_delay).await;
@@ -329,20 +350,42 @@ pub(crate) async fn wait_turn(
             Err(e) => return Err(e),
         };
         // Anything that happened before the watchers existed shows in this read.
-        match read_position(rpc, prefix, key, rev).await? {
+        let watched_at = Instant::now();
+        let (now, read_revision) = read_position_at(rpc, prefix, key, rev).await?;
+        match now {
             Position::Behind(now) if now.key == predecessor.key => {}
             other => {
                 position = other;
                 continue;
             }
         }
+        // No write since etcd's "now" for our watchers means they are synced; otherwise
+        // they may be unsynced, so double-check by reading for one sync period.
+        let suspect_until =
+            (read_revision > created.revision).then(|| watched_at + UNSYNCED_WINDOW);
+        let mut next_position = None;
         loop {
+            let polling = suspect_until.filter(|until| Instant::now() < *until);
+            let tick = if polling.is_some() {
+                UNSYNCED_POLL
+            } else {
+                STALE_CHECK
+            };
             let response = tokio::select! {
                 response = watch.next() => response,
                 reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
-                _ = tokio::time::sleep(STALE_CHECK) => {
+                _ = tokio::time::sleep(tick) => {
                     if watch.is_stale(rpc) {
                         break; // re-read and watch again on the endpoint now in use
+                    }
+                    if polling.is_some() {
+                        match read_position(rpc, prefix, key, rev).await? {
+                            Position::Behind(now) if now.key == predecessor.key => {}
+                            other => {
+                                next_position = Some(other);
+                                break;
+                            }
+                        }
                     }
                     continue;
                 }
@@ -369,7 +412,10 @@ pub(crate) async fn wait_turn(
             }
         }
         // The one read after a handoff: are we first now, or who is before us?
-        position = read_position(rpc, prefix, key, rev).await?;
+        position = match next_position {
+            Some(known) => known,
+            None => read_position(rpc, prefix, key, rev).await?,
+        };
     }
 }
 

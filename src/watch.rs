@@ -46,8 +46,8 @@ pub(crate) struct WatchStream {
     endpoint: usize,
 }
 
-/// What `open` learned: one watch id per create request, in order, and the store revision
-/// at which the last watcher was created.
+/// What `open` learned: one watch id per create request, in order, and the lowest store
+/// revision etcd reported when creating them (its "now" for the first watcher).
 pub(crate) struct Created {
     pub(crate) ids: Vec<i64>,
     pub(crate) revision: i64,
@@ -124,7 +124,12 @@ impl WatchStream {
                     return Err(cancel_error(&response));
                 }
                 created.ids.push(response.watch_id);
-                created.revision = response.header.as_ref().map_or(0, |h| h.revision);
+                let revision = response.header.as_ref().map_or(0, |h| h.revision);
+                created.revision = if created.ids.len() == 1 {
+                    revision
+                } else {
+                    created.revision.min(revision)
+                };
             } else {
                 watch.early.push_back(response);
             }
