@@ -722,6 +722,8 @@ struct Contention {
     handoffs: Vec<Duration>,
     waits: Vec<Duration>,
     errors: Vec<String>,
+    /// etcd's request counters over the run (`None` if /metrics could not be read).
+    cost: Option<Counters>,
 }
 
 impl Contention {
@@ -798,6 +800,7 @@ fn contend(args: &Args, name: &str, contenders: usize, total: usize) -> Res<Cont
             }
         }));
     }
+    let before = counters(&args.endpoints[0]).ok();
     barrier.wait();
     let start = Instant::now();
     let deadline = start + Duration::from_secs(60) + WAIT * 2;
@@ -809,6 +812,7 @@ fn contend(args: &Args, name: &str, contenders: usize, total: usize) -> Res<Cont
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .unwrap_or_else(Instant::now);
+    let after = counters(&args.endpoints[0]).ok();
     for (_client, session, _mutex) in &workers {
         let _ = session.close();
     }
@@ -823,6 +827,7 @@ fn contend(args: &Args, name: &str, contenders: usize, total: usize) -> Res<Cont
         handoffs: std::mem::take(&mut *handoffs.lock().unwrap_or_else(|e| e.into_inner())),
         waits: std::mem::take(&mut *waits.lock().unwrap_or_else(|e| e.into_inner())),
         errors: turns.take_errors(),
+        cost: before.zip(after).map(|(b, a)| a.minus(&b)),
     })
 }
 
@@ -843,6 +848,14 @@ fn contended(args: &Args, summary: &mut Summary) -> Res<()> {
     );
     for e in &run.errors {
         eprintln!("contended: {e}");
+    }
+    if let Some(cost) = &run.cost {
+        // Every request of the run (joins, waits, reads, releases) per acquisition.
+        println!(
+            "RESULT rust contended_cost {} n={}",
+            cost.per_op(run.acquisitions as usize),
+            run.acquisitions
+        );
     }
     let h = report(
         "handoff",
@@ -958,19 +971,29 @@ fn scaling_one(args: &Args, waiters: usize, summary: &mut Summary) -> Res<()> {
     }
     let turns = Arc::new(Turns::new());
     let samples = Arc::new(StdMutex::new(Vec::new()));
+    let acquisitions = Arc::new(AtomicU64::new(0));
+    // etcd's counters and the acquisition count when the last wanted sample was taken.
+    let at_stop = Arc::new(StdMutex::new(None::<(Counters, u64)>));
     let warmup = 5usize;
     let wanted = warmup + args.handoffs;
     let hold = args.hold;
     let mut handles = Vec::new();
     for (me, session) in sessions.iter().enumerate() {
         let mutex = session.mutex(&name)?;
-        let (turns, samples) = (turns.clone(), samples.clone());
+        let (turns, samples, acquisitions, at_stop) = (
+            turns.clone(),
+            samples.clone(),
+            acquisitions.clone(),
+            at_stop.clone(),
+        );
+        let endpoint = args.endpoints[0].clone();
         handles.push(thread::spawn(move || {
             while !turns.stop.load(Ordering::SeqCst) {
                 let guard = match mutex.lock_timeout(WAIT) {
                     Ok(g) => g,
                     Err(e) => return turns.error(format!("waiter {me}: lock: {e}")),
                 };
+                acquisitions.fetch_add(1, Ordering::SeqCst);
                 let acquired = Instant::now();
                 if turns.stop.load(Ordering::SeqCst) {
                     drop(guard);
@@ -979,8 +1002,11 @@ fn scaling_one(args: &Args, waiters: usize, summary: &mut Summary) -> Res<()> {
                 if let Some(h) = turns.enter(me, guard.fencing_token(), acquired) {
                     let mut s = samples.lock().unwrap_or_else(|e| e.into_inner());
                     s.push(h);
-                    if s.len() >= wanted {
-                        turns.stop.store(true, Ordering::SeqCst);
+                    if s.len() >= wanted && !turns.stop.swap(true, Ordering::SeqCst) {
+                        let n = acquisitions.load(Ordering::SeqCst);
+                        if let Ok(c) = counters(&endpoint) {
+                            *at_stop.lock().unwrap_or_else(|e| e.into_inner()) = Some((c, n));
+                        }
                     }
                 }
                 thread::sleep(hold);
@@ -1007,11 +1033,21 @@ fn scaling_one(args: &Args, waiters: usize, summary: &mut Summary) -> Res<()> {
     }
     thread::sleep(Duration::from_millis(300));
     *turns.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), usize::MAX));
+    let before = counters(&args.endpoints[0]).ok();
     gate.unlock()?;
     let deadline = Instant::now() + WAIT * 4 + hold * (wanted as u32 + participants as u32);
     let left = join_bounded(handles, deadline);
     if left > 0 {
         turns.error(format!("{left} waiters still running at the deadline"));
+    }
+    let stopped = at_stop.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let (Some(b), Some((a, n))) = (before, stopped) {
+        // Every request from the gate's release to the last measured handoff (waiters
+        // joining again, waiting, reading, releasing), per acquisition.
+        println!(
+            "RESULT rust scaling_cost_waiters_{waiters} {} n={n}",
+            a.minus(&b).per_op(n as usize)
+        );
     }
     let errors = turns.take_errors();
     for e in &errors {

@@ -65,6 +65,8 @@ fn newest_up_to(prefix: &[u8], max_create: i64, limit: i64) -> pb::RangeRequest 
         sort_order: pb::range_request::SortOrder::Descend as i32,
         sort_target: pb::range_request::SortTarget::Create as i32,
         max_create_revision: max_create,
+        // Only keys and revisions matter here; election values can be large.
+        keys_only: true,
         ..Default::default()
     }
 }
