@@ -262,21 +262,38 @@ pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> 
     Ok(rpc.txn(txn, Retry::Safe).await?.succeeded)
 }
 
-/// [`remove`], and if etcd did not answer, keep trying in the background (on the client's
-/// runtime, up to about 6 s) so nothing is left behind and the next holder does not wait
-/// for our TTL. Must run inside the client's runtime.
+/// [`remove`], and keep trying in the background (on the client's runtime, for up to about
+/// 10 s) until etcd has answered often enough, so nothing is left behind and the next holder
+/// does not wait for our TTL:
+///
+/// * by revision: until etcd answers once (only if this first attempt got no answer);
+/// * by lease (after an ambiguous enqueue): until etcd answered three times, spread over
+///   a few seconds. The enqueue that timed out may still be applied *after* our delete:
+///   etcd does not order concurrent requests, and a frozen member applies what it had
+///   queued when it resumes. Without the later looks, that key would sit in the line,
+///   blocking everyone behind it until our session ends.
+///
+/// Must run inside the client's runtime.
 pub(crate) async fn remove_or_retry(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> {
     let first = remove(rpc, key, owned).await;
-    if let Err(e) = &first
-        && e.is_transient()
-    {
+    let needed = match owned {
+        Owned::Revision(_) => 1,
+        Owned::Lease(_) => 3,
+    };
+    let mut answered = usize::from(!matches!(&first, Err(e) if e.is_transient()));
+    if answered < needed {
         let (rpc, key) = (rpc.clone(), key.to_vec());
         tokio::spawn(async move {
-            for attempt in 0..5u32 {
-                tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt)).await;
+            let mut delay = Duration::from_millis(200);
+            for _ in 0..8 {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
                 match remove(&rpc, &key, owned).await {
                     Err(e) if e.is_transient() => continue,
-                    _ => return,
+                    _ => answered += 1,
+                }
+                if answered >= needed {
+                    return;
                 }
             }
         });

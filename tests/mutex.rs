@@ -361,7 +361,8 @@ fn acquire_and_release_cost_one_request_and_handoff_one_read() {
     assert!(eventually(Duration::from_secs(2), || keys(&c, "cost/")
         .len()
         == 2));
-    std::thread::sleep(Duration::from_millis(200)); // the waiter's watch is set up
+    // The waiter's watch is set up, and its double-check window (120 ms) is over.
+    std::thread::sleep(Duration::from_millis(600));
     let (txn1, range1) = (count("Txn"), count("Range"));
     drop(g);
     let guard = waiter.join().unwrap().unwrap();
