@@ -54,7 +54,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("   released (guard dropped)");
 
-    step("Contention: 4 processes-worth of sessions, 5 increments each, a plain get+put counter");
+    step(
+        "Contention: 4 sessions (as 4 processes would have) add 5 each to a counter read and written in etcd",
+    );
     let total = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers: Vec<_> = (0..4)
@@ -168,8 +170,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             .unwrap_or_default()
     );
     match guard.put("tour/fragile-data", "x") {
-        Err(e) => println!("   guarded write after the loss: {e}"),
-        Ok(_) => println!("   guarded write went through (etcd had not expired the lease yet)"),
+        Err(e) => println!("   guarded write after the loss: refused by etcd ({e})"),
+        Ok(_) => println!(
+            "   a guarded write right now is still accepted: etcd has not expired the lease \
+             yet (the client gives up first, by design)"
+        ),
     }
     drop(guard);
 
