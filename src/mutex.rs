@@ -128,6 +128,11 @@ impl Mutex {
     /// guard without the lock), [`Error::LockLost`] if our queued key is deleted by someone
     /// else. On every error our key is removed.
     ///
+    /// Like `std::sync::Mutex`, the lock is not re-entrant: calling `lock()` on a mutex of
+    /// the same session and name while this thread holds its guard waits forever (threads
+    /// of one session take turns). Use [`lock_timeout`](Mutex::lock_timeout) or
+    /// [`try_lock`](Mutex::try_lock) where that could happen.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
