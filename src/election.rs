@@ -312,9 +312,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn leader(&self) -> Result<Option<Leader>> {
-        let client = self.inner.session.client();
-        let prefix = self.inner.prefix.clone();
-        client.call(|rpc| async move { current_leader(&rpc, &prefix).await.map(|(l, _)| l) })
+        leader_of(self.inner.session.client(), self.inner.prefix.clone())
     }
 
     /// Follows leadership changes: a blocking iterator of [`LeaderEvent`]s that starts with
@@ -335,24 +333,65 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn observe(&self) -> Result<Observer> {
-        crate::runtime::ensure_blocking_allowed()?;
-        let client = self.inner.session.client().clone();
-        let (events_tx, events) = crossbeam_channel::unbounded();
-        let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
-        let rpc = client.rpc().clone();
-        let prefix = self.inner.prefix.clone();
-        client.spawn(async move {
-            tokio::select! {
-                _ = cancelled => {}
-                _ = observe_loop(rpc, prefix, events_tx) => {}
-            }
-        });
-        Ok(Observer {
-            events,
-            _cancel: cancel,
-            _client: client,
-        })
+        observe_prefix(
+            self.inner.session.client().clone(),
+            self.inner.prefix.clone(),
+        )
     }
+}
+
+impl crate::Client {
+    /// The current leader of election `name`, without a session: `Ok(None)` when nobody
+    /// leads. Same as [`Election::leader`].
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// if let Some(leader) = client.leader("scheduler")? {
+    ///     println!("{}", leader.value_str());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn leader(&self, name: impl AsRef<[u8]>) -> Result<Option<Leader>> {
+        leader_of(self, queue::key_prefix(name.as_ref())?)
+    }
+
+    /// Follows election `name` without a session (no lease is granted): same as
+    /// [`Election::observe`].
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let observer = client.observe("scheduler")?;
+    /// println!("{:?}", observer.recv()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn observe(&self, name: impl AsRef<[u8]>) -> Result<Observer> {
+        observe_prefix(self.clone(), queue::key_prefix(name.as_ref())?)
+    }
+}
+
+fn leader_of(client: &crate::Client, prefix: Vec<u8>) -> Result<Option<Leader>> {
+    client.call(|rpc| async move { current_leader(&rpc, &prefix).await.map(|(l, _)| l) })
+}
+
+/// Starts the observer task for `prefix` on the client's runtime.
+fn observe_prefix(client: crate::Client, prefix: Vec<u8>) -> Result<Observer> {
+    crate::runtime::ensure_blocking_allowed()?;
+    let (events_tx, events) = crossbeam_channel::unbounded();
+    let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+    let rpc = client.rpc().clone();
+    client.spawn(async move {
+        tokio::select! {
+            _ = cancelled => {}
+            _ = observe_loop(rpc, prefix, events_tx) => {}
+        }
+    });
+    Ok(Observer {
+        events,
+        _cancel: cancel,
+        _client: client,
+    })
 }
 
 /// Reads the oldest key under `prefix` (linearizable) and the revision of the read.

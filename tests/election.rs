@@ -298,3 +298,20 @@ fn leader_killed_process_is_replaced() {
         Some("survivor")
     );
 }
+
+#[test]
+fn leader_and_observe_without_a_session() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    assert_eq!(c.leader("nosession").unwrap(), None);
+    assert!(matches!(c.leader(""), Err(Error::InvalidArgument(_))));
+    let observer = c.observe("nosession").unwrap();
+    assert_eq!(next_event(&observer), LeaderEvent::NoLeader);
+    let s = session(&c, 10);
+    let l = s.election("nosession").unwrap().campaign("v").unwrap();
+    assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("v"));
+    assert_eq!(
+        c.leader("nosession").unwrap().unwrap().create_revision,
+        l.fencing_token()
+    );
+}
