@@ -4,27 +4,15 @@
 //! `cargo run --features testing --example election` (starts its own etcd), or pass
 //! endpoints: `cargo run --example election -- http://127.0.0.1:2379`.
 
+mod common;
+
 use std::time::Duration;
 
 use etcd_sync::{Client, LeaderEvent};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let endpoints: Vec<String> = std::env::args().skip(1).collect();
-    #[cfg(feature = "testing")]
-    let _etcd;
-    #[cfg(feature = "testing")]
-    let endpoints = if endpoints.is_empty() {
-        let server = etcd_sync::testing::EtcdServer::start()?;
-        let e = server.endpoints();
-        _etcd = server;
-        e
-    } else {
-        endpoints
-    };
-    if endpoints.is_empty() {
-        return Err("pass etcd endpoints, or build with --features testing".into());
-    }
-    let client = Client::connect(&endpoints)?;
+    let etcd = common::etcd_from_args()?;
+    let client = Client::connect(&etcd.endpoints)?;
 
     let watcher = client.session()?;
     let observer = watcher.election("example/scheduler")?.observe()?;
