@@ -28,14 +28,27 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// No endpoint could be reached within the connect timeout.
-    #[error(
-        "could not connect to etcd at {endpoints}: {reason} (is etcd running and listening there?)"
-    )]
+    #[error("could not connect to etcd at {endpoints}: {reason}")]
     Connect {
         /// The endpoints that were tried, comma separated.
         endpoints: String,
-        /// Why the last attempt failed.
+        /// Why the last attempt failed, with what to check.
         reason: String,
+    },
+
+    /// etcd refused the TLS connection because the client presented no certificate, or
+    /// one it does not trust: etcd runs with `--client-cert-auth` and wants a client
+    /// certificate signed by its client CA.
+    #[error(
+        "etcd at {endpoint} requires a TLS client certificate signed by its CA and refused \
+         ours (none was given, or it is not trusted); give one with \
+         TlsConfig::client_identity_pem or TlsConfig::from_files [{detail}]"
+    )]
+    ClientCertificateRejected {
+        /// The endpoint that refused.
+        endpoint: String,
+        /// How it refused (a TLS alert, or the connection closed after the handshake).
+        detail: String,
     },
 
     /// An operation did not finish in time.

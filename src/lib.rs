@@ -30,6 +30,7 @@
 mod client;
 mod election;
 mod error;
+mod fault;
 mod keepalive;
 mod kv;
 mod mutex;

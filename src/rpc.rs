@@ -15,6 +15,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{Error, Result};
+use crate::fault::{Wire, wire_cause};
 use crate::pb::etcdserverpb as pb;
 use pb::auth_client::AuthClient;
 use pb::kv_client::KvClient;
@@ -115,6 +116,9 @@ impl Rpc {
         let mut channels = Vec::with_capacity(config.endpoints.len());
         let mut first_live = None;
         let mut last_error = String::new();
+        // An endpoint that refused our client certificate: reported as such, because
+        // "is etcd running?" would send the user the wrong way.
+        let mut refused = None;
         for (i, url) in config.endpoints.iter().enumerate() {
             let endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|e| Error::InvalidArgument(format!("endpoint {url:?}: {e}")))?
@@ -134,14 +138,19 @@ impl Rpc {
                 None => endpoint,
             };
             if first_live.is_none() {
-                match tokio::time::timeout(config.connect_timeout, probe(&endpoint)).await {
-                    Ok(Ok(channel)) => {
-                        first_live = Some(i);
-                        channels.push(channel);
-                        continue;
-                    }
-                    Ok(Err(reason)) => last_error = hint(config, reason),
-                    Err(_) => last_error = format!("no answer within {:?}", config.connect_timeout),
+                let failure =
+                    match tokio::time::timeout(config.connect_timeout, probe(&endpoint)).await {
+                        Ok(Ok(channel)) => {
+                            first_live = Some(i);
+                            channels.push(channel);
+                            continue;
+                        }
+                        Ok(Err(failure)) => failure,
+                        Err(_) => ProbeFailure::silent(config.connect_timeout),
+                    };
+                match failure.refused_certificate(config) {
+                    Some(detail) => refused = Some((url.clone(), detail)),
+                    None => last_error = failure.explain(),
                 }
                 if config.endpoints.len() > 1 {
                     last_error = format!("{url}: {last_error}");
@@ -150,6 +159,10 @@ impl Rpc {
             channels.push(endpoint.connect_lazy());
         }
         let Some(current) = first_live else {
+            if let Some((endpoint, detail)) = refused {
+                tracing::warn!(%endpoint, %detail, "etcd refused our TLS client certificate");
+                return Err(Error::ClientCertificateRejected { endpoint, detail });
+            }
             tracing::warn!(endpoints = %config.endpoints.join(","), reason = %last_error, "etcd unreachable");
             return Err(Error::Connect {
                 endpoints: config.endpoints.join(","),
@@ -444,28 +457,79 @@ impl Rpc {
     }
 }
 
-/// Adds what to check to a failed connection's reason, where the cause is easy to miss.
-fn hint(config: &RpcConfig, reason: String) -> String {
-    #[cfg(feature = "tls")]
-    if config.tls.is_some()
-        && ["broken pipe", "connection reset", "closed"]
-            .iter()
-            .any(|s| reason.contains(s))
-    {
-        return format!(
-            "{reason} (etcd closed the TLS connection: if it runs with --client-cert-auth, \
-             give the client a certificate signed by its CA with TlsConfig::client_identity_pem)"
-        );
+/// Why the connect probe failed at one endpoint.
+struct ProbeFailure {
+    /// The error chain as one line.
+    text: String,
+    cause: Wire,
+    /// Whether TCP (and TLS) setup had succeeded and the first request failed.
+    after_handshake: bool,
+}
+
+impl ProbeFailure {
+    fn silent(after: Duration) -> ProbeFailure {
+        ProbeFailure {
+            text: format!("no answer within {after:?}"),
+            cause: Wire::Broken(std::io::ErrorKind::TimedOut),
+            after_handshake: false,
+        }
     }
-    let _ = config;
-    reason
+
+    /// The detail, if this failure means the server refused our client certificate.
+    ///
+    /// A server with `--client-cert-auth` says so in one of two ways, depending on its TLS
+    /// version and on timing: a certificate alert (during the handshake with TLS 1.2, or on
+    /// our first read with TLS 1.3), or, with TLS 1.3, by closing the connection right
+    /// after a handshake that looked complete to us, so our first write meets a broken
+    /// pipe or a reset. Both mean the same to the user.
+    fn refused_certificate(&self, config: &RpcConfig) -> Option<String> {
+        use std::io::ErrorKind as K;
+        match &self.cause {
+            Wire::CertificateRefused(alert) => Some(alert.clone()),
+            Wire::Broken(
+                kind @ (K::BrokenPipe
+                | K::ConnectionReset
+                | K::ConnectionAborted
+                | K::UnexpectedEof),
+            ) if uses_tls(config) && self.after_handshake => Some(format!(
+                "etcd closed the connection right after the TLS handshake ({kind})"
+            )),
+            _ => None,
+        }
+    }
+
+    /// The reason with the advice that fits it.
+    fn explain(&self) -> String {
+        match &self.cause {
+            Wire::ServerCertificateRejected(why) => format!(
+                "{} (etcd's server certificate was not accepted: {why}; give the CA that signed \
+                 it with TlsConfig::ca_certificate_pem, and check the endpoint's host name)",
+                self.text
+            ),
+            _ => format!("{} (is etcd running and listening there?)", self.text),
+        }
+    }
+}
+
+fn uses_tls(config: &RpcConfig) -> bool {
+    #[cfg(feature = "tls")]
+    return config.tls.is_some();
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = config;
+        false
+    }
 }
 
 /// Connects and asks etcd for its status: proves a real etcd answers (a frozen process
 /// still accepts TCP connections, and with TLS 1.3 a refused client certificate only shows
 /// on the first request).
-async fn probe(endpoint: &Endpoint) -> std::result::Result<Channel, String> {
-    let channel = endpoint.connect().await.map_err(|e| error_chain(&e))?;
+async fn probe(endpoint: &Endpoint) -> std::result::Result<Channel, ProbeFailure> {
+    let channel = endpoint.connect().await.map_err(|e| ProbeFailure {
+        text: error_chain(&e),
+        cause: wire_cause(&e),
+        after_handshake: false,
+    })?;
     pb::maintenance_client::MaintenanceClient::new(channel.clone())
         .status(pb::StatusRequest {})
         .await
@@ -475,7 +539,11 @@ async fn probe(endpoint: &Endpoint) -> std::result::Result<Channel, String> {
                 text.push_str(": ");
                 text.push_str(&error_chain(source));
             }
-            text
+            ProbeFailure {
+                text,
+                cause: wire_cause(&status),
+                after_handshake: true,
+            }
         })?;
     Ok(channel)
 }

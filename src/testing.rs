@@ -1846,8 +1846,12 @@ pub struct TlsCerts {
     pub client_cert: PathBuf,
     /// The client certificate's private key.
     pub client_key: PathBuf,
-    /// A CA that signed nothing here: trusting only it must fail the handshake.
+    /// A CA that etcd does not trust: trusting only it must fail the handshake.
     pub other_ca_cert: PathBuf,
+    /// A client certificate signed by the unrelated CA: etcd must refuse it.
+    pub untrusted_client_cert: PathBuf,
+    /// The untrusted client certificate's private key.
+    pub untrusted_client_key: PathBuf,
 }
 
 impl TlsCerts {
@@ -1867,12 +1871,16 @@ impl TlsCerts {
         };
         let issuer = ca("etcd-sync test CA")?;
         let other = ca("etcd-sync unrelated CA")?;
-        let leaf = |names: Vec<String>, cn: &str, usages| -> io::Result<(String, String)> {
+        let leaf = |names: Vec<String>,
+                    cn: &str,
+                    usages,
+                    signer: &CertifiedIssuer<'static, KeyPair>|
+         -> io::Result<(String, String)> {
             let mut params = CertificateParams::new(names).map_err(fail)?;
             params.distinguished_name.push(DnType::CommonName, cn);
             params.extended_key_usages = usages;
             let key = KeyPair::generate().map_err(fail)?;
-            let cert = params.signed_by(&key, &issuer).map_err(fail)?;
+            let cert = params.signed_by(&key, signer).map_err(fail)?;
             Ok((cert.pem(), key.serialize_pem()))
         };
         let (server_pem, server_key_pem) = leaf(
@@ -1882,11 +1890,19 @@ impl TlsCerts {
                 ExtendedKeyUsagePurpose::ServerAuth,
                 ExtendedKeyUsagePurpose::ClientAuth,
             ],
+            &issuer,
         )?;
         let (client_pem, client_key_pem) = leaf(
             Vec::new(),
             "etcd-sync-client",
             vec![ExtendedKeyUsagePurpose::ClientAuth],
+            &issuer,
+        )?;
+        let (untrusted_pem, untrusted_key_pem) = leaf(
+            Vec::new(),
+            "etcd-sync-untrusted-client",
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
+            &other,
         )?;
         let write = |name: &str, contents: &str| -> io::Result<PathBuf> {
             let path = dir.join(name);
@@ -1901,6 +1917,8 @@ impl TlsCerts {
             client_cert: write("client.pem", &client_pem)?,
             client_key: write("client-key.pem", &client_key_pem)?,
             other_ca_cert: write("other-ca.pem", &other.pem())?,
+            untrusted_client_cert: write("untrusted-client.pem", &untrusted_pem)?,
+            untrusted_client_key: write("untrusted-client-key.pem", &untrusted_key_pem)?,
         })
     }
 }

@@ -665,7 +665,15 @@ fn loss_reason(session: &Session) -> String {
 
 /// Prints a library error and returns the runtime-error exit code.
 fn fail(e: &Error) -> Exit {
-    eprintln!("etcd-sync: {e}");
+    match e {
+        // The library's message names its own API; say it in this tool's flags.
+        Error::ClientCertificateRejected { endpoint, detail } => eprintln!(
+            "etcd-sync: etcd at {endpoint} requires a TLS client certificate signed by its CA \
+             and refused ours (none was given, or it is not trusted); pass --cert FILE \
+             --key FILE [{detail}]"
+        ),
+        _ => eprintln!("etcd-sync: {e}"),
+    }
     EXIT_ERROR
 }
 

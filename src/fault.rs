@@ -1,0 +1,193 @@
+//! What a failed call's error chain says happened on the wire.
+//!
+//! tonic reports a broken connection, a TLS alert and etcd's own refusal all as a
+//! `Status`; the difference is only visible in the source chain (tonic → hyper → h2 →
+//! `io::Error` → rustls). This module walks that chain once, by type where the type is
+//! reachable and by `io::ErrorKind` otherwise, so callers decide on a cause, not on text.
+//! The one exception is a TLS alert that crossed h2, which keeps only its message.
+
+use std::error::Error as StdError;
+use std::io;
+
+/// The cause found in an error chain, most specific first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// The TLS peer refused our client certificate, or the lack of one (etcd with
+    /// `--client-cert-auth`): alert `BadCertificate`, `CertificateRequired`, `UnknownCA`...
+    CertificateRefused(String),
+    /// We refused the server's certificate (not signed by the CA we were given, wrong name).
+    ServerCertificateRejected(String),
+    /// The connection broke or could not be made (reset, broken pipe, EOF, refused, an
+    /// HTTP/2 connection error): a request in flight may or may not have been applied.
+    Broken(io::ErrorKind),
+    /// No transport fault in the chain: etcd itself answered.
+    Answered,
+}
+
+/// TLS alerts with which a server refuses the client's certificate or its absence.
+#[cfg(feature = "tls")]
+const CERTIFICATE_ALERTS: [rustls::AlertDescription; 8] = {
+    use rustls::AlertDescription as A;
+    [
+        A::BadCertificate,
+        A::CertificateRequired,
+        A::UnknownCA,
+        A::UnsupportedCertificate,
+        A::CertificateRevoked,
+        A::CertificateExpired,
+        A::CertificateUnknown,
+        A::AccessDenied,
+    ]
+};
+
+/// The certificate alert named in a rustls message that h2 turned into text: h2 keeps
+/// only the kind and the message of the I/O errors it reports, so once a TLS alert has
+/// passed through an HTTP/2 connection, its text is all there is. The names come from
+/// rustls itself (`received fatal alert: {alert:?}`), so they cannot drift apart.
+#[cfg(feature = "tls")]
+fn certificate_alert_in(text: &str) -> Option<rustls::AlertDescription> {
+    let named = text.split("received fatal alert: ").nth(1)?;
+    let name: String = named
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
+    CERTIFICATE_ALERTS
+        .into_iter()
+        .find(|alert| format!("{alert:?}") == name)
+}
+
+/// Classifies one error in the chain, or `None` when it says nothing about the wire.
+fn classify_one(error: &(dyn StdError + 'static)) -> Option<Wire> {
+    #[cfg(feature = "tls")]
+    if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+        return Some(match tls {
+            rustls::Error::AlertReceived(alert) if CERTIFICATE_ALERTS.contains(alert) => {
+                Wire::CertificateRefused(format!("TLS alert {alert:?}"))
+            }
+            rustls::Error::InvalidCertificate(why) => {
+                Wire::ServerCertificateRejected(format!("{why:?}"))
+            }
+            _ => Wire::Broken(io::ErrorKind::InvalidData),
+        });
+    }
+    if let Some(io_error) = error.downcast_ref::<io::Error>() {
+        // `io::Error::source` skips the error it wraps: look inside explicitly (that is
+        // where tokio-rustls puts the rustls error).
+        if let Some(inner) = io_error.get_ref()
+            && let Some(found) = classify(inner)
+        {
+            return Some(found);
+        }
+        #[cfg(feature = "tls")]
+        if let Some(alert) = certificate_alert_in(&io_error.to_string()) {
+            return Some(Wire::CertificateRefused(format!("TLS alert {alert:?}")));
+        }
+        return Some(Wire::Broken(io_error.kind()));
+    }
+    if error.downcast_ref::<tonic::transport::Error>().is_some() {
+        // Look further down for the specific cause; the transport layer itself is enough
+        // to know the connection failed.
+        return None;
+    }
+    None
+}
+
+/// Walks `error` and its sources; `None` if no layer is a transport or TLS error.
+fn classify(error: &(dyn StdError + 'static)) -> Option<Wire> {
+    let mut transport = false;
+    let mut next = Some(error);
+    while let Some(layer) = next {
+        if let Some(found) = classify_one(layer) {
+            return Some(found);
+        }
+        transport |= layer.downcast_ref::<tonic::transport::Error>().is_some();
+        next = layer.source();
+    }
+    transport.then_some(Wire::Broken(io::ErrorKind::Other))
+}
+
+/// What the chain behind a failed call says happened.
+pub(crate) fn wire_cause(error: &(dyn StdError + 'static)) -> Wire {
+    classify(error).unwrap_or(Wire::Answered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layer that only points at its source, as hyper's and tonic's errors do.
+    #[derive(Debug)]
+    struct Layer(Box<dyn StdError + Send + Sync + 'static>);
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("transport error")
+        }
+    }
+    impl StdError for Layer {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            Some(&*self.0)
+        }
+    }
+
+    #[test]
+    fn broken_pipe_after_the_handshake_is_a_broken_connection() {
+        // etcd 3.4 with TLS 1.3: the server checks the certificate after our handshake
+        // finished, closes, and our first write fails (what h2 reports, inside hyper).
+        let chain = Layer(Box::new(io::Error::new(
+            io::ErrorKind::BrokenPipe,
+            "stream closed because of a broken pipe",
+        )));
+        assert_eq!(wire_cause(&chain), Wire::Broken(io::ErrorKind::BrokenPipe));
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn certificate_alerts_are_refusals() {
+        for alert in [
+            rustls::AlertDescription::BadCertificate,
+            rustls::AlertDescription::CertificateRequired,
+            rustls::AlertDescription::UnknownCA,
+        ] {
+            // tokio-rustls wraps the rustls error in an io::Error of kind InvalidData.
+            let chain = Layer(Box::new(io::Error::new(
+                io::ErrorKind::InvalidData,
+                rustls::Error::AlertReceived(alert),
+            )));
+            assert!(
+                matches!(wire_cause(&chain), Wire::CertificateRefused(_)),
+                "{alert:?}"
+            );
+        }
+        // The same alert after h2 turned it into text (the TLS 1.3 path: the alert is read
+        // on the HTTP/2 connection after the handshake).
+        let text = Layer(Box::new(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "received fatal alert: BadCertificate",
+        )));
+        assert!(matches!(wire_cause(&text), Wire::CertificateRefused(_)));
+        let other = Layer(Box::new(io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure),
+        )));
+        assert_eq!(wire_cause(&other), Wire::Broken(io::ErrorKind::InvalidData));
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn untrusted_server_certificate_is_ours_to_fix() {
+        let chain = Layer(Box::new(io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        )));
+        assert!(matches!(
+            wire_cause(&chain),
+            Wire::ServerCertificateRejected(_)
+        ));
+    }
+
+    #[test]
+    fn a_plain_status_is_an_answer() {
+        let status = tonic::Status::failed_precondition("etcdserver: requested lease not found");
+        assert_eq!(wire_cause(&status), Wire::Answered);
+    }
+}
