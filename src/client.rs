@@ -19,6 +19,12 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The fastest HTTP/2 keep-alive ping interval allowed: etcd closes connections that ping
 /// more often than its `--grpc-keepalive-min-time` (5 s by default).
 pub const MIN_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// The slowest HTTP/2 keep-alive ping interval accepted (2 hours, TCP's own default):
+/// beyond that a dead connection would go unnoticed for longer than any session lives.
+pub const MAX_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(2 * 60 * 60);
+/// The longest connect or request timeout accepted (1 hour). Longer values are almost
+/// always a unit mistake, and they overflow timer arithmetic deep in the HTTP stack.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 /// A blocking etcd v3 client. Cheap to clone (clones share one connection, one private
 /// runtime thread and one keep-alive thread); `Send + Sync`.
@@ -506,11 +512,22 @@ impl ClientBuilder {
             if value.is_zero() {
                 return Err(Error::InvalidArgument(format!("{name} must be positive")));
             }
+            if value > MAX_TIMEOUT {
+                return Err(Error::InvalidArgument(format!(
+                    "{name} {value:?} is above the maximum of {MAX_TIMEOUT:?}"
+                )));
+            }
         }
         if self.keep_alive_interval < MIN_KEEP_ALIVE_INTERVAL {
             return Err(Error::InvalidArgument(format!(
                 "keep-alive interval {:?} is below {MIN_KEEP_ALIVE_INTERVAL:?}: etcd closes \
                  connections that ping that often",
+                self.keep_alive_interval
+            )));
+        }
+        if self.keep_alive_interval > MAX_KEEP_ALIVE_INTERVAL {
+            return Err(Error::InvalidArgument(format!(
+                "keep-alive interval {:?} is above the maximum of {MAX_KEEP_ALIVE_INTERVAL:?}",
                 self.keep_alive_interval
             )));
         }

@@ -81,8 +81,9 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// A blocking call was made from inside an async (tokio) runtime, where blocking
-    /// would stall or deadlock the runtime.
+    /// A blocking call was made on a thread that drives async tasks (a tokio worker, or
+    /// inside `block_on`), where blocking would stall or deadlock the runtime. Calls from
+    /// `tokio::task::spawn_blocking` threads and inside `block_in_place` are allowed.
     #[error(
         "blocking etcd-sync call made from inside an async runtime; call it from a plain \
          thread or wrap it in tokio::task::spawn_blocking"
@@ -212,6 +213,12 @@ impl Error {
     /// Maps a gRPC status from etcd to an error a caller can act on.
     pub(crate) fn from_status(status: &tonic::Status) -> Error {
         let message = status.message().to_string();
+        // A broken connection reaches us as Unknown/Cancelled/Internal with a transport
+        // error behind it: it is the wire failing, not etcd answering, so it is transient
+        // (and a write in flight may or may not have been applied).
+        if let crate::fault::Wire::Broken(kind) = crate::fault::wire_cause(status) {
+            return Error::Unavailable(format!("connection to etcd broke: {message} ({kind})"));
+        }
         match status.code() {
             tonic::Code::Unavailable => Error::Unavailable(if message.is_empty() {
                 "connection to etcd failed".to_string()

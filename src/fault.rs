@@ -84,12 +84,21 @@ fn classify_one(error: &(dyn StdError + 'static)) -> Option<Wire> {
         }
         return Some(Wire::Broken(io_error.kind()));
     }
-    if error.downcast_ref::<tonic::transport::Error>().is_some() {
-        // Look further down for the specific cause; the transport layer itself is enough
-        // to know the connection failed.
-        return None;
+    if let Some(h2_error) = error.downcast_ref::<h2::Error>() {
+        // h2 does not chain the I/O error it holds as a source.
+        if let Some(io_error) = h2_error.get_io() {
+            return classify_one(io_error);
+        }
+        // A GOAWAY or a reset stream: the connection or the stream ended under us.
+        return Some(Wire::Broken(io::ErrorKind::ConnectionReset));
     }
     None
+}
+
+/// Layers that exist only when the transport failed; what they wrap may say more.
+fn is_transport_layer(error: &(dyn StdError + 'static)) -> bool {
+    error.downcast_ref::<tonic::transport::Error>().is_some()
+        || error.downcast_ref::<hyper::Error>().is_some()
 }
 
 /// Walks `error` and its sources; `None` if no layer is a transport or TLS error.
@@ -100,7 +109,7 @@ fn classify(error: &(dyn StdError + 'static)) -> Option<Wire> {
         if let Some(found) = classify_one(layer) {
             return Some(found);
         }
-        transport |= layer.downcast_ref::<tonic::transport::Error>().is_some();
+        transport |= is_transport_layer(layer);
         next = layer.source();
     }
     transport.then_some(Wire::Broken(io::ErrorKind::Other))
@@ -138,6 +147,21 @@ mod tests {
             "stream closed because of a broken pipe",
         )));
         assert_eq!(wire_cause(&chain), Wire::Broken(io::ErrorKind::BrokenPipe));
+    }
+
+    #[test]
+    fn a_killed_member_is_a_broken_connection() {
+        // What tonic reports when a stream dies under us: Unknown, with h2's error behind
+        // it. (h2's I/O variant cannot be built outside h2; the faults suite kills a real
+        // member for it.)
+        let h2_error = h2::Error::from(h2::Reason::CANCEL);
+        let status = tonic::Status::from_error(Box::new(h2_error));
+        assert_eq!(
+            wire_cause(&status),
+            Wire::Broken(io::ErrorKind::ConnectionReset)
+        );
+        let error = crate::error::Error::from_status(&status);
+        assert!(error.is_transient(), "{error:?}");
     }
 
     #[cfg(feature = "tls")]

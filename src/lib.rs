@@ -47,7 +47,7 @@ mod watch;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
-    MIN_KEEP_ALIVE_INTERVAL,
+    MAX_KEEP_ALIVE_INTERVAL, MAX_TIMEOUT, MIN_KEEP_ALIVE_INTERVAL,
 };
 pub use election::{Election, Leader, LeaderEvent, Leadership, Observer};
 pub use error::{Code, Error, LossReason, Result, TryLockError};

@@ -22,8 +22,8 @@ use pb::kv_client::KvClient;
 use pb::lease_client::LeaseClient;
 use pb::watch_client::WatchClient;
 
-/// Connection settings resolved by the client builder.
-#[derive(Debug, Clone)]
+/// Connection settings resolved by the client builder. `Debug` by hand: no password.
+#[derive(Clone)]
 pub(crate) struct RpcConfig {
     pub(crate) endpoints: Vec<String>,
     pub(crate) connect_timeout: Duration,
@@ -35,6 +35,18 @@ pub(crate) struct RpcConfig {
     /// TLS settings for `https://` endpoints.
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<tonic::transport::ClientTlsConfig>,
+}
+
+impl std::fmt::Debug for RpcConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcConfig")
+            .field("endpoints", &self.endpoints)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("keep_alive_interval", &self.keep_alive_interval)
+            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .finish_non_exhaustive()
+    }
 }
 
 /// Whether a request may be sent again after an ambiguous failure (timeout, broken

@@ -11,19 +11,32 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// Returns `Err(InsideAsyncRuntime)` when called from inside any tokio runtime, where a
-/// blocking call would panic ("Cannot start a runtime from within a runtime") or stall
-/// the caller's executor.
+/// Returns `Err(InsideAsyncRuntime)` on a thread that drives async tasks, where a blocking
+/// call would panic ("Cannot start a runtime from within a runtime") or stall the caller's
+/// executor. Threads of `spawn_blocking` and closures of `block_in_place` may block.
 pub(crate) fn ensure_blocking_allowed() -> Result<()> {
-    if tokio::runtime::Handle::try_current().is_ok() {
+    if inside_async() {
         return Err(Error::InsideAsyncRuntime);
     }
     Ok(())
 }
 
-/// True when the current thread is inside an async runtime (ours or the caller's).
+/// True when the current thread drives async tasks: a tokio worker thread, or a thread
+/// inside a runtime's `block_on`. False on plain threads, on `spawn_blocking` threads and
+/// inside `block_in_place`, although tokio's handle is reachable from all three.
 pub(crate) fn inside_async() -> bool {
-    tokio::runtime::Handle::try_current().is_ok()
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return false; // a plain thread: no tokio context at all
+    };
+    if cfg!(panic = "abort") {
+        // The probe below needs unwinding; without it, refuse in any tokio context.
+        return true;
+    }
+    // tokio has no public "may this thread block?" query (tokio-rs/tokio#3559, #7769);
+    // `Handle::block_on` asks exactly that, and panics when the answer is no. An empty
+    // future makes the probe cost nothing where blocking is allowed. Where it is not, the
+    // default panic hook prints tokio's message once per refused call.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle.block_on(async {}))).is_err()
 }
 
 /// Owns the runtime. Dropping it stops and joins the worker thread, except inside an async

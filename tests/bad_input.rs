@@ -78,6 +78,56 @@ fn constructors_and_operations_reject_bad_input() {
         },
         invalid,
     );
+    // Regression (#10, item 7): Duration::MAX reached hyper's timer arithmetic and
+    // panicked on the runtime thread. Every Duration knob has an upper bound.
+    let builder = || Client::builder().endpoints(server.endpoints());
+    check(
+        "huge keep-alive interval",
+        quick,
+        || builder().keep_alive_interval(Duration::MAX).connect(),
+        invalid,
+    );
+    check(
+        "keep-alive interval just over the bound",
+        quick,
+        || {
+            builder()
+                .keep_alive_interval(etcd_sync::MAX_KEEP_ALIVE_INTERVAL + Duration::from_secs(1))
+                .connect()
+        },
+        invalid,
+    );
+    check(
+        "huge request timeout",
+        quick,
+        || builder().request_timeout(Duration::MAX).connect(),
+        invalid,
+    );
+    check(
+        "huge connect timeout",
+        quick,
+        || builder().connect_timeout(Duration::MAX).connect(),
+        invalid,
+    );
+    // At the bounds: accepted.
+    assert!(
+        builder()
+            .keep_alive_interval(etcd_sync::MAX_KEEP_ALIVE_INTERVAL)
+            .request_timeout(etcd_sync::MAX_TIMEOUT)
+            .connect_timeout(etcd_sync::MAX_TIMEOUT)
+            .connect()
+            .is_ok()
+    );
+    // Waits with an unbounded timeout simply wait (no overflow, no error).
+    let m = s.mutex("bad/max-timeout").unwrap();
+    let g = m.lock_timeout(Duration::MAX).unwrap();
+    drop(g);
+    let l = s
+        .election("bad/max-timeout-e")
+        .unwrap()
+        .campaign_timeout("v", Duration::MAX)
+        .unwrap();
+    drop(l);
     check(
         "unreachable endpoint",
         Duration::from_secs(2),

@@ -181,6 +181,48 @@ fn blocking_inside_async_runtime_is_an_error() {
     .is_empty()));
 }
 
+/// Regression (#10, item 8): `spawn_blocking` and `block_in_place` threads may block, so
+/// the crate must work there, while async worker threads are still refused.
+#[test]
+fn blocking_calls_work_on_spawn_blocking_and_block_in_place_threads() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let on_pool = c.clone();
+    let token = rt
+        .block_on(rt.spawn_blocking(move || {
+            let session = on_pool.session()?;
+            let guard = session.mutex("pool-lock")?.lock()?;
+            let token = guard.fencing_token();
+            guard.unlock()?;
+            let leadership = session.election("pool-election")?.campaign("v")?;
+            assert!(leadership.is_leader());
+            drop(leadership);
+            session.close()?;
+            Ok::<_, Error>(token)
+        }))
+        .unwrap()
+        .expect("blocking calls on a spawn_blocking thread");
+    assert!(token > 0);
+    let in_place = c.clone();
+    let got = rt.block_on(async move {
+        tokio::spawn(async move {
+            // On the worker itself: refused. Inside block_in_place: allowed.
+            let refused = matches!(in_place.get("k"), Err(Error::InsideAsyncRuntime));
+            let allowed = tokio::task::block_in_place(|| in_place.put("k", "in place"));
+            (refused, allowed.is_ok())
+        })
+        .await
+        .unwrap()
+    });
+    assert_eq!(got, (true, true));
+    assert_eq!(c.get("k").unwrap().unwrap().value, b"in place");
+}
+
 #[test]
 fn dropping_the_last_client_handle_inside_a_runtime_does_not_panic() {
     let server = etcd();

@@ -369,3 +369,43 @@ fn election_failover_has_one_leader_at_a_time_and_observers_converge() {
         }
     }
 }
+
+/// Regression (#10, item 5): a killed member breaks the waiter's watch stream with a
+/// transport error (tonic `Unknown`, "error reading a body from connection"). That is a
+/// broken connection, not etcd's answer: the waiter must go on waiting on another member
+/// and acquire when the holder releases, instead of failing while the holder holds.
+#[test]
+fn a_waiter_whose_member_is_killed_keeps_waiting_and_acquires() {
+    let _serial = serial();
+    let cl = cluster();
+    let all = cl.endpoints();
+    let holder_client = client_for(&starting_at(&all, 1));
+    let hs = session(&holder_client, 5);
+    let g = hs.mutex("f-wait-kill").unwrap().lock().unwrap();
+
+    let waiter_client = client_for(&all); // talks to member 0
+    let ws = session(&waiter_client, 5);
+    let wm = ws.mutex("f-wait-kill").unwrap();
+    let waiter = std::thread::spawn(move || wm.lock().map(|g| g.fencing_token()));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !waiter.is_finished(),
+        "waiter acquired while the holder held"
+    );
+    cl.kill(0).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    if waiter.is_finished() {
+        panic!(
+            "the waiter gave up after its member died: {:?}",
+            waiter.join().unwrap()
+        );
+    }
+    let token = g.fencing_token();
+    drop(g);
+    let next = waiter
+        .join()
+        .unwrap()
+        .expect("the waiter acquires after the release");
+    assert!(next > token);
+    assert!(ws.is_alive(), "{:?}", ws.loss_reason());
+}

@@ -75,8 +75,8 @@ struct Cli {
 }
 
 /// Options for every subcommand: where etcd is and how to talk to it. They may be given
-/// before or after the subcommand.
-#[derive(Debug, Args)]
+/// before or after the subcommand. `Debug` is written by hand: it never shows a password.
+#[derive(Args)]
 #[command(next_help_heading = "Global options")]
 struct GlobalOpts {
     /// etcd endpoints, comma separated
@@ -147,6 +147,27 @@ struct GlobalOpts {
         value_name = "PASSWORD"
     )]
     password: Option<String>,
+}
+
+impl std::fmt::Debug for GlobalOpts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // --user may be NAME:PASSWORD: show only the name.
+        let user = self
+            .user
+            .as_deref()
+            .map(|u| u.split_once(':').map_or(u, |(name, _)| name));
+        f.debug_struct("GlobalOpts")
+            .field("endpoints", &self.endpoints)
+            .field("ttl", &self.ttl)
+            .field("dial_timeout", &self.dial_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("cacert", &self.cacert)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("user", &user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl GlobalOpts {
