@@ -2,16 +2,18 @@
 //! recipe (and wire format), with a [`Leadership`] guard that resigns on `Drop`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
+use crate::error::TryLockError;
 use crate::error::{Error, Result};
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use crate::mutex::guarded_txn;
+use crate::ownership::{self, Held, Kind, Line, Wait};
 use crate::pb::mvccpb;
-use crate::queue::{self, Owned};
-use crate::rpc::{Retry, Rpc, prefix_end};
+use crate::queue;
+use crate::rpc::{Rpc, prefix_end};
 use crate::session::Session;
 use crate::watch::{WatchStream, watch_request};
 
@@ -38,20 +40,13 @@ use crate::watch::{WatchStream, watch_request};
 /// ```
 #[derive(Clone)]
 pub struct Election {
-    inner: Arc<ElectionInner>,
-}
-
-struct ElectionInner {
-    session: Session,
-    name: Vec<u8>,
-    prefix: Vec<u8>,
-    key: Vec<u8>,
+    line: Arc<Line>,
 }
 
 impl std::fmt::Debug for Election {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Election")
-            .field("key", &String::from_utf8_lossy(&self.inner.key))
+            .field("key", &String::from_utf8_lossy(self.line.key()))
             .finish()
     }
 }
@@ -149,16 +144,8 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn election(&self, name: impl AsRef<[u8]>) -> Result<Election> {
-        let name = name.as_ref();
-        let prefix = queue::key_prefix(name)?;
-        let key = queue::own_key(&prefix, self.lease_id());
         Ok(Election {
-            inner: Arc::new(ElectionInner {
-                session: self.clone(),
-                name: name.to_vec(),
-                prefix,
-                key,
-            }),
+            line: self.line(name.as_ref())?,
         })
     }
 }
@@ -173,13 +160,20 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &[u8] {
-        &self.inner.name
+        self.line.name()
     }
 
     /// Blocks until we lead, then returns the guard. Our value is stored under our key
     /// while we wait. Ends at once with [`Error::SessionLost`] if the session is lost,
     /// [`Error::NotLeader`] if our key is deleted by someone else; on every error our key
     /// is removed.
+    ///
+    /// One session has one key per name. Campaigning again while this session leads under
+    /// the name (from any thread) re-campaigns, as in Go: the new value is proclaimed and
+    /// the new [`Leadership`] supersedes the old one, which then reports
+    /// `is_leader() == false`, fires `lost()`, and does nothing on `Drop`. A campaign while
+    /// another thread of this session *waits* under the name, or holds a [`Mutex`](crate::Mutex)
+    /// of the same name, takes turns with it.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -189,7 +183,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn campaign(&self, value: impl AsRef<[u8]>) -> Result<Leadership> {
-        self.campaign_until(value.as_ref(), None)
+        self.campaign_until(value.as_ref(), Wait::Forever)
     }
 
     /// Like [`campaign`](Election::campaign), but gives up with [`Error::Timeout`] after
@@ -211,93 +205,33 @@ impl Election {
         value: impl AsRef<[u8]>,
         timeout: Duration,
     ) -> Result<Leadership> {
-        let deadline = Instant::now().checked_add(timeout).map(|d| (d, timeout));
-        self.campaign_until(value.as_ref(), deadline)
+        self.campaign_until(value.as_ref(), Wait::from_timeout(timeout))
     }
 
-    fn campaign_until(
-        &self,
-        value: &[u8],
-        deadline: Option<(Instant, Duration)>,
-    ) -> Result<Leadership> {
+    fn campaign_until(&self, value: &[u8], wait: Wait) -> Result<Leadership> {
         crate::runtime::ensure_blocking_allowed()?;
         let span =
-            tracing::debug_span!("campaign", key = %String::from_utf8_lossy(&self.inner.key));
+            tracing::debug_span!("campaign", key = %String::from_utf8_lossy(self.line.key()));
         let _entered = span.enter();
-        let inner = &self.inner;
-        let session = inner.session.shared().clone();
-        session.check()?;
-        let client = inner.session.client().clone();
-        let rpc = client.rpc().clone();
-        let lease = inner.session.lease_id();
-        let rev = client.block_on(async {
-            let campaign = async {
-                let enqueued = match queue::enqueue(&rpc, &inner.prefix, &inner.key, value, lease)
-                    .await
-                {
-                    Ok(enqueued) => enqueued,
-                    Err(e) => {
-                        let _ = queue::remove_or_retry(&rpc, &inner.key, Owned::Lease(lease)).await;
-                        return Err(e);
-                    }
-                };
-                let rev = enqueued.rev;
-                let result = async {
-                    if enqueued.existed && enqueued.value != value {
-                        // Campaigning again on this session: proclaim the new value.
-                        if !proclaim(&rpc, &inner.key, rev, value, lease).await? {
-                            return Err(Error::NotLeader);
-                        }
-                    }
-                    queue::wait_turn(
-                        &rpc,
-                        &session,
-                        &inner.prefix,
-                        &inner.key,
-                        rev,
-                        enqueued.position,
-                    )
-                    .await
-                    .map_err(|e| match e {
-                        Error::LockLost => Error::NotLeader,
-                        other => other,
-                    })
-                }
-                .await;
-                Ok((rev, result))
-            };
-            let outcome = match deadline {
-                None => campaign.await,
-                Some((deadline, after)) => {
-                    // A timeout may strike mid-request: remember nothing, clean by lease.
-                    match tokio::time::timeout_at(deadline.into(), campaign).await {
-                        Ok(outcome) => outcome,
-                        Err(_) => {
-                            let _ =
-                                queue::remove_or_retry(&rpc, &inner.key, Owned::Lease(lease)).await;
-                            return Err(Error::Timeout {
-                                operation: "campaign",
-                                after,
-                            });
-                        }
-                    }
-                }
-            };
-            let (rev, result) = outcome?;
-            match result {
-                Ok(()) => Ok(rev),
-                Err(e) => {
-                    let _ = queue::remove_or_retry(&rpc, &inner.key, Owned::Revision(rev)).await;
-                    Err(e)
-                }
+        if let Some(hold) = self.line.live_hold()
+            && hold.kind() == Kind::Lead
+        {
+            // Re-campaign: proclaim first (the old guard stays valid if that fails), then
+            // hand the hold to a new guard.
+            if !ownership::proclaim(&hold, value)? {
+                return Err(Error::NotLeader);
             }
-        })??;
-        tracing::info!(fencing_token = rev, "elected leader");
-        Ok(Leadership {
-            election: self.clone(),
-            rev,
-            resigned: false,
-        })
+            let held = Held::supersede(&hold).ok_or(Error::NotLeader)?;
+            tracing::info!(fencing_token = held.rev(), "re-campaigned");
+            return Ok(Leadership { held });
+        }
+        let held =
+            ownership::acquire(&self.line, Kind::Lead, value, wait).map_err(|e| match e {
+                TryLockError::Error(Error::LockLost) | TryLockError::WouldBlock => Error::NotLeader,
+                TryLockError::Error(other) => other,
+            })?;
+        tracing::info!(fencing_token = held.rev(), "elected leader");
+        Ok(Leadership { held })
     }
 
     /// The current leader, or `Ok(None)` when nobody leads.
@@ -312,7 +246,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn leader(&self) -> Result<Option<Leader>> {
-        leader_of(self.inner.session.client(), self.inner.prefix.clone())
+        leader_of(self.line.session().client(), self.line.prefix().to_vec())
     }
 
     /// Follows leadership changes: a blocking iterator of [`LeaderEvent`]s that starts with
@@ -334,8 +268,8 @@ impl Election {
     /// ```
     pub fn observe(&self) -> Result<Observer> {
         observe_prefix(
-            self.inner.session.client().clone(),
-            self.inner.prefix.clone(),
+            self.line.session().client().clone(),
+            self.line.prefix().to_vec(),
         )
     }
 }
@@ -399,18 +333,6 @@ async fn current_leader(rpc: &Rpc, prefix: &[u8]) -> Result<(Option<Leader>, i64
     let resp = rpc.range(queue::first_created(prefix)).await?;
     let revision = resp.header.map_or(0, |h| h.revision);
     Ok((resp.kvs.into_iter().next().map(Leader::from), revision))
-}
-
-/// Puts a new value under our key only while it still has our create revision.
-async fn proclaim(rpc: &Rpc, key: &[u8], rev: i64, value: &[u8], lease: i64) -> Result<bool> {
-    let txn = Txn::new()
-        .when([Compare::create_revision(
-            key.to_vec(),
-            CompareOp::Equal,
-            rev,
-        )])
-        .and_then([TxnOp::put_with_lease(key.to_vec(), value.to_vec(), lease)]);
-    Ok(rpc.txn(txn.0, Retry::Safe).await?.succeeded)
 }
 
 /// The observer task: watch the prefix from now, re-read the leader whenever leadership
@@ -628,17 +550,15 @@ impl Iterator for Observer {
 /// ```
 #[must_use = "leadership is resigned as soon as the guard is dropped"]
 pub struct Leadership {
-    election: Election,
-    rev: i64,
-    resigned: bool,
+    held: Held,
 }
 
 impl std::fmt::Debug for Leadership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leadership")
             .field("key", &String::from_utf8_lossy(self.key()))
-            .field("fencing_token", &self.rev)
-            .field("resigned", &self.resigned)
+            .field("fencing_token", &self.held.rev())
+            .field("is_leader", &self.is_leader())
             .finish()
     }
 }
@@ -654,7 +574,7 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn key(&self) -> &[u8] {
-        &self.election.inner.key
+        self.held.key()
     }
 
     /// Our election key as text.
@@ -679,11 +599,12 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> i64 {
-        self.rev
+        self.held.rev()
     }
 
-    /// Whether we still lead as far as this process knows: not resigned, and the session's
-    /// lease deadline has not passed. No request is sent.
+    /// Whether we still lead as far as this process knows: not resigned nor superseded by
+    /// a re-campaign, the session's lease deadline has not passed, and our key has not
+    /// been seen deleted. No request is sent.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -692,11 +613,12 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn is_leader(&self) -> bool {
-        !self.resigned && self.election.inner.session.is_alive()
+        self.held.is_held()
     }
 
-    /// A channel that becomes ready (disconnected) when leadership may be lost (the
-    /// session's lease deadline passed or the session ended).
+    /// A channel that becomes ready (disconnected) when leadership may be lost or is given
+    /// up: the session's lease deadline passed or the session ended, our key was seen
+    /// deleted, a re-campaign superseded this guard, or it resigned.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -707,11 +629,12 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> Receiver<()> {
-        self.election.inner.session.lost()
+        self.held.lost()
     }
 
     /// Publishes a new value under our key, only while we lead; [`Error::NotLeader`] if we
-    /// no longer do.
+    /// no longer do. Exactly once: a retried attempt that etcd applies late can never
+    /// overwrite a newer value.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -721,16 +644,12 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<()> {
-        if self.resigned {
-            return Err(Error::NotLeader);
+        crate::runtime::ensure_blocking_allowed()?;
+        if self.held.proclaim(value.as_ref())? {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
         }
-        let session = &self.election.inner.session;
-        let key = self.key().to_vec();
-        let (rev, lease, value) = (self.rev, session.lease_id(), value.as_ref().to_vec());
-        let ok = session
-            .client()
-            .call(|rpc| async move { proclaim(&rpc, &key, rev, &value, lease).await })?;
-        if ok { Ok(()) } else { Err(Error::NotLeader) }
     }
 
     /// The condition "we still lead", for your own transactions.
@@ -744,7 +663,7 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn ownership_compare(&self) -> Compare {
-        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev)
+        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.held.rev())
     }
 
     /// Puts `key = value` only while we lead; [`Error::NotLeader`] otherwise.
@@ -784,65 +703,37 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        if self.resigned {
+        // A superseded or resigned guard must not write, although etcd would still see
+        // the same key and revision.
+        if !self.held.is_current() {
             return Err(Error::NotLeader);
         }
         guarded_txn(
-            self.election.inner.session.client(),
+            self.held.line().session().client(),
             self.ownership_compare(),
             txn,
         )
         .and_then(|r| r.ok_or(Error::NotLeader))
     }
 
-    /// Gives up leadership (deletes our key if it still has our create revision). On
-    /// error the guard keeps its state, so calling `resign` again retries; after success,
-    /// `Drop` does nothing more.
+    /// Gives up leadership (deletes our key if it still has our create revision). Returns
+    /// within about one request timeout; if etcd has not answered by then, this returns
+    /// [`Error::Timeout`] while the resignation goes on in the background, and calling
+    /// `resign` again waits for it once more. After success (or on a guard superseded by a
+    /// re-campaign) it does nothing.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// let mut l = session.election("e")?.campaign("v")?;
     /// while let Err(e) = l.resign() {
-    ///     eprintln!("resign failed, retrying: {e}");
+    ///     eprintln!("resign not confirmed yet: {e}");
     /// }
     /// # Ok(()) }
     /// ```
     pub fn resign(&mut self) -> Result<()> {
-        if self.resigned {
-            return Ok(());
-        }
-        let client = self.election.inner.session.client();
-        let key = self.key().to_vec();
-        let rev = self.rev;
-        client.call(|rpc| async move {
-            queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await
-        })?;
-        self.resigned = true;
-        Ok(())
-    }
-}
-
-impl Drop for Leadership {
-    fn drop(&mut self) {
-        if self.resigned {
-            return;
-        }
-        self.resigned = true;
-        let client = self.election.inner.session.client();
-        let rpc = client.rpc().clone();
-        let key = self.key().to_vec();
-        let rev = self.rev;
-        // Inside an async runtime, or once the lease is gone (etcd may be unreachable), do
-        // not make the caller wait: resign in the background.
-        if crate::runtime::inside_async() || !self.election.inner.session.is_alive() {
-            client.spawn(async move {
-                let _ = queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await;
-            });
-        } else {
-            let _ = client.block_on(async move {
-                queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await
-            });
-        }
+        crate::runtime::ensure_blocking_allowed()?;
+        let wait = self.held.line().session().client().rpc().request_timeout();
+        self.held.release(Some(wait)).map(|_| ())
     }
 }

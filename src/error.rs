@@ -77,6 +77,15 @@ pub enum Error {
     #[error("not leader: our election key is gone or no longer has our create revision")]
     NotLeader,
 
+    /// This thread already holds the named lock or leadership on this session (through a
+    /// guard it acquired): waiting for it would never end. Locks are not re-entrant; drop
+    /// or unlock the guard first, or use another session.
+    #[error(
+        "this thread already holds {0:?} on this session; waiting for it would deadlock \
+         (locks are not re-entrant)"
+    )]
+    WouldDeadlock(String),
+
     /// A caller passed a value this crate or etcd does not accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

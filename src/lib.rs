@@ -34,11 +34,13 @@ mod fault;
 mod keepalive;
 mod kv;
 mod mutex;
+mod ownership;
 mod pb;
 mod queue;
 mod rpc;
 mod runtime;
 mod session;
+mod signal;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "tls")]

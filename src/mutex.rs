@@ -2,14 +2,13 @@
 //! etcd's lock recipe (and wire format).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::Receiver;
-use tokio::sync::OwnedMutexGuard;
 
 use crate::error::{Error, Result, TryLockError};
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
-use crate::queue::{self, Owned, Position};
+use crate::ownership::{self, Held, Kind, Line, Released, Wait};
 use crate::rpc::Retry;
 use crate::session::Session;
 
@@ -44,21 +43,13 @@ use crate::session::Session;
 /// ```
 #[derive(Clone)]
 pub struct Mutex {
-    inner: Arc<MutexInner>,
-}
-
-struct MutexInner {
-    session: Session,
-    name: Vec<u8>,
-    prefix: Vec<u8>,
-    key: Vec<u8>,
-    local: Arc<tokio::sync::Mutex<()>>,
+    line: Arc<Line>,
 }
 
 impl std::fmt::Debug for Mutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mutex")
-            .field("key", &String::from_utf8_lossy(&self.inner.key))
+            .field("key", &String::from_utf8_lossy(self.line.key()))
             .finish()
     }
 }
@@ -75,25 +66,10 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn mutex(&self, name: impl AsRef<[u8]>) -> Result<Mutex> {
-        let name = name.as_ref();
-        let prefix = queue::key_prefix(name)?;
-        let key = queue::own_key(&prefix, self.lease_id());
         Ok(Mutex {
-            inner: Arc::new(MutexInner {
-                session: self.clone(),
-                name: name.to_vec(),
-                local: self.local_lock(name),
-                prefix,
-                key,
-            }),
+            line: self.line(name.as_ref())?,
         })
     }
-}
-
-enum Wait {
-    Forever,
-    Until(Instant, Duration),
-    Never,
 }
 
 impl Mutex {
@@ -106,7 +82,7 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &[u8] {
-        &self.inner.name
+        self.line.name()
     }
 
     /// The session this mutex locks with.
@@ -119,7 +95,7 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub fn session(&self) -> &Session {
-        &self.inner.session
+        self.line.session()
     }
 
     /// Blocks until the lock is held.
@@ -128,10 +104,11 @@ impl Mutex {
     /// guard without the lock), [`Error::LockLost`] if our queued key is deleted by someone
     /// else. On every error our key is removed.
     ///
-    /// Like `std::sync::Mutex`, the lock is not re-entrant: calling `lock()` on a mutex of
-    /// the same session and name while this thread holds its guard waits forever (threads
-    /// of one session take turns). Use [`lock_timeout`](Mutex::lock_timeout) or
-    /// [`try_lock`](Mutex::try_lock) where that could happen.
+    /// Like `std::sync::Mutex`, the lock is not re-entrant. Threads of one session take
+    /// turns; the thread that acquired a guard gets [`Error::WouldDeadlock`] (and
+    /// `try_lock` gets `WouldBlock`) instead of waiting on itself. A [`Mutex`] and an
+    /// [`Election`](crate::Election) of the same name on one session share one etcd key,
+    /// so they take turns too.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -163,15 +140,11 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
-        let deadline = Instant::now().checked_add(timeout);
-        let wait = match deadline {
-            Some(deadline) => Wait::Until(deadline, timeout),
-            None => Wait::Forever,
-        };
-        self.acquire(wait).map_err(|e| match e {
-            TryLockError::Error(e) => e,
-            TryLockError::WouldBlock => Error::LockLost,
-        })
+        self.acquire(Wait::from_timeout(timeout))
+            .map_err(|e| match e {
+                TryLockError::Error(e) => e,
+                TryLockError::WouldBlock => Error::LockLost,
+            })
     }
 
     /// Takes the lock only if it is free now. One transaction when free; when held, one
@@ -193,93 +166,11 @@ impl Mutex {
     }
 
     fn acquire(&self, wait: Wait) -> std::result::Result<MutexGuard, TryLockError> {
-        crate::runtime::ensure_blocking_allowed()?;
-        let span = tracing::debug_span!("lock", key = %String::from_utf8_lossy(&self.inner.key));
+        let span = tracing::debug_span!("lock", key = %String::from_utf8_lossy(self.line.key()));
         let _entered = span.enter();
-        let inner = &self.inner;
-        let session = inner.session.shared().clone();
-        session.check()?;
-        let client = inner.session.client().clone();
-        let rpc = client.rpc().clone();
-        let lease = inner.session.lease_id();
-        let (rev, local) = client.block_on(async {
-            // 1. Threads of this process sharing the session take turns here first.
-            let local = match wait {
-                Wait::Never => inner
-                    .local
-                    .clone()
-                    .try_lock_owned()
-                    .map_err(|_| TryLockError::WouldBlock)?,
-                Wait::Forever => tokio::select! {
-                    local = inner.local.clone().lock_owned() => local,
-                    reason = session.wait_lost() => return Err(Error::SessionLost(reason).into()),
-                },
-                Wait::Until(deadline, after) => tokio::select! {
-                    local = inner.local.clone().lock_owned() => local,
-                    reason = session.wait_lost() => return Err(Error::SessionLost(reason).into()),
-                    _ = tokio::time::sleep_until(deadline.into()) => {
-                        return Err(Error::Timeout { operation: "lock", after }.into())
-                    }
-                },
-            };
-            // 2. Join the line in etcd (one transaction).
-            let join = || async {
-                let mut enqueued =
-                    queue::enqueue(&rpc, &inner.prefix, &inner.key, b"", lease).await?;
-                if enqueued.existed {
-                    // A key of this session survived an earlier hold whose release never
-                    // reached etcd (or came with a resumed lease). Every acquisition gets a
-                    // fresh create revision, so fencing tokens strictly increase: end that
-                    // hold and queue again.
-                    queue::remove(&rpc, &inner.key, Owned::Revision(enqueued.rev)).await?;
-                    enqueued = queue::enqueue(&rpc, &inner.prefix, &inner.key, b"", lease).await?;
-                }
-                Ok::<_, Error>(enqueued)
-            };
-            let enqueued = match join().await {
-                Ok(enqueued) => enqueued,
-                Err(e) => {
-                    // The transaction may have applied: remove whatever key of ours exists.
-                    let _ = queue::remove_or_retry(&rpc, &inner.key, Owned::Lease(lease)).await;
-                    return Err(e.into());
-                }
-            };
-            let rev = enqueued.rev;
-            // 3. Wait for our turn, unless asked not to.
-            let waited = match (&wait, enqueued.position) {
-                (_, Position::Owner) => Ok(()),
-                (Wait::Never, _) => Err(TryLockError::WouldBlock),
-                (Wait::Forever, position) => {
-                    queue::wait_turn(&rpc, &session, &inner.prefix, &inner.key, rev, position)
-                        .await
-                        .map_err(TryLockError::from)
-                }
-                (Wait::Until(deadline, after), position) => tokio::time::timeout_at(
-                    (*deadline).into(),
-                    queue::wait_turn(&rpc, &session, &inner.prefix, &inner.key, rev, position),
-                )
-                .await
-                .unwrap_or(Err(Error::Timeout {
-                    operation: "lock",
-                    after: *after,
-                }))
-                .map_err(TryLockError::from),
-            };
-            match waited {
-                Ok(()) => Ok((rev, local)),
-                Err(e) => {
-                    let _ = queue::remove_or_retry(&rpc, &inner.key, Owned::Revision(rev)).await;
-                    Err(e)
-                }
-            }
-        })??;
-        tracing::debug!(fencing_token = rev, "lock acquired");
-        Ok(MutexGuard {
-            mutex: self.clone(),
-            rev,
-            local: Some(local),
-            released: false,
-        })
+        let held = ownership::acquire(&self.line, Kind::Lock, b"", wait)?;
+        tracing::debug!(fencing_token = held.rev(), "lock acquired");
+        Ok(MutexGuard { held })
     }
 }
 
@@ -311,17 +202,14 @@ impl Mutex {
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct MutexGuard {
-    mutex: Mutex,
-    rev: i64,
-    local: Option<OwnedMutexGuard<()>>,
-    released: bool,
+    held: Held,
 }
 
 impl std::fmt::Debug for MutexGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MutexGuard")
             .field("key", &self.key_str())
-            .field("fencing_token", &self.rev)
+            .field("fencing_token", &self.held.rev())
             .finish()
     }
 }
@@ -337,7 +225,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn key(&self) -> &[u8] {
-        &self.mutex.inner.key
+        self.held.key()
     }
 
     /// The lock key as text.
@@ -365,12 +253,12 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> i64 {
-        self.rev
+        self.held.rev()
     }
 
-    /// Whether the lock is still held as far as this process knows: not released, and the
-    /// session's lease deadline has not passed. No request is sent; use a guarded write
-    /// to have etcd confirm.
+    /// Whether the lock is still held as far as this process knows: not released, the
+    /// session's lease deadline has not passed, and our key has not been seen deleted. No
+    /// request is sent; use a guarded write to have etcd confirm.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -380,11 +268,12 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_held(&self) -> bool {
-        !self.released && self.mutex.inner.session.is_alive()
+        self.held.is_held()
     }
 
-    /// A channel that becomes ready (disconnected) when the lock may be lost: when the
-    /// session's lease deadline passes or the session ends. Nothing is ever sent on it.
+    /// A channel that becomes ready (disconnected) when the lock may be lost or is given
+    /// up: the session's lease deadline passed or the session ended, our key was seen
+    /// deleted, or the guard was released. Nothing is ever sent on it.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -395,7 +284,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> Receiver<()> {
-        self.mutex.inner.session.lost()
+        self.held.lost()
     }
 
     /// The condition "we still hold this lock" (our key still has our create revision),
@@ -413,7 +302,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn ownership_compare(&self) -> Compare {
-        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev)
+        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.held.rev())
     }
 
     /// Puts `key = value` only while we hold the lock; [`Error::LockLost`] otherwise.
@@ -460,7 +349,7 @@ impl MutexGuard {
     /// ```
     pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         guarded_txn(
-            self.mutex.inner.session.client(),
+            self.held.line().session().client(),
             self.ownership_compare(),
             txn,
         )
@@ -468,7 +357,10 @@ impl MutexGuard {
     }
 
     /// Releases the lock and reports the outcome: [`Error::LockLost`] if it was no longer
-    /// ours (nothing was deleted then), or the request's error.
+    /// ours (nothing was deleted then), or the request's error. Returns within about one
+    /// request timeout; if etcd has not answered by then, the release goes on in the
+    /// background (the next holder of this session and name waits for it) and this
+    /// returns [`Error::Timeout`].
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -478,58 +370,11 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn unlock(mut self) -> Result<()> {
-        self.released = true;
-        let result = self.release_blocking();
-        self.local = None;
-        match result? {
-            true => Ok(()),
-            false => Err(Error::LockLost),
-        }
-    }
-
-    fn release_blocking(&self) -> Result<bool> {
-        tracing::debug!(key = %self.key_str(), fencing_token = self.rev, "lock released");
-        let client = self.mutex.inner.session.client();
-        let rpc = client.rpc().clone();
-        let key = self.key().to_vec();
-        let rev = self.rev;
-        client.block_on(
-            async move { queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await },
-        )?
-    }
-}
-
-impl Drop for MutexGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        self.released = true;
-        let client = self.mutex.inner.session.client();
-        if crate::runtime::inside_async() {
-            // Blocking here would stall the caller's executor: release in the background,
-            // keeping the process-local turn until etcd has released too.
-            let rpc = client.rpc().clone();
-            let key = self.key().to_vec();
-            let rev = self.rev;
-            let local = self.local.take();
-            client.spawn(async move {
-                let _ = queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await;
-                drop(local);
-            });
-        } else if !self.mutex.inner.session.is_alive() {
-            // The lease is gone or going (etcd deletes the key with it), and etcd may well be
-            // unreachable: do not make the caller wait for a release; try in the background.
-            let rpc = client.rpc().clone();
-            let key = self.key().to_vec();
-            let rev = self.rev;
-            client.spawn(async move {
-                let _ = queue::remove_or_retry(&rpc, &key, Owned::Revision(rev)).await;
-            });
-        } else {
-            // Bounded by the request timeout; keeps retrying in the background if etcd did
-            // not answer.
-            let _ = self.release_blocking();
+        crate::runtime::ensure_blocking_allowed()?;
+        let wait = self.held.line().session().client().rpc().request_timeout();
+        match self.held.release(Some(wait))? {
+            Released::Deleted => Ok(()),
+            Released::NotOurs | Released::NotCurrent => Err(Error::LockLost),
         }
     }
 }

@@ -46,7 +46,7 @@ pub(crate) fn own_key(prefix: &[u8], lease: i64) -> Vec<u8> {
 }
 
 /// Where our key stands in the line.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Position {
     /// Our key is gone, or is not the one we created.
     Gone,
@@ -135,6 +135,8 @@ pub(crate) struct Enqueued {
     pub(crate) existed: bool,
     /// The value stored under our key.
     pub(crate) value: Vec<u8>,
+    /// The mod revision of our key (of the value stored under it).
+    pub(crate) value_rev: i64,
     pub(crate) position: Position,
 }
 
@@ -199,6 +201,7 @@ pub(crate) async fn enqueue(
             rev,
             existed: false,
             value: value.to_vec(),
+            value_rev: rev,
             position: position_of(newest, key, rev),
         });
     }
@@ -219,8 +222,61 @@ pub(crate) async fn enqueue(
         rev,
         existed: true,
         value: mine.value,
+        value_rev: mine.mod_revision,
         position,
     })
+}
+
+/// Puts `value` under `key` only if the key still has create revision `rev` and mod
+/// revision `value_rev` (the value we last wrote or read): a retried or late attempt can
+/// never overwrite a newer value. Returns the new mod revision, or `None` if the condition
+/// failed.
+pub(crate) async fn put_if_unchanged(
+    rpc: &Rpc,
+    key: &[u8],
+    rev: i64,
+    value_rev: i64,
+    value: &[u8],
+    lease: i64,
+) -> Result<Option<i64>> {
+    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+    let compare = |target: CompareTarget, value: TargetUnion| pb::Compare {
+        result: CompareResult::Equal as i32,
+        target: target as i32,
+        key: key.to_vec(),
+        target_union: Some(value),
+        range_end: Vec::new(),
+    };
+    let txn = pb::TxnRequest {
+        compare: vec![
+            compare(CompareTarget::Create, TargetUnion::CreateRevision(rev)),
+            compare(CompareTarget::Mod, TargetUnion::ModRevision(value_rev)),
+        ],
+        success: vec![pb::RequestOp {
+            request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                lease,
+                ..Default::default()
+            })),
+        }],
+        failure: Vec::new(),
+    };
+    let resp = rpc.txn(txn, Retry::Safe).await?;
+    Ok(resp
+        .succeeded
+        .then(|| resp.header.map_or(0, |h| h.revision)))
+}
+
+/// One linearizable read of `key`.
+pub(crate) async fn read_key(rpc: &Rpc, key: &[u8]) -> Result<Option<mvccpb::KeyValue>> {
+    let resp = rpc
+        .range(pb::RangeRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(resp.kvs.into_iter().next())
 }
 
 /// What proves a key is ours when removing it.
@@ -260,45 +316,6 @@ pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> 
         failure: Vec::new(),
     };
     Ok(rpc.txn(txn, Retry::Safe).await?.succeeded)
-}
-
-/// [`remove`], and keep trying in the background (on the client's runtime, for up to about
-/// 10 s) until etcd has answered often enough, so nothing is left behind and the next holder
-/// does not wait for our TTL:
-///
-/// * by revision: until etcd answers once (only if this first attempt got no answer);
-/// * by lease (after an ambiguous enqueue): until etcd answered three times, spread over
-///   a few seconds. The enqueue that timed out may still be applied *after* our delete:
-///   etcd does not order concurrent requests, and a frozen member applies what it had
-///   queued when it resumes. Without the later looks, that key would sit in the line,
-///   blocking everyone behind it until our session ends.
-///
-/// Must run inside the client's runtime.
-pub(crate) async fn remove_or_retry(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> {
-    let first = remove(rpc, key, owned).await;
-    let needed = match owned {
-        Owned::Revision(_) => 1,
-        Owned::Lease(_) => 3,
-    };
-    let mut answered = usize::from(!matches!(&first, Err(e) if e.is_transient()));
-    if answered < needed {
-        let (rpc, key) = (rpc.clone(), key.to_vec());
-        tokio::spawn(async move {
-            let mut delay = Duration::from_millis(200);
-            for _ in 0..8 {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-                match remove(&rpc, &key, owned).await {
-                    Err(e) if e.is_transient() => continue,
-                    _ => answered += 1,
-                }
-                if answered >= needed {
-                    return;
-                }
-            }
-        });
-    }
-    first
 }
 
 /// The error for "our key vanished while we waited": `SessionLost` if the lease is gone

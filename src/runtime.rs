@@ -34,9 +34,35 @@ pub(crate) fn inside_async() -> bool {
     }
     // tokio has no public "may this thread block?" query (tokio-rs/tokio#3559, #7769);
     // `Handle::block_on` asks exactly that, and panics when the answer is no. An empty
-    // future makes the probe cost nothing where blocking is allowed. Where it is not, the
-    // default panic hook prints tokio's message once per refused call.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle.block_on(async {}))).is_err()
+    // future makes the probe cost nothing where blocking is allowed.
+    install_quiet_probe_hook();
+    PROBING.with(|probing| probing.set(true));
+    let refused =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle.block_on(async {})))
+            .is_err();
+    PROBING.with(|probing| probing.set(false));
+    refused
+}
+
+thread_local! {
+    /// Set while this thread runs the blocking probe: its expected panic is not reported.
+    static PROBING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Chains a panic hook (once, the first time a call comes from inside a tokio context)
+/// that stays silent for the probe's own panic and hands every other panic to the hook
+/// that was installed before, unchanged. Without it each refused call would print tokio's
+/// panic message (and capture a backtrace under RUST_BACKTRACE).
+fn install_quiet_probe_hook() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !PROBING.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
 }
 
 /// Owns the runtime. Dropping it stops and joins the worker thread, except inside an async

@@ -10,6 +10,8 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::client::Client;
 use crate::error::{Code, Error, LossReason, Result};
 use crate::keepalive::safety_margin;
+use crate::ownership::Line;
+use crate::signal::Signal;
 
 /// Default session TTL, as in etcd's Go `concurrency` package.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
@@ -23,6 +25,8 @@ pub(crate) struct SessionShared {
     state: StdMutex<State>,
     lost_rx: Receiver<()>,
     lost_async: tokio::sync::watch::Sender<bool>,
+    /// Signals of guards built on this session: fired when the session is lost.
+    dependents: StdMutex<Vec<Weak<Signal>>>,
 }
 
 struct State {
@@ -49,7 +53,24 @@ impl SessionShared {
             }),
             lost_rx,
             lost_async,
+            dependents: StdMutex::new(Vec::new()),
         })
+    }
+
+    /// Fires `signal` when this session is lost (at once if it already is).
+    pub(crate) fn on_lost(&self, signal: &Arc<Signal>) {
+        if self.loss_reason().is_some() {
+            signal.fire();
+            return;
+        }
+        let mut dependents = self.dependents.lock().unwrap_or_else(|e| e.into_inner());
+        dependents.retain(|weak| weak.strong_count() > 0);
+        dependents.push(Arc::downgrade(signal));
+        drop(dependents);
+        // Lost in between: mark_lost may have drained the list before our push.
+        if self.state().reason.is_some() {
+            signal.fire();
+        }
     }
 
     fn state(&self) -> StdMutexGuard<'_, State> {
@@ -84,6 +105,11 @@ impl SessionShared {
         state.lost_tx = None;
         drop(state);
         self.lost_async.send_replace(true);
+        let dependents =
+            std::mem::take(&mut *self.dependents.lock().unwrap_or_else(|e| e.into_inner()));
+        for signal in dependents.iter().filter_map(Weak::upgrade) {
+            signal.fire();
+        }
         true
     }
 
@@ -187,9 +213,9 @@ pub struct Session {
 pub(crate) struct SessionInner {
     pub(crate) client: Client,
     pub(crate) shared: Arc<SessionShared>,
-    /// Per lock name, the process-local lock that threads sharing this session queue on
-    /// before touching the etcd key (see ARCHITECTURE.md, "threads of one process").
-    locals: StdMutex<HashMap<Vec<u8>, Weak<tokio::sync::Mutex<()>>>>,
+    /// Per name, the line every recipe of this session queues on before touching the
+    /// etcd key (see ARCHITECTURE.md, "Ownership core").
+    lines: StdMutex<HashMap<Vec<u8>, Weak<Line>>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -383,16 +409,17 @@ impl Session {
         self.inner.shared.mark_lost(LossReason::Orphaned);
     }
 
-    /// The process-local lock for `name` shared by every mutex of this session.
-    pub(crate) fn local_lock(&self, name: &[u8]) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locals = self.inner.locals.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(existing) = locals.get(name).and_then(Weak::upgrade) {
-            return existing;
+    /// This session's line under `name`, shared by every recipe of this session and name
+    /// (so a Mutex and an Election of one name on one session take turns on one key).
+    pub(crate) fn line(&self, name: &[u8]) -> Result<Arc<Line>> {
+        let mut lines = self.inner.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = lines.get(name).and_then(Weak::upgrade) {
+            return Ok(existing);
         }
-        locals.retain(|_, weak| weak.strong_count() > 0);
-        let fresh = Arc::new(tokio::sync::Mutex::new(()));
-        locals.insert(name.to_vec(), Arc::downgrade(&fresh));
-        fresh
+        lines.retain(|_, weak| weak.strong_count() > 0);
+        let fresh = Arc::new(Line::new(self.clone(), name)?);
+        lines.insert(name.to_vec(), Arc::downgrade(&fresh));
+        Ok(fresh)
     }
 }
 
@@ -523,7 +550,7 @@ impl SessionBuilder {
             inner: Arc::new(SessionInner {
                 client: self.client,
                 shared,
-                locals: StdMutex::new(HashMap::new()),
+                lines: StdMutex::new(HashMap::new()),
             }),
         })
     }

@@ -144,7 +144,11 @@ fn recampaign_on_the_same_session_proclaims() {
     assert_eq!(e.leader().unwrap().unwrap().value, b"def");
     let observer = e.observe().unwrap();
     assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("def"));
-    std::mem::forget(second); // one resign is enough
+    // The first guard was superseded: it reports so and its drop resigns nothing.
+    assert!(!first.is_leader());
+    drop(first);
+    assert!(second.is_leader());
+    assert_eq!(e.leader().unwrap().unwrap().value, b"def");
 }
 
 /// Upstream TestElectionOnPrefixOfExistingKey.

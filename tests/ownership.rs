@@ -1,0 +1,221 @@
+//! Regression tests for the ownership core (#10): each reproduces a way to get two holders
+//! or two leaders, a guard that says "held" over a key it no longer has, or a release that
+//! blocks too long, against real etcd. Each failed on the code before the core.
+
+#![cfg(feature = "testing")]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, cluster, etcd, eventually, keys, session};
+use etcd_sync::{Client, Error, TryLockError};
+
+/// Item 1: a timed-out campaign's cleanup used to be lease-scoped and ran on in the
+/// background, deleting the key of the next campaign on the same session.
+#[test]
+fn a_timed_out_campaign_never_deletes_the_next_campaigns_key() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (a, b, cs) = (session(&c, 10), session(&c, 10), session(&c, 10));
+    let mut leader_a = a.election("e1").unwrap().campaign("a").unwrap();
+    let eb = b.election("e1").unwrap();
+    assert!(matches!(
+        eb.campaign_timeout("b", Duration::from_millis(300)),
+        Err(Error::Timeout { .. })
+    ));
+    leader_a.resign().unwrap();
+    let leader_b = eb.campaign("b").unwrap();
+    // Longer than the old background cleanup (~600 ms).
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(leader_b.is_leader());
+    assert_eq!(
+        keys(&c, "e1/"),
+        vec![leader_b.key_str().into_owned()],
+        "B's key must survive the earlier timeout's cleanup"
+    );
+    assert!(
+        matches!(
+            cs.election("e1")
+                .unwrap()
+                .campaign_timeout("c", Duration::from_millis(800)),
+            Err(Error::Timeout { .. })
+        ),
+        "C must not lead while B does"
+    );
+    assert_eq!(c.leader("e1").unwrap().unwrap().value, b"b");
+}
+
+/// Item 2: after an ambiguous enqueue (etcd frozen), the lease-scoped cleanup used to
+/// delete the key of the next `lock()` on the same session and name.
+#[test]
+fn an_ambiguous_enqueue_never_deletes_the_next_holders_key() {
+    let server = etcd();
+    let c = Client::builder()
+        .endpoints(server.endpoints())
+        .request_timeout(Duration::from_millis(500))
+        .connect()
+        .unwrap();
+    let s = session(&c, 10);
+    let m = s.mutex("m2").unwrap();
+    server.pause().unwrap();
+    let frozen = m.lock();
+    assert!(
+        matches!(frozen, Err(Error::Timeout { .. } | Error::Unavailable(_))),
+        "{frozen:?}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    server.resume().unwrap();
+    let g = m.lock().expect("lock after etcd resumed");
+    // Longer than every later look of the ambiguous cleanup (1 s, then 3 s).
+    std::thread::sleep(Duration::from_millis(4500));
+    assert!(g.is_held());
+    let kv = c.get(g.key()).unwrap().expect("our key must still exist");
+    assert_eq!(kv.create_revision, g.fencing_token());
+    let other = session(&c, 10);
+    assert!(
+        matches!(
+            other
+                .mutex("m2")
+                .unwrap()
+                .lock_timeout(Duration::from_millis(800)),
+            Err(Error::Timeout { .. })
+        ),
+        "another session acquired while we hold"
+    );
+    g.put("m2-data", "mine").expect("guarded write while held");
+}
+
+/// Item 3: a re-campaign used to return a second guard over the same key; dropping the
+/// first resigned (deleted the shared key) while the second still said "leader".
+#[test]
+fn a_recampaign_supersedes_the_old_guard_instead_of_aliasing_it() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let e = s.election("e3").unwrap();
+    let mut l = e.campaign("v1").unwrap();
+    let first_lost = l.lost();
+    let token = l.fencing_token();
+    l = e.campaign("v2").unwrap(); // drops the first guard: must not resign
+    assert!(
+        matches!(
+            first_lost.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        ),
+        "the superseded guard reports it"
+    );
+    assert!(l.is_leader());
+    assert_eq!(l.fencing_token(), token, "same key, same place");
+    let leader = c.leader("e3").unwrap().expect("a leader");
+    assert_eq!(leader.value, b"v2");
+    assert_eq!(leader.create_revision, token);
+    let other = session(&c, 10);
+    assert!(matches!(
+        other
+            .election("e3")
+            .unwrap()
+            .campaign_timeout("x", Duration::from_millis(800)),
+        Err(Error::Timeout { .. })
+    ));
+    // The superseded guard is inert; the live one still writes and resigns.
+    l.put("e3-data", "leader").unwrap();
+    drop(l);
+    assert!(eventually(Duration::from_secs(2), || keys(&c, "e3/").is_empty()));
+}
+
+/// A superseded guard held in a variable (not dropped) answers false and cannot write.
+#[test]
+fn a_superseded_guard_is_inert() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let e = s.election("e3b").unwrap();
+    let mut old = e.campaign("v1").unwrap();
+    let new = e.campaign("v2").unwrap();
+    assert!(!old.is_leader());
+    assert!(matches!(old.proclaim("v3"), Err(Error::NotLeader)));
+    assert!(matches!(old.put("k", "v"), Err(Error::NotLeader)));
+    old.resign().unwrap(); // nothing to give up
+    assert!(new.is_leader());
+    assert_eq!(c.leader("e3b").unwrap().unwrap().value, b"v2");
+}
+
+/// One session never has two live guards over one key: a campaign from another thread
+/// while this session leads re-campaigns (the old guard says it was superseded), and a
+/// Mutex of the same name on the same session takes turns with the Leadership.
+#[test]
+fn one_session_never_has_two_live_guards_over_one_key() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let e = s.election("shared").unwrap();
+    let l = e.campaign("main").unwrap();
+    let e2 = e.clone();
+    let other = std::thread::spawn(move || e2.campaign("thread"))
+        .join()
+        .unwrap()
+        .expect("a re-campaign from another thread");
+    assert!(other.is_leader());
+    assert!(!l.is_leader(), "the superseded guard must say so");
+    assert_eq!(other.fencing_token(), l.fencing_token());
+    drop(l); // no-op
+    assert_eq!(c.leader("shared").unwrap().unwrap().value, b"thread");
+    // The same thread asking for the Mutex of that name would wait on itself.
+    let m = s.mutex("shared").unwrap();
+    assert!(matches!(m.lock(), Err(Error::WouldDeadlock(_))));
+    assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
+    // Another thread waits for its turn instead.
+    let m2 = m.clone();
+    let waiter = std::thread::spawn(move || m2.lock().map(|g| g.fencing_token()));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiter.is_finished(), "the mutex was taken while leading");
+    drop(other);
+    let token = waiter
+        .join()
+        .unwrap()
+        .expect("the mutex after the leadership");
+    assert!(token > 0);
+}
+
+/// Item 6: with every member frozen, dropping a guard and resigning used to take one
+/// request timeout per endpoint (3 s with three endpoints and a 1 s timeout).
+#[test]
+fn drop_and_resign_return_within_one_request_timeout_when_etcd_is_frozen() {
+    let cl = cluster();
+    let c = Client::builder()
+        .endpoints(cl.endpoints())
+        .request_timeout(Duration::from_secs(1))
+        .connect()
+        .unwrap();
+    let s = session(&c, 20);
+    let g = s.mutex("frozen-m").unwrap().lock().unwrap();
+    let mut l = s.election("frozen-e").unwrap().campaign("v").unwrap();
+    for i in 0..3 {
+        cl.pause(i).unwrap();
+    }
+    let start = Instant::now();
+    drop(g);
+    let dropped = start.elapsed();
+    let start = Instant::now();
+    let resigned = l.resign();
+    let resign_took = start.elapsed();
+    for i in 0..3 {
+        cl.resume(i).unwrap();
+    }
+    assert!(
+        dropped < Duration::from_millis(1600),
+        "drop took {dropped:?}"
+    );
+    assert!(
+        resign_took < Duration::from_millis(1600),
+        "resign took {resign_took:?}"
+    );
+    assert!(
+        matches!(resigned, Err(Error::Timeout { .. })),
+        "{resigned:?}"
+    );
+    // Both go on in the background and finish once etcd answers; resign() confirms.
+    assert!(eventually(Duration::from_secs(10), || l.resign().is_ok()));
+    assert!(eventually(Duration::from_secs(10), || keys(&c, "frozen-").is_empty()));
+}
