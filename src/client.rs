@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::follow::Follower;
 use crate::keepalive::KeepAlive;
 use crate::kv::{KeyValue, Txn, TxnResponse};
 use crate::pb::etcdserverpb as pb;
@@ -51,6 +52,8 @@ pub struct Client {
 // is shut down.
 struct ClientInner {
     rpc: Rpc,
+    /// The task that follows live guards' keys (one watch stream for the client).
+    follower: Follower,
     keepalive: KeepAlive,
     runtime: Runtime,
 }
@@ -322,6 +325,10 @@ impl Client {
         self.inner.runtime.spawn(fut);
     }
 
+    pub(crate) fn follower(&self) -> &Follower {
+        &self.inner.follower
+    }
+
     pub(crate) fn keepalive_register(&self, session: Arc<SessionShared>) -> Result<()> {
         self.inner.keepalive.register(session)
     }
@@ -553,9 +560,11 @@ impl ClientBuilder {
         let runtime = Runtime::new()?;
         let rpc = runtime.block_on(Rpc::connect(&config))??;
         let keepalive = KeepAlive::start(runtime.handle()?.clone(), rpc.clone())?;
+        let follower = Follower::start(runtime.handle()?, rpc.clone());
         Ok(Client {
             inner: Arc::new(ClientInner {
                 rpc,
+                follower,
                 keepalive,
                 runtime,
             }),

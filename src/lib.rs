@@ -31,6 +31,7 @@ mod client;
 mod election;
 mod error;
 mod fault;
+mod follow;
 mod keepalive;
 mod kv;
 mod mutex;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::error::{Error, Result, TryLockError};
+use crate::follow::Follow;
 use crate::queue::{self, Owned, Position};
 use crate::rpc::Rpc;
 use crate::session::{Session, SessionShared};
@@ -116,7 +117,7 @@ impl Line {
     /// The hold that owns this line's turn, if it has not ended.
     pub(crate) fn live_hold(&self) -> Option<Arc<Hold>> {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        current.upgrade().filter(|hold| !hold.ended())
+        current.upgrade().filter(|hold| !hold.is_ended())
     }
 }
 
@@ -149,7 +150,7 @@ impl Hold {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn ended(&self) -> bool {
+    pub(crate) fn is_ended(&self) -> bool {
         self.state().ended
     }
 
@@ -507,19 +508,24 @@ pub(crate) fn acquire(
         proclaiming: tokio::sync::Mutex::new(()),
     });
     *line.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&hold);
+    client.follower().follow(Follow::Guard {
+        key: line.key.clone(),
+        rev: enqueued.rev,
+        hold: Arc::downgrade(&hold),
+    });
     tracing::debug!(key = %String::from_utf8_lossy(&line.key), fencing_token = enqueued.rev, ?kind, "acquired");
     Ok(Held::new(hold))
 }
 
-/// Joins the line: one Txn, plus what to do with a key this session already has there.
+/// Joins the line: one Txn, plus what to do with a key this session already has.
 async fn join(
     rpc: &Rpc,
-    line: &Line,
+    line: &Arc<Line>,
     kind: Kind,
     value: &[u8],
     lease: i64,
 ) -> Result<queue::Enqueued> {
-    let enqueued = queue::enqueue(rpc, &line.prefix, &line.key, value, lease).await?;
+    let enqueued = enqueue_once_or_sweep(rpc, line, value, lease).await?;
     if !enqueued.existed {
         return Ok(enqueued);
     }
@@ -529,7 +535,7 @@ async fn join(
         Kind::Lock => {
             // A fresh create revision for every acquisition: fencing tokens strictly grow.
             queue::remove(rpc, &line.key, Owned::Revision(enqueued.rev)).await?;
-            queue::enqueue(rpc, &line.prefix, &line.key, value, lease).await
+            enqueue_once_or_sweep(rpc, line, value, lease).await
         }
         Kind::Lead if enqueued.value == value => Ok(enqueued),
         Kind::Lead => {
@@ -553,6 +559,43 @@ async fn join(
             }
         }
     }
+}
+
+/// The enqueue Txn, retried on the next endpoints after a transient failure. A failed
+/// attempt may still be applied later by the member that had it (etcd has no idempotency
+/// keys), re-creating our key after it is gone: if any attempt was ambiguous, the line is
+/// swept for that from the successful answer on.
+async fn enqueue_once_or_sweep(
+    rpc: &Rpc,
+    line: &Arc<Line>,
+    value: &[u8],
+    lease: i64,
+) -> Result<queue::Enqueued> {
+    let mut ambiguous = false;
+    let mut attempts = rpc.endpoints().len();
+    loop {
+        attempts -= 1;
+        match queue::enqueue(rpc, &line.prefix, &line.key, value, lease).await {
+            Err(e) if e.is_transient() && attempts > 0 => ambiguous = true,
+            Ok(enqueued) => {
+                if ambiguous {
+                    sweep(line, enqueued.rev + 1);
+                }
+                return Ok(enqueued);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Has the client's follow task sweep `line` from revision `from` (see `follow.rs`).
+fn sweep(line: &Line, from: i64) {
+    line.session.client().follower().follow(Follow::Sweep {
+        key: line.key.clone(),
+        from,
+        turn: line.turn.clone(),
+        session: line.session.shared().clone(),
+    });
 }
 
 /// Deletes `key` in a task that owns `turn` until etcd answered; the receiver gets the
@@ -598,29 +641,26 @@ async fn remove_until_answered(
     }
 }
 
-/// When to look again for a late-applied enqueue after an ambiguous one.
-const LATE_LOOKS: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(3)];
-
 /// After an ambiguous enqueue: remove whatever key of our lease exists under the name,
-/// owning the turn, then look again a few times (each time taking the turn) for the same
-/// attempt applied late by a member that held it.
+/// owning the turn, then have the client's follow task sweep the line for the same
+/// attempt applied late by a member that held it (see `follow.rs`).
 fn clean_up_ambiguous(line: &Arc<Line>, turn: OwnedMutexGuard<()>) {
     let rpc = line.session.client().rpc().clone();
     let session = line.session.shared().clone();
-    let lease = line.session.lease_id();
-    let (key, turns) = (line.key.clone(), line.turn.clone());
-    line.session.client().spawn(async move {
-        let _ = remove_until_answered(&rpc, &session, &key, Owned::Lease(lease)).await;
+    let key = line.key.clone();
+    let line = line.clone();
+    line.session.client().clone().spawn(async move {
+        let removed = loop {
+            match queue::remove_at(&rpc, &key, Owned::Lease(session.id())).await {
+                Err(e) if e.is_transient() && session.loss_reason().is_none() => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => break other,
+            }
+        };
         drop(turn);
-        for after in LATE_LOOKS {
-            tokio::time::sleep(after).await;
-            if session.loss_reason().is_some() {
-                return;
-            }
-            let _turn = turns.clone().lock_owned().await;
-            if let Ok(true) = queue::remove(&rpc, &key, Owned::Lease(lease)).await {
-                tracing::warn!(key = %String::from_utf8_lossy(&key), "removed a late-applied enqueue");
-            }
+        if let Ok((_, revision)) = removed {
+            sweep(&line, revision + 1);
         }
     });
 }

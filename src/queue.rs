@@ -144,7 +144,9 @@ pub(crate) struct Enqueued {
 /// `Election.Campaign`: if our key does not exist, put it with our lease; else read it.
 /// Both branches also read the owner (Go's shape) and, on the put branch, the newest two
 /// keys, which are ours and our predecessor's: so an uncontended acquire is one request.
-/// Retry-safe: a second run finds the key and takes the read branch.
+/// Retry-safe: a second run finds the key and takes the read branch. It is sent to one
+/// endpoint only: the caller retries, because it must know that an attempt was ambiguous
+/// (it may still be applied late, after the key is gone again).
 pub(crate) async fn enqueue(
     rpc: &Rpc,
     prefix: &[u8],
@@ -185,7 +187,7 @@ pub(crate) async fn enqueue(
             range(first_created(prefix)),
         ],
     };
-    let resp = rpc.txn(txn, Retry::Safe).await?;
+    let resp = rpc.txn(txn, Retry::Never).await?;
     let mut ranges = resp
         .responses
         .into_iter()
@@ -292,6 +294,11 @@ pub(crate) enum Owned {
 
 /// Deletes `key` if it is still ours; returns whether it was.
 pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> {
+    Ok(remove_at(rpc, key, owned).await?.0)
+}
+
+/// [`remove`], with the store revision of the answer.
+pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bool, i64)> {
     use pb::compare::{CompareResult, CompareTarget, TargetUnion};
     let (target, value) = match owned {
         Owned::Revision(rev) => (CompareTarget::Create, TargetUnion::CreateRevision(rev)),
@@ -315,7 +322,8 @@ pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> 
         }],
         failure: Vec::new(),
     };
-    Ok(rpc.txn(txn, Retry::Safe).await?.succeeded)
+    let resp = rpc.txn(txn, Retry::Safe).await?;
+    Ok((resp.succeeded, resp.header.map_or(0, |h| h.revision)))
 }
 
 /// The error for "our key vanished while we waited": `SessionLost` if the lease is gone

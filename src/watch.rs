@@ -37,8 +37,8 @@ pub(crate) fn watch_request(
 /// One bidirectional watch stream. Dropping it cancels its watchers (the HTTP/2 stream is
 /// reset).
 pub(crate) struct WatchStream {
-    // Kept so the request side stays open: closing it would half-close the stream.
-    _requests: UnboundedSender<pb::WatchRequest>,
+    // Also keeps the request side open: closing it would half-close the stream.
+    requests: UnboundedSender<pb::WatchRequest>,
     stream: tonic::Streaming<pb::WatchResponse>,
     /// Responses that arrived while we were still waiting for `created` confirmations.
     early: VecDeque<pb::WatchResponse>,
@@ -46,10 +46,11 @@ pub(crate) struct WatchStream {
     endpoint: usize,
 }
 
-/// What `open` learned: one watch id per create request, in order, and the lowest store
-/// revision etcd reported when creating them (its "now" for the first watcher).
+/// What `open` learned: one watch id per create request, in order (`None` where etcd
+/// refused the watcher: only [`WatchStream::open_tolerant`] returns those), and the lowest
+/// store revision etcd reported when creating them (its "now" for the first watcher).
 pub(crate) struct Created {
-    pub(crate) ids: Vec<i64>,
+    pub(crate) ids: Vec<Option<i64>>,
     pub(crate) revision: i64,
 }
 
@@ -60,6 +61,19 @@ impl WatchStream {
         rpc: &Rpc,
         creates: Vec<pb::WatchCreateRequest>,
     ) -> Result<(WatchStream, Created)> {
+        let (watch, created, refusal) = Self::open_tolerant(rpc, creates).await?;
+        match refusal {
+            Some(refusal) => Err(cancel_error(&refusal)),
+            None => Ok((watch, created)),
+        }
+    }
+
+    /// Like [`open`](WatchStream::open), but a watcher etcd refuses (a compacted start
+    /// revision) is reported as a `None` id with the first refusal, not as an error.
+    pub(crate) async fn open_tolerant(
+        rpc: &Rpc,
+        creates: Vec<pb::WatchCreateRequest>,
+    ) -> Result<(WatchStream, Created, Option<pb::WatchResponse>)> {
         match Self::open_with_token(rpc, creates.clone()).await {
             // etcd checks the token on every watcher it creates: refresh it and try again.
             Err(e) if rpc.can_reauthenticate(&e) => {
@@ -73,7 +87,7 @@ impl WatchStream {
     async fn open_with_token(
         rpc: &Rpc,
         creates: Vec<pb::WatchCreateRequest>,
-    ) -> Result<(WatchStream, Created)> {
+    ) -> Result<(WatchStream, Created, Option<pb::WatchResponse>)> {
         let (endpoint, channel) = rpc.channel();
         let result = tokio::time::timeout(
             rpc.request_timeout(),
@@ -97,7 +111,7 @@ impl WatchStream {
         endpoint: usize,
         channel: tonic::transport::Channel,
         creates: Vec<pb::WatchCreateRequest>,
-    ) -> Result<(WatchStream, Created)> {
+    ) -> Result<(WatchStream, Created, Option<pb::WatchResponse>)> {
         let wanted = creates.len();
         let (requests, receiver) = unbounded_channel();
         // Queue before issuing the call: etcd sends headers only with its first response.
@@ -108,7 +122,7 @@ impl WatchStream {
         }
         let stream = rpc.watch(channel, receiver).await?;
         let mut watch = WatchStream {
-            _requests: requests,
+            requests,
             stream,
             early: VecDeque::new(),
             endpoint,
@@ -117,15 +131,23 @@ impl WatchStream {
             ids: Vec::with_capacity(wanted),
             revision: 0,
         };
+        let mut refusal = None;
         while created.ids.len() < wanted {
             let response = watch.receive().await?;
             if response.created {
                 if response.canceled {
-                    return Err(cancel_error(&response));
+                    // An expired token must be refreshed by the caller: not tolerated.
+                    let error = cancel_error(&response);
+                    if rpc.can_reauthenticate(&error) {
+                        return Err(error);
+                    }
+                    created.ids.push(None);
+                    refusal.get_or_insert(response);
+                    continue;
                 }
-                created.ids.push(response.watch_id);
+                created.ids.push(Some(response.watch_id));
                 let revision = response.header.as_ref().map_or(0, |h| h.revision);
-                created.revision = if created.ids.len() == 1 {
+                created.revision = if created.revision == 0 {
                     revision
                 } else {
                     created.revision.min(revision)
@@ -134,7 +156,28 @@ impl WatchStream {
                 watch.early.push_back(response);
             }
         }
-        Ok((watch, created))
+        Ok((watch, created, refusal))
+    }
+
+    /// Adds a watcher to the open stream; its `created` answer arrives in order with the
+    /// other responses.
+    pub(crate) fn send_create(&self, create: pb::WatchCreateRequest) -> Result<()> {
+        self.send(pb::watch_request::RequestUnion::CreateRequest(create))
+    }
+
+    /// Cancels watcher `id` on this stream.
+    pub(crate) fn send_cancel(&self, id: i64) -> Result<()> {
+        self.send(pb::watch_request::RequestUnion::CancelRequest(
+            pb::WatchCancelRequest { watch_id: id },
+        ))
+    }
+
+    fn send(&self, request: pb::watch_request::RequestUnion) -> Result<()> {
+        self.requests
+            .send(pb::WatchRequest {
+                request_union: Some(request),
+            })
+            .map_err(|_| Error::Unavailable("the watch stream is closed".into()))
     }
 
     async fn receive(&mut self) -> Result<pb::WatchResponse> {

@@ -219,3 +219,117 @@ fn drop_and_resign_return_within_one_request_timeout_when_etcd_is_frozen() {
     assert!(eventually(Duration::from_secs(10), || l.resign().is_ok()));
     assert!(eventually(Duration::from_secs(10), || keys(&c, "frozen-").is_empty()));
 }
+
+fn etcdctl(endpoint: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(
+        etcd_sync::testing::etcdctl_binary().expect("etcdctl (apt-get install etcd-client)"),
+    )
+    .env("ETCDCTL_API", "3")
+    .arg("--endpoints")
+    .arg(endpoint)
+    .args(args)
+    .output()
+    .expect("run etcdctl")
+}
+
+/// Waits up to `limit` for `lost` to fire; returns how long it took.
+fn fired_within(lost: &crossbeam_channel::Receiver<()>, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    match lost.recv_timeout(limit) {
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Some(start.elapsed()),
+        _ => None,
+    }
+}
+
+/// Guards follow their key: deleting it with `etcdctl del` ends the guard within a
+/// second (the session is fine, so only the key tells).
+#[test]
+fn deleting_a_held_key_with_etcdctl_ends_the_guard_within_a_second() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 30);
+    let g = s.mutex("del-m").unwrap().lock().unwrap();
+    let l = s.election("del-e").unwrap().campaign("v").unwrap();
+    let (g_lost, l_lost) = (g.lost(), l.lost());
+    assert!(g.is_held() && l.is_leader());
+    for key in [g.key_str().into_owned(), l.key_str().into_owned()] {
+        let out = etcdctl(&server.endpoint(), &["del", &key]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let took = fired_within(&g_lost, Duration::from_secs(1)).expect("mutex lost() fired");
+    assert!(
+        fired_within(&l_lost, Duration::from_secs(1)).is_some(),
+        "leadership lost()"
+    );
+    assert!(!g.is_held() && !l.is_leader());
+    assert!(s.is_alive(), "only the key was deleted");
+    assert!(matches!(g.put("x", "y"), Err(Error::LockLost)));
+    // Another session gets both at once.
+    let other = session(&c, 30);
+    assert!(other.mutex("del-m").unwrap().try_lock().is_ok());
+    eprintln!("lost() fired {took:?} after the delete");
+    // Dropping the lost guards deletes nothing of anyone else's.
+    drop(g);
+    drop(l);
+}
+
+/// A lease revoked elsewhere deletes our keys: guards report it within a second, before
+/// the keep-alive finds out.
+#[test]
+fn a_lease_revoked_elsewhere_ends_the_guard_within_a_second() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 30);
+    let g = s.mutex("revoked").unwrap().lock().unwrap();
+    let lost = g.lost();
+    let out = etcdctl(
+        &server.endpoint(),
+        &["lease", "revoke", &format!("{:x}", s.lease_id())],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(fired_within(&lost, Duration::from_secs(1)).is_some());
+    assert!(!g.is_held());
+}
+
+/// Item 4: the enqueue times out on a frozen follower and succeeds on another member; when
+/// the follower resumes it may apply the first attempt, re-creating our key after we
+/// released it. No key may be left behind, and the next holder must not wait for our
+/// session to end.
+#[test]
+fn a_late_applied_enqueue_leaves_no_key_behind() {
+    let cl = cluster();
+    let all = cl.endpoints();
+    let leader = cl.leader().unwrap();
+    let follower = (leader + 1) % all.len();
+    let ordered: Vec<String> = (0..all.len())
+        .map(|i| all[(follower + i) % all.len()].clone())
+        .collect();
+    let c = Client::builder()
+        .endpoints(&ordered)
+        .request_timeout(Duration::from_millis(500))
+        .connect()
+        .unwrap();
+    let s = session(&c, 20);
+    let m = s.mutex("late").unwrap();
+    cl.pause(follower).unwrap();
+    let g = m.lock().expect("lock through another member");
+    let token = g.fencing_token();
+    g.unlock().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    cl.resume(follower).unwrap();
+    let observer = Client::connect(&all[leader..=leader]).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || keys(&observer, "late/")
+            .is_empty()),
+        "our key is left behind: {:?}",
+        observer.get_prefix("late/").unwrap()
+    );
+    let other = session(&observer, 20);
+    let next = other
+        .mutex("late")
+        .unwrap()
+        .lock_timeout(Duration::from_secs(3))
+        .expect("the next holder does not wait for our session");
+    assert!(next.fencing_token() > token);
+    assert!(s.is_alive());
+}
