@@ -85,7 +85,11 @@ pub(crate) struct Line {
 }
 
 impl Line {
-    pub(crate) fn new(session: Session, name: &[u8]) -> Result<Line> {
+    pub(crate) fn new(
+        session: Session,
+        name: &[u8],
+        turn: Arc<tokio::sync::Mutex<()>>,
+    ) -> Result<Line> {
         let prefix = queue::key_prefix(name)?;
         let key = queue::own_key(&prefix, session.lease_id());
         Ok(Line {
@@ -93,7 +97,7 @@ impl Line {
             name: name.to_vec(),
             prefix,
             key,
-            turn: Arc::new(tokio::sync::Mutex::new(())),
+            turn,
             current: StdMutex::new(Weak::new()),
         })
     }
@@ -126,8 +130,6 @@ pub(crate) struct Hold {
     line: Arc<Line>,
     rev: i64,
     kind: Kind,
-    /// The thread that acquired: a second acquire from it would wait on itself.
-    thread: ThreadId,
     state: StdMutex<HoldState>,
     /// Serialises proclamations, whose exactly-once condition is the last value revision.
     proclaiming: tokio::sync::Mutex<()>,
@@ -136,6 +138,9 @@ pub(crate) struct Hold {
 struct HoldState {
     /// Which [`Held`] is live: a re-campaign hands the hold to a new guard.
     generation: u64,
+    /// The thread that acquired (or re-campaigned) it: a second acquire from that thread
+    /// would wait on itself.
+    thread: ThreadId,
     /// The live guard's "lost" signal.
     signal: Arc<Signal>,
     /// The turn, until the release (or its cleanup) is answered.
@@ -323,6 +328,7 @@ impl Held {
             state.signal.fire();
             state.generation += 1;
             state.signal = Arc::new(Signal::new());
+            state.thread = std::thread::current().id();
         }
         Some(Held::new(hold.clone()))
     }
@@ -435,7 +441,7 @@ pub(crate) fn acquire(
     let session = line.session.shared().clone();
     session.check()?;
     if let Some(hold) = line.live_hold()
-        && hold.thread == std::thread::current().id()
+        && hold.state().thread == std::thread::current().id()
     {
         // Waiting for a turn this thread owns would never end.
         return Err(match wait {
@@ -497,9 +503,9 @@ pub(crate) fn acquire(
         line: line.clone(),
         rev: enqueued.rev,
         kind,
-        thread: std::thread::current().id(),
         state: StdMutex::new(HoldState {
             generation: 0,
+            thread: std::thread::current().id(),
             signal: Arc::new(Signal::new()),
             turn: Some(turn),
             ended: false,

@@ -216,6 +216,10 @@ pub(crate) struct SessionInner {
     /// Per name, the line every recipe of this session queues on before touching the
     /// etcd key (see ARCHITECTURE.md, "Ownership core").
     lines: StdMutex<HashMap<Vec<u8>, Weak<Line>>>,
+    /// Per name, the turn of its line. Kept apart from the lines: a release or cleanup
+    /// task owns the turn after every handle on the line is gone, and a line created
+    /// again meanwhile must queue on that same turn.
+    turns: StdMutex<HashMap<Vec<u8>, Weak<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -409,6 +413,18 @@ impl Session {
         self.inner.shared.mark_lost(LossReason::Orphaned);
     }
 
+    /// The turn of this session's line under `name` (see [`Session::line`]).
+    fn turn(&self, name: &[u8]) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.inner.turns.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = turns.get(name).and_then(Weak::upgrade) {
+            return existing;
+        }
+        turns.retain(|_, weak| weak.strong_count() > 0);
+        let fresh = Arc::new(tokio::sync::Mutex::new(()));
+        turns.insert(name.to_vec(), Arc::downgrade(&fresh));
+        fresh
+    }
+
     /// This session's line under `name`, shared by every recipe of this session and name
     /// (so a Mutex and an Election of one name on one session take turns on one key).
     pub(crate) fn line(&self, name: &[u8]) -> Result<Arc<Line>> {
@@ -417,7 +433,7 @@ impl Session {
             return Ok(existing);
         }
         lines.retain(|_, weak| weak.strong_count() > 0);
-        let fresh = Arc::new(Line::new(self.clone(), name)?);
+        let fresh = Arc::new(Line::new(self.clone(), name, self.turn(name))?);
         lines.insert(name.to_vec(), Arc::downgrade(&fresh));
         Ok(fresh)
     }
@@ -551,6 +567,7 @@ impl SessionBuilder {
                 client: self.client,
                 shared,
                 lines: StdMutex::new(HashMap::new()),
+                turns: StdMutex::new(HashMap::new()),
             }),
         })
     }

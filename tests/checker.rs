@@ -1,0 +1,657 @@
+//! The randomized checker: child processes, each with one client, two sessions and two
+//! threads per session, run random sequences of the public API (lock, lock_timeout with
+//! short timeouts, try_lock, unlock, drop, retry loops, campaign, campaign_timeout,
+//! re-campaign, proclaim, resign) on a few names of a real 3-member cluster, while the
+//! parent SIGKILLs children, kills and restarts members, pauses members, and freezes the
+//! whole cluster for longer than the request timeout.
+//!
+//! Every guard logs its interval: from acquisition returning to the last instant
+//! `is_held()` / `is_leader()` confirmed it (on the machine-wide monotonic clock), its
+//! fencing token and the revisions of its guarded writes. The parent then checks, per name:
+//!
+//! * intervals of different guards never overlap, and tokens increase with time;
+//! * etcd accepted each guard's writes strictly in token order;
+//! * a guarded write under a released or lost guard's condition never commits;
+//! * no key is left once every session is closed;
+//! * no wait outlives its timeout by more than two request timeouts.
+//!
+//! Every run prints its seed; `CHECKER_SEED=<seed>` replays the same schedule (the same
+//! operations and faults in the same order; timing is the machine's). `CHECKER_SECS`
+//! (default 45) bounds the chaos. Everything runs on 127.0.0.1 and every process started is
+//! killed at the end.
+//!
+//! A second mode, [`key_deletion_fires_lost_within_a_second`], deletes held keys with
+//! `etcdctl del` and checks that `lost()` fires within one second.
+
+#![cfg(feature = "testing")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use common::{CHILD_ROLE, ChildGuard, eventually, keys, monotonic_ns, spawn_child};
+use etcd_sync::testing::EtcdCluster;
+use etcd_sync::{Client, Error, Leadership, MutexGuard, Session, Txn, TxnOp};
+
+const PROCESSES: usize = 3;
+const SESSIONS: usize = 2;
+const THREADS_PER_SESSION: usize = 2;
+const NAMES: [&str; 2] = ["ck-a", "ck-b"];
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+const TTL: Duration = Duration::from_secs(3);
+
+/// xorshift64*: reproducible from its seed, no extra crate.
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+}
+
+fn client_for(endpoints: &[String]) -> etcd_sync::Result<Client> {
+    Client::builder()
+        .endpoints(endpoints)
+        .request_timeout(REQUEST_TIMEOUT)
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+}
+
+type Log = Arc<StdMutex<std::fs::File>>;
+
+fn log(log: &Log, line: String) {
+    let mut f = log.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = writeln!(f, "{line}");
+    let _ = f.flush();
+}
+
+/// Child-process entry point.
+#[test]
+fn checker_child() {
+    let Ok(role) = std::env::var(CHILD_ROLE) else {
+        return;
+    };
+    assert_eq!(role, "worker");
+    let endpoints: Vec<String> = std::env::var("ENDPOINTS")
+        .unwrap()
+        .split(',')
+        .map(String::from)
+        .collect();
+    let deadline_ns: u64 = std::env::var("DEADLINE_NS").unwrap().parse().unwrap();
+    let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
+    let log_file: Log = Arc::new(StdMutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(std::env::var("LOG").unwrap())
+            .unwrap(),
+    ));
+    let mut endpoints = endpoints;
+    endpoints.rotate_left((seed % 3) as usize);
+    let client = loop {
+        match client_for(&endpoints) {
+            Ok(client) => break client,
+            Err(_) if monotonic_ns() < deadline_ns => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(_) => return,
+        }
+    };
+    let mut threads = Vec::new();
+    for s in 0..SESSIONS {
+        let slot: Arc<StdMutex<Option<Session>>> = Arc::new(StdMutex::new(None));
+        for t in 0..THREADS_PER_SESSION {
+            let (client, slot, log_file) = (client.clone(), slot.clone(), log_file.clone());
+            let thread_seed = seed ^ ((s * THREADS_PER_SESSION + t + 1) as u64) << 32;
+            let who = format!("{}:{s}:{t}", std::process::id());
+            threads.push(std::thread::spawn(move || {
+                worker(&client, &slot, &log_file, &who, deadline_ns, thread_seed)
+            }));
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    // Close every session (a clean exit): the parent checks nothing is left behind.
+    drop(client);
+}
+
+/// The session this thread works with: the slot's, or a new one if it is lost.
+fn current_session(client: &Client, slot: &StdMutex<Option<Session>>) -> Option<Session> {
+    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = slot.as_ref().filter(|s| s.is_alive()) {
+        return Some(s.clone());
+    }
+    let fresh = client.session_builder().ttl(TTL).start().ok()?;
+    *slot = Some(fresh.clone());
+    Some(fresh)
+}
+
+/// A held guard of either kind.
+enum Guard {
+    Lock(MutexGuard),
+    Lead(Leadership),
+}
+
+impl Guard {
+    fn token(&self) -> i64 {
+        match self {
+            Guard::Lock(g) => g.fencing_token(),
+            Guard::Lead(l) => l.fencing_token(),
+        }
+    }
+    fn is_held(&self) -> bool {
+        match self {
+            Guard::Lock(g) => g.is_held(),
+            Guard::Lead(l) => l.is_leader(),
+        }
+    }
+    fn put(&self, key: &str, value: String) -> etcd_sync::Result<etcd_sync::TxnResponse> {
+        match self {
+            Guard::Lock(g) => g.put(key, value),
+            Guard::Lead(l) => l.put(key, value),
+        }
+    }
+    fn ownership_compare(&self) -> etcd_sync::Compare {
+        match self {
+            Guard::Lock(g) => g.ownership_compare(),
+            Guard::Lead(l) => l.ownership_compare(),
+        }
+    }
+}
+
+/// One acquisition attempt of a random kind; logs a WAIT line for timed waits.
+fn acquire(
+    session: &Session,
+    name: &str,
+    value: &str,
+    rng: &mut Rng,
+    log_file: &Log,
+) -> Option<Guard> {
+    let started = Instant::now();
+    let op = rng.below(7);
+    let timeout = rng.millis(20, 600);
+    let result: etcd_sync::Result<Guard> = match op {
+        0 => session.mutex(name).and_then(|m| m.lock()).map(Guard::Lock),
+        1 => session
+            .mutex(name)
+            .and_then(|m| m.lock_timeout(timeout))
+            .map(Guard::Lock),
+        2 => match session.mutex(name).map(|m| m.try_lock()) {
+            Ok(Ok(g)) => Ok(Guard::Lock(g)),
+            Ok(Err(_)) | Err(_) => return None,
+        },
+        3 => {
+            // A retry loop around a short timeout, as users write them.
+            let m = session.mutex(name).ok()?;
+            let mut result = Err(Error::Closed);
+            for _ in 0..3 {
+                result = m.lock_timeout(timeout).map(Guard::Lock);
+                if !matches!(result, Err(Error::Timeout { .. })) {
+                    break;
+                }
+            }
+            result
+        }
+        4 => session
+            .election(name)
+            .and_then(|e| e.campaign(value))
+            .map(Guard::Lead),
+        5 => session
+            .election(name)
+            .and_then(|e| e.campaign_timeout(value, timeout))
+            .map(Guard::Lead),
+        _ => {
+            let e = session.election(name).ok()?;
+            let mut result = Err(Error::Closed);
+            for _ in 0..3 {
+                result = e.campaign_timeout(value, timeout).map(Guard::Lead);
+                if !matches!(result, Err(Error::Timeout { .. })) {
+                    break;
+                }
+            }
+            result
+        }
+    };
+    let took = started.elapsed();
+    if matches!(op, 1 | 5) {
+        log(
+            log_file,
+            format!("WAIT {} {}", timeout.as_millis(), took.as_millis()),
+        );
+    }
+    match result {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            log(log_file, format!("ERR {}", error_kind(&e)));
+            None
+        }
+    }
+}
+
+fn error_kind(e: &Error) -> &'static str {
+    match e {
+        Error::Timeout { .. } => "timeout",
+        Error::SessionLost(_) => "session_lost",
+        Error::Unavailable(_) => "unavailable",
+        Error::LockLost | Error::NotLeader => "lost",
+        Error::WouldDeadlock(_) => "would_deadlock",
+        _ => "other",
+    }
+}
+
+fn worker(
+    client: &Client,
+    slot: &StdMutex<Option<Session>>,
+    log_file: &Log,
+    who: &str,
+    deadline_ns: u64,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    while monotonic_ns() < deadline_ns {
+        let Some(session) = current_session(client, slot) else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        let name = NAMES[rng.below(NAMES.len() as u64) as usize];
+        let Some(mut guard) = acquire(&session, name, who, &mut rng, log_file) else {
+            continue;
+        };
+        let mut enter = monotonic_ns();
+        let token = guard.token();
+        let mut confirmed = enter;
+        let (mut accepted, mut rejected, mut first_rev, mut last_rev) = (0u32, 0u32, 0i64, 0i64);
+        for _ in 0..1 + rng.below(3) {
+            match guard.put(&format!("{name}-data"), format!("{token}:{who}")) {
+                Ok(r) => {
+                    accepted += 1;
+                    if first_rev == 0 {
+                        first_rev = r.revision;
+                    }
+                    last_rev = r.revision;
+                }
+                Err(_) => rejected += 1,
+            }
+            if let Guard::Lead(l) = &guard
+                && rng.below(3) == 0
+            {
+                let _ = l.proclaim(format!("{who}-{}", rng.below(100)));
+            }
+            // A re-campaign on the same session and name: the old guard is superseded
+            // (its interval ends here), the new one carries the same token (same hold).
+            if let Guard::Lead(_) = &guard
+                && rng.below(5) == 0
+                && let Ok(again) = session.election(name).and_then(|e| e.campaign(who))
+            {
+                log(
+                    log_file,
+                    format!(
+                        "CS {name} {token} {who} {enter} {confirmed} {accepted} {rejected} {first_rev} {last_rev}"
+                    ),
+                );
+                guard = Guard::Lead(again);
+                enter = monotonic_ns();
+                confirmed = enter;
+                (accepted, rejected, first_rev, last_rev) = (0, 0, 0, 0);
+            }
+            std::thread::sleep(rng.millis(0, 20));
+            let before = monotonic_ns();
+            if !guard.is_held() {
+                break;
+            }
+            confirmed = before;
+        }
+        let ownership = guard.ownership_compare();
+        log(
+            log_file,
+            format!(
+                "CS {name} {token} {who} {enter} {confirmed} {accepted} {rejected} {first_rev} {last_rev}"
+            ),
+        );
+        // Release; only a release etcd confirmed makes the old condition stale (a drop, or
+        // a release that timed out, may still be finishing in the background, and a
+        // superseded guard's hold lives on in its successor).
+        let confirmed_release = match (guard, rng.below(3)) {
+            (Guard::Lock(g), 0) => g.unlock().is_ok(),
+            (Guard::Lead(mut l), 0) => l.is_leader() && l.resign().is_ok(),
+            (guard, _) => {
+                drop(guard);
+                false
+            }
+        };
+        if confirmed_release
+            && let Ok(r) = client.txn(
+                Txn::new()
+                    .when([ownership])
+                    .and_then([TxnOp::put(format!("{name}-stale"), "x")]),
+            )
+        {
+            log(
+                log_file,
+                format!("STALE {} {}", token, u8::from(r.succeeded)),
+            );
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Section {
+    token: i64,
+    holder: String,
+    enter: u64,
+    confirmed: u64,
+    accepted: u64,
+    rejected: u64,
+    first_rev: i64,
+    last_rev: i64,
+}
+
+#[derive(Default)]
+struct Totals {
+    sections: HashMap<String, Vec<Section>>,
+    stale_attempts: u64,
+    stale_accepted: u64,
+    waits: u64,
+    slow_waits: Vec<String>,
+    errors: HashMap<String, u64>,
+}
+
+fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
+    let mut totals = Totals::default();
+    for n in 1..=files {
+        let Ok(text) = std::fs::read_to_string(dir.join(format!("log-{n}"))) else {
+            continue;
+        };
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            match (f.first(), f.len()) {
+                (Some(&"CS"), 10) => {
+                    let parsed = (|| {
+                        Some(Section {
+                            token: f[2].parse().ok()?,
+                            holder: f[3].to_string(),
+                            enter: f[4].parse().ok()?,
+                            confirmed: f[5].parse().ok()?,
+                            accepted: f[6].parse().ok()?,
+                            rejected: f[7].parse().ok()?,
+                            first_rev: f[8].parse().ok()?,
+                            last_rev: f[9].parse().ok()?,
+                        })
+                    })();
+                    if let Some(section) = parsed {
+                        totals
+                            .sections
+                            .entry(f[1].to_string())
+                            .or_default()
+                            .push(section);
+                    }
+                }
+                (Some(&"STALE"), 3) => {
+                    totals.stale_attempts += 1;
+                    totals.stale_accepted += u64::from(f[2] == "1");
+                }
+                (Some(&"WAIT"), 3) => {
+                    totals.waits += 1;
+                    let (Ok(timeout), Ok(took)) = (f[1].parse::<u64>(), f[2].parse::<u64>()) else {
+                        continue;
+                    };
+                    let bound = timeout + 2 * REQUEST_TIMEOUT.as_millis() as u64;
+                    if took > bound {
+                        totals
+                            .slow_waits
+                            .push(format!("a {timeout} ms wait took {took} ms"));
+                    }
+                }
+                (Some(&"ERR"), 2) => *totals.errors.entry(f[1].to_string()).or_default() += 1,
+                _ => {} // a line cut by SIGKILL
+            }
+        }
+    }
+    totals
+}
+
+/// `pid:session` of a `pid:session:thread` holder.
+fn session_of(holder: &str) -> &str {
+    holder
+        .rsplit_once(':')
+        .map_or(holder, |(session, _)| session)
+}
+
+/// Intervals never overlap in token order; writes land in token order.
+fn check_name(name: &str, sections: &mut [Section], violations: &mut Vec<String>) {
+    sections.sort_by_key(|s| (s.token, s.enter));
+    for pair in sections.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        // One token under two guards is one hold handed over by a re-campaign: allowed
+        // within one session (pid:session), and never at the same time.
+        if a.token == b.token && session_of(&a.holder) != session_of(&b.holder) {
+            violations.push(format!(
+                "{name}: token {} held by {} and {}",
+                a.token, a.holder, b.holder
+            ));
+        }
+        if b.enter < a.confirmed {
+            violations.push(format!(
+                "{name}: token {} ({}) still confirmed {} µs after token {} ({}) entered",
+                a.token,
+                a.holder,
+                (a.confirmed - b.enter) / 1000,
+                b.token,
+                b.holder
+            ));
+        }
+    }
+    let mut last: Option<&Section> = None;
+    for s in sections.iter().filter(|s| s.accepted > 0) {
+        if let Some(prev) = last
+            && prev.token != s.token
+            && prev.last_rev >= s.first_rev
+        {
+            violations.push(format!(
+                "{name}: writes of token {} (rev {}) not before writes of token {} (rev {})",
+                prev.token, prev.last_rev, s.token, s.first_rev
+            ));
+        }
+        last = Some(s);
+    }
+}
+
+#[test]
+fn randomized_checker() {
+    if std::env::var(CHILD_ROLE).is_ok() {
+        return;
+    }
+    let secs: u64 = std::env::var("CHECKER_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(45);
+    let seed: u64 = std::env::var("CHECKER_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| monotonic_ns() ^ u64::from(std::process::id()));
+    println!("CHECKER seed={seed} (replay with CHECKER_SEED={seed})");
+    let cluster = EtcdCluster::start(3).expect("start a 3-member cluster");
+    let endpoints = cluster.endpoints();
+    let dir = std::env::temp_dir().join(format!("etcd-sync-checker-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let deadline_ns = monotonic_ns() + secs * 1_000_000_000;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut rng = Rng::new(seed);
+    let mut spawned = 0usize;
+    let mut spawn = |rng: &mut Rng| {
+        spawned += 1;
+        ChildGuard(Some(spawn_child(
+            "checker_child",
+            "worker",
+            &[
+                ("ENDPOINTS", endpoints.join(",")),
+                ("DEADLINE_NS", deadline_ns.to_string()),
+                ("SEED", rng.next().to_string()),
+                (
+                    "LOG",
+                    dir.join(format!("log-{spawned}")).display().to_string(),
+                ),
+            ],
+        )))
+    };
+    let mut children: Vec<ChildGuard> = (0..PROCESSES).map(|_| spawn(&mut rng)).collect();
+    let mut faults: HashMap<&str, u64> = HashMap::new();
+    while Instant::now() + Duration::from_secs(5) < deadline {
+        std::thread::sleep(rng.millis(1000, 2500));
+        let fault = match rng.below(5) {
+            0 => {
+                let victim = rng.below(PROCESSES as u64) as usize;
+                children[victim].kill(); // SIGKILL: no release, no revoke
+                children[victim] = spawn(&mut rng);
+                "client_sigkill"
+            }
+            1 => {
+                let member = rng.below(3) as usize;
+                cluster.kill(member).unwrap();
+                std::thread::sleep(rng.millis(300, 1500));
+                cluster.restart(member).unwrap();
+                "member_kill"
+            }
+            2 => {
+                let member = rng.below(3) as usize;
+                cluster.pause(member).unwrap();
+                std::thread::sleep(rng.millis(300, 2500));
+                cluster.resume(member).unwrap();
+                "member_pause"
+            }
+            3 => {
+                // The whole cluster frozen for longer than the request timeout.
+                for m in 0..3 {
+                    cluster.pause(m).unwrap();
+                }
+                std::thread::sleep(REQUEST_TIMEOUT + rng.millis(200, 1500));
+                for m in 0..3 {
+                    cluster.resume(m).unwrap();
+                }
+                "cluster_freeze"
+            }
+            _ => "none",
+        };
+        *faults.entry(fault).or_default() += 1;
+    }
+    // Children stop by themselves at the deadline (closing their sessions); bound it.
+    let stop_by = deadline + Duration::from_secs(20);
+    let mut clean_exits = 0;
+    for child in &mut children {
+        while Instant::now() < stop_by && child.child().try_wait().ok().flatten().is_none() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        clean_exits += usize::from(child.child().try_wait().ok().flatten().is_some());
+        child.kill();
+    }
+    cluster.wait_healthy(Duration::from_secs(30)).unwrap();
+
+    let mut totals = parse_logs(&dir, spawned);
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut violations = Vec::new();
+    for (name, sections) in &mut totals.sections {
+        check_name(name, sections, &mut violations);
+    }
+    if totals.stale_accepted > 0 {
+        violations.push(format!("{} stale writes committed", totals.stale_accepted));
+    }
+    violations.extend(totals.slow_waits.iter().cloned());
+    // SIGKILLed children leave keys until their lease expires (TTL 3 s): wait that out.
+    let c = client_for(&endpoints).unwrap();
+    for name in NAMES {
+        let prefix = format!("{name}/");
+        if !eventually(TTL * 3, || keys(&c, &prefix).is_empty()) {
+            violations.push(format!("keys left behind: {:?}", keys(&c, &prefix)));
+        }
+    }
+    let acquisitions: usize = totals.sections.values().map(Vec::len).sum();
+    let rejected: u64 = totals.sections.values().flatten().map(|s| s.rejected).sum();
+    println!(
+        "CHECKER seed={seed} secs={secs} processes={PROCESSES}x{SESSIONS}x{THREADS_PER_SESSION} \
+         acquisitions={acquisitions} faults={faults:?} timed_waits={} errors={:?} \
+         stale_writes_rejected={}/{} guarded_writes_rejected={rejected} clean_exits={clean_exits} \
+         violations={}",
+        totals.waits,
+        totals.errors,
+        totals.stale_attempts - totals.stale_accepted,
+        totals.stale_attempts,
+        violations.len()
+    );
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: violations:\n{}",
+        violations.join("\n")
+    );
+    assert!(
+        acquisitions > 20,
+        "seed {seed}: too little progress: {acquisitions} acquisitions"
+    );
+    assert!(
+        totals.stale_attempts > 0,
+        "seed {seed}: no stale write was tried"
+    );
+}
+
+/// The key-deletion mode: held keys deleted with `etcdctl del` must fire `lost()` within
+/// one second, every time, for locks and leaderships.
+#[test]
+fn key_deletion_fires_lost_within_a_second() {
+    if std::env::var(CHILD_ROLE).is_ok() {
+        return;
+    }
+    let seed: u64 = std::env::var("CHECKER_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| monotonic_ns() | 1);
+    println!("KEY-DELETION seed={seed}");
+    let mut rng = Rng::new(seed);
+    let server = common::etcd();
+    let c = common::client(&server.endpoints());
+    let session = common::session(&c, 30);
+    let etcdctl = etcd_sync::testing::etcdctl_binary().expect("etcdctl");
+    let mut worst = Duration::ZERO;
+    let rounds = 20;
+    for round in 0..rounds {
+        let name = format!("del-{}", rng.below(3));
+        let guard = if rng.below(2) == 0 {
+            Guard::Lock(session.mutex(&name).unwrap().lock().unwrap())
+        } else {
+            Guard::Lead(session.election(&name).unwrap().campaign("v").unwrap())
+        };
+        let (key, lost) = match &guard {
+            Guard::Lock(g) => (g.key_str().into_owned(), g.lost()),
+            Guard::Lead(l) => (l.key_str().into_owned(), l.lost()),
+        };
+        std::thread::sleep(rng.millis(0, 50));
+        let deleted_at = Instant::now();
+        let out = std::process::Command::new(&etcdctl)
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &server.endpoint(), "del", &key])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        match lost.recv_timeout(Duration::from_secs(1)) {
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {}
+            other => panic!("seed {seed} round {round}: lost() did not fire within 1 s: {other:?}"),
+        }
+        worst = worst.max(deleted_at.elapsed());
+        assert!(!guard.is_held(), "seed {seed} round {round}");
+        assert!(session.is_alive());
+    }
+    println!("KEY-DELETION rounds={rounds} worst_lost_latency={worst:?}");
+}
