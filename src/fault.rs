@@ -14,8 +14,10 @@ use std::io;
 pub(crate) enum Wire {
     /// The TLS peer refused our client certificate, or the lack of one (etcd with
     /// `--client-cert-auth`): alert `BadCertificate`, `CertificateRequired`, `UnknownCA`...
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     CertificateRefused(String),
     /// We refused the server's certificate (not signed by the CA we were given, wrong name).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     ServerCertificateRejected(String),
     /// The connection broke or could not be made (reset, broken pipe, EOF, refused, an
     /// HTTP/2 connection error): a request in flight may or may not have been applied.

@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 mod client;
+mod clock;
 mod election;
 mod error;
 mod fault;

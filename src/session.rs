@@ -34,6 +34,8 @@ struct State {
     /// When we stop trusting the lease (monotonic): send time of the last acknowledged
     /// keep-alive + its TTL - the safety margin.
     deadline: Instant,
+    /// The same deadline on the boot clock, which keeps counting through a suspend.
+    boot_deadline: Duration,
     reason: Option<LossReason>,
     /// Dropped on loss, which disconnects every `lost()` receiver at once.
     lost_tx: Option<Sender<()>>,
@@ -48,6 +50,7 @@ impl SessionShared {
             state: StdMutex::new(State {
                 ttl,
                 deadline,
+                boot_deadline: crate::clock::boot_deadline(deadline),
                 reason: None,
                 lost_tx: Some(lost_tx),
             }),
@@ -119,6 +122,7 @@ impl SessionShared {
         let mut state = self.state();
         if state.reason.is_none() && deadline > state.deadline {
             state.deadline = deadline;
+            state.boot_deadline = crate::clock::boot_deadline(deadline);
             state.ttl = ttl;
         }
     }
@@ -130,7 +134,8 @@ impl SessionShared {
         if let Some(reason) = &state.reason {
             return Some(reason.clone());
         }
-        if Instant::now() >= state.deadline {
+        // Either clock: the monotonic one stops while the host is suspended.
+        if Instant::now() >= state.deadline || crate::clock::boot_now() >= state.boot_deadline {
             drop(state);
             self.mark_lost(LossReason::Expired);
             return self.state().reason.clone();
@@ -631,6 +636,20 @@ mod tests {
             rx.try_recv(),
             Err(crossbeam_channel::TryRecvError::Disconnected)
         ));
+    }
+
+    #[test]
+    fn a_suspend_that_passed_the_deadline_means_lost() {
+        // As after a host suspend: the monotonic deadline is still ahead, but the boot
+        // clock (which counted the suspended time) is past it.
+        let shared = SessionShared::new(
+            1,
+            Duration::from_secs(5),
+            Instant::now() + Duration::from_secs(5),
+        );
+        assert_eq!(shared.loss_reason(), None);
+        shared.state().boot_deadline = crate::clock::boot_now() - Duration::from_millis(1);
+        assert_eq!(shared.loss_reason(), Some(LossReason::Expired));
     }
 
     #[test]

@@ -1,0 +1,45 @@
+//! A clock that keeps counting while the machine is suspended.
+//!
+//! `Instant` is CLOCK_MONOTONIC on Linux, which stops during host suspend or a paused VM,
+//! while etcd's clock (and so the lease's TTL) runs on. A lease deadline measured only on
+//! `Instant` would let `is_held()` say true for the rest of an old deadline after a resume.
+//! Deadlines are therefore also kept on CLOCK_BOOTTIME, which counts suspended time.
+
+use std::time::{Duration, Instant};
+
+/// Time since boot, suspended time included (CLOCK_BOOTTIME); elsewhere than Linux, the
+/// monotonic clock's reading since first use.
+pub(crate) fn boot_now() -> Duration {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime only writes the timespec we pass.
+        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } == 0 {
+            return Duration::new(ts.tv_sec.unsigned_abs(), ts.tv_nsec.unsigned_abs() as u32);
+        }
+    }
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
+}
+
+/// The boot-clock reading at which `deadline` (a monotonic instant) falls, measured now.
+pub(crate) fn boot_deadline(deadline: Instant) -> Duration {
+    boot_now() + deadline.saturating_duration_since(Instant::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_clock_advances_with_the_monotonic_clock() {
+        let (boot, mono) = (boot_now(), Instant::now());
+        std::thread::sleep(Duration::from_millis(20));
+        let (boot_elapsed, mono_elapsed) = (boot_now() - boot, mono.elapsed());
+        assert!(boot_elapsed >= Duration::from_millis(20));
+        assert!(boot_elapsed.abs_diff(mono_elapsed) < Duration::from_millis(5));
+    }
+}
