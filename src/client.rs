@@ -54,6 +54,9 @@ struct ClientInner {
     rpc: Rpc,
     /// The task that follows live guards' keys (one watch stream for the client).
     follower: Follower,
+    /// Leases with a live session in this client: resuming one of them again would give
+    /// two sessions one lease, and the first would never hear of its loss.
+    live_leases: std::sync::Mutex<std::collections::HashMap<i64, std::sync::Weak<SessionShared>>>,
     keepalive: KeepAlive,
     runtime: Runtime,
 }
@@ -330,6 +333,22 @@ impl Client {
     }
 
     pub(crate) fn keepalive_register(&self, session: Arc<SessionShared>) -> Result<()> {
+        {
+            let mut live = self
+                .inner
+                .live_leases
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            live.retain(|_, s| s.upgrade().is_some_and(|s| s.loss_reason().is_none()));
+            if live.contains_key(&session.id()) {
+                return Err(Error::InvalidArgument(format!(
+                    "lease {:x} already has a live session in this client: clone that \
+                     Session instead of resuming the lease again",
+                    session.id()
+                )));
+            }
+            live.insert(session.id(), Arc::downgrade(&session));
+        }
         self.inner.keepalive.register(session)
     }
 }
@@ -565,6 +584,7 @@ impl ClientBuilder {
             inner: Arc::new(ClientInner {
                 rpc,
                 follower,
+                live_leases: std::sync::Mutex::default(),
                 keepalive,
                 runtime,
             }),

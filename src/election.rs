@@ -312,7 +312,7 @@ fn leader_of(client: &crate::Client, prefix: Vec<u8>) -> Result<Option<Leader>> 
 /// Starts the observer task for `prefix` on the client's runtime.
 fn observe_prefix(client: crate::Client, prefix: Vec<u8>) -> Result<Observer> {
     crate::runtime::ensure_blocking_allowed()?;
-    let (events_tx, events) = crossbeam_channel::unbounded();
+    let (events_tx, events) = crossbeam_channel::bounded(OBSERVER_BUFFER);
     let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
     let rpc = client.rpc().clone();
     client.spawn(async move {
@@ -335,12 +335,68 @@ async fn current_leader(rpc: &Rpc, prefix: &[u8]) -> Result<(Option<Leader>, i64
     Ok((resp.kvs.into_iter().next().map(Leader::from), revision))
 }
 
+/// How many events an [`Observer`] buffers for a consumer that does not keep up. Past
+/// that, changes are coalesced: when room frees up, one event takes the consumer from what
+/// it saw last to the current state, so memory stays bounded and nothing current is lost.
+pub(crate) const OBSERVER_BUFFER: usize = 256;
+
+/// The observer's side of the channel: remembers what the consumer saw last, and
+/// coalesces while the buffer is full.
+struct Outbox {
+    events: Sender<Result<LeaderEvent>>,
+    delivered: Option<Option<Leader>>,
+    behind: bool,
+}
+
+impl Outbox {
+    /// Offers `event`, the transition to `now`; false once the observer is dropped.
+    fn offer(&mut self, event: LeaderEvent, now: &Option<Leader>) -> bool {
+        if self.behind {
+            return self.catch_up(now);
+        }
+        match self.events.try_send(Ok(event)) {
+            Ok(()) => {
+                self.delivered = Some(now.clone());
+                true
+            }
+            Err(crossbeam_channel::TrySendError::Full(_)) => {
+                self.behind = true;
+                true
+            }
+            Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// Once the consumer has room again: one event from what it saw last to `now`.
+    fn catch_up(&mut self, now: &Option<Leader>) -> bool {
+        if self.events.is_full() {
+            // Still no room. (A dropped Observer cancels this task: no need to check.)
+            return true;
+        }
+        self.behind = false;
+        match diff(self.delivered.as_ref(), now) {
+            Some(event) => self.offer(event, now),
+            None => true,
+        }
+    }
+
+    /// A final error (never blocks: if the buffer is full it is dropped, and the consumer
+    /// sees the observer closed after draining).
+    fn fail(&self, error: Error) {
+        let _ = self.events.try_send(Err(error));
+    }
+}
+
 /// The observer task: watch the prefix from now, re-read the leader whenever leadership
 /// may have changed, and emit only differences.
 async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEvent>>) {
     let mut last: Option<Option<Leader>> = None;
     let mut retry_delay = Duration::from_millis(20);
-    let emit = |event: LeaderEvent| events.send(Ok(event)).is_ok();
+    let mut outbox = Outbox {
+        events,
+        delivered: None,
+        behind: false,
+    };
     loop {
         let creates = vec![watch_request(&prefix, Some(prefix_end(&prefix)), 0, false)];
         let mut watch = match WatchStream::open(&rpc, creates).await {
@@ -351,7 +407,7 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                 continue;
             }
             Err(e) => {
-                let _ = events.send(Err(e));
+                outbox.fail(e);
                 return;
             }
         };
@@ -363,13 +419,13 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                     Ok((current, _)) => current,
                     Err(e) if e.is_transient() => break,
                     Err(e) => {
-                        let _ = events.send(Err(e));
+                        outbox.fail(e);
                         return;
                     }
                 };
                 if let Some(event) = diff(last.as_ref(), &current) {
                     tracing::debug!(?event, "leadership changed");
-                    if !emit(event) {
+                    if !outbox.offer(event, &current) {
                         return;
                     }
                 }
@@ -380,6 +436,9 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                 next = watch.next() => Some(next),
                 _ = tokio::time::sleep(queue::STALE_CHECK) => None,
             };
+            if outbox.behind && !outbox.catch_up(last.as_ref().unwrap_or(&None)) {
+                return;
+            }
             let response = match next {
                 None if watch.is_stale(&rpc) => break,
                 None => continue,
@@ -402,10 +461,11 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                             && kv.mod_revision > l.mod_revision =>
                     {
                         let proclaimed = Leader::from(kv);
-                        if !emit(LeaderEvent::Proclaimed(proclaimed.clone())) {
+                        let now = Some(proclaimed.clone());
+                        if !outbox.offer(LeaderEvent::Proclaimed(proclaimed), &now) {
                             return;
                         }
-                        last = Some(Some(proclaimed));
+                        last = Some(now);
                     }
                     // The leader's key went away: someone else (or nobody) leads now.
                     Some(l) if !is_put && kv.key == l.key => reread = true,

@@ -197,7 +197,9 @@ impl Rpc {
         Ok(rpc)
     }
 
-    fn token(&self) -> Option<MetadataValue<Ascii>> {
+    /// The auth token calls carry now (to pass back to [`Rpc::reauthenticate`] as the
+    /// stale one, so a burst of failures re-authenticates once).
+    pub(crate) fn token(&self) -> Option<MetadataValue<Ascii>> {
         self.inner
             .token
             .read()

@@ -74,10 +74,12 @@ impl WatchStream {
         rpc: &Rpc,
         creates: Vec<pb::WatchCreateRequest>,
     ) -> Result<(WatchStream, Created, Option<pb::WatchResponse>)> {
+        let used = rpc.token();
         match Self::open_with_token(rpc, creates.clone()).await {
             // etcd checks the token on every watcher it creates: refresh it and try again.
+            // Passing the token we used makes a burst of waiters authenticate once.
             Err(e) if rpc.can_reauthenticate(&e) => {
-                rpc.reauthenticate(None).await?;
+                rpc.reauthenticate(used).await?;
                 Self::open_with_token(rpc, creates).await
             }
             other => other,

@@ -319,3 +319,31 @@ fn leader_and_observe_without_a_session() {
         l.fencing_token()
     );
 }
+
+/// Regression (#10): an observer nobody drains used to grow without bound. It now buffers a
+/// bounded number of events and coalesces the rest: after draining, the consumer still
+/// learns the current value.
+#[test]
+fn an_undrained_observer_stays_bounded_and_catches_up() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let e = s.election("flood").unwrap();
+    let l = e.campaign("v0").unwrap();
+    let observer = c.observe("flood").unwrap();
+    let proclamations = 600;
+    for i in 1..=proclamations {
+        l.proclaim(format!("v{i}")).unwrap();
+    }
+    let mut received = 0;
+    let mut last = None;
+    while let Some(event) = observer.recv_timeout(Duration::from_millis(800)).unwrap() {
+        received += 1;
+        last = value_of(&event);
+    }
+    assert!(
+        received < proclamations,
+        "{received} events buffered for {proclamations} proclamations"
+    );
+    assert_eq!(last.as_deref(), Some(format!("v{proclamations}").as_str()));
+}

@@ -231,3 +231,28 @@ fn dropping_session_and_client_together_still_revokes() {
     drop(c); // ...and the client waits (briefly) for it before shutting down
     assert!(observer.get("drop-both/key").unwrap().is_none());
 }
+
+/// Regression (#10): resuming a lease that has a live session in the same client used to
+/// replace the keep-alive entry, and the first session's `lost()` never fired.
+#[test]
+fn resuming_a_lease_live_in_the_same_client_is_refused() {
+    let server = common::etcd();
+    let c = common::client(&server.endpoints());
+    let s = common::session(&c, 10);
+    assert!(matches!(
+        c.session_builder().resume(s.lease_id()).start(),
+        Err(etcd_sync::Error::InvalidArgument(_))
+    ));
+    // Another client (another process, after a restart) may take it over.
+    let other = common::client(&server.endpoints());
+    let taken = other
+        .session_builder()
+        .resume(s.lease_id())
+        .start()
+        .unwrap();
+    assert_eq!(taken.lease_id(), s.lease_id());
+    // Once the first session has ended here, resuming in this client works.
+    s.orphan();
+    let again = c.session_builder().resume(s.lease_id()).start().unwrap();
+    assert!(again.is_alive());
+}
