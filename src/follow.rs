@@ -33,14 +33,15 @@ use crate::watch::{WatchStream, watch_request};
 
 /// What to follow.
 pub(crate) enum Follow {
-    /// End `hold` when `key` (created at `rev`) is deleted.
+    /// End `hold` when `key` (created at `rev`, known to exist at `alive_at`) is deleted.
     Guard {
         key: Vec<u8>,
         rev: i64,
+        alive_at: i64,
         hold: Weak<Hold>,
     },
-    /// Delete any key of `session`'s lease that appears at `key` while `turn` is free,
-    /// watching from `from`, until the session ends.
+    /// Delete any key of `session`'s lease that appears at `key` after revision `from - 1`
+    /// while `turn` is free, until the session ends.
     Sweep {
         key: Vec<u8>,
         from: i64,
@@ -53,6 +54,14 @@ impl Follow {
     fn key(&self) -> &[u8] {
         match self {
             Follow::Guard { key, .. } | Follow::Sweep { key, .. } => key,
+        }
+    }
+
+    /// The revision through which the caller knew the state (nothing to watch before it).
+    fn known_through(&self) -> i64 {
+        match self {
+            Follow::Guard { alive_at, .. } => *alive_at,
+            Follow::Sweep { from, .. } => from - 1,
         }
     }
 
@@ -108,18 +117,28 @@ struct Entry {
 const TICK: Duration = Duration::from_millis(250);
 
 async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
-    let mut entries: Vec<Entry> = Vec::new();
+    let mut entries: HashMap<u64, Entry> = HashMap::new();
+    let mut next_local = 0u64;
     let mut retry_delay = Duration::from_millis(20);
     loop {
-        entries.retain(|entry| entry.what.is_live());
+        entries.retain(|_, entry| entry.what.is_live());
         if entries.is_empty() {
+            // A stream needs a first watcher (etcd answers headers with the first
+            // response), so an idle client keeps none.
             match commands.recv().await {
-                Some(what) => entries.push(entry(what)),
+                Some(what) => {
+                    let entry = Entry {
+                        from: what.known_through() + 1,
+                        what,
+                    };
+                    entries.insert(next_local, entry);
+                    next_local += 1;
+                }
                 None => return, // the client is gone
             }
             continue;
         }
-        match follow_on_stream(&rpc, &mut entries, &mut commands).await {
+        match follow_on_stream(&rpc, &mut entries, &mut next_local, &mut commands).await {
             Ok(Closed::Commands) => return,
             Ok(Closed::Stream) => retry_delay = Duration::from_millis(20),
             Err(e) => {
@@ -131,115 +150,121 @@ async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
     }
 }
 
-fn entry(what: Follow) -> Entry {
-    let from = match &what {
-        Follow::Guard { rev, .. } => rev + 1,
-        Follow::Sweep { from, .. } => *from,
-    };
-    Entry { what, from }
-}
-
 enum Closed {
-    /// The stream went stale or empty: open again.
+    /// The stream went stale, or a watcher must start elsewhere: open again.
     Stream,
     /// The client is gone.
     Commands,
 }
 
-/// Runs one stream until it breaks, goes stale, or has nothing left to follow.
+/// Runs one stream until it breaks or goes stale. Watchers for new entries start from
+/// *now* (synced: cheap for etcd); the gap between what the caller knew and etcd's "now"
+/// at creation is closed by one read, only when a write happened in it.
 async fn follow_on_stream(
     rpc: &Rpc,
-    entries: &mut Vec<Entry>,
+    entries: &mut HashMap<u64, Entry>,
+    next_local: &mut u64,
     commands: &mut UnboundedReceiver<Follow>,
 ) -> Result<Closed> {
-    let creates = entries.iter().map(|e| e.what.create(e.from)).collect();
+    let order: Vec<u64> = entries.keys().copied().collect();
+    let creates = order
+        .iter()
+        .map(|local| {
+            let entry = &entries[local];
+            entry.what.create(entry.from)
+        })
+        .collect();
     let (mut watch, created, _) = WatchStream::open_tolerant(rpc, creates).await?;
-    // watch id → index in `entries`; cancelled watchers are refused creations.
-    let mut by_id: HashMap<i64, usize> = HashMap::new();
+    let mut by_id: HashMap<i64, u64> = HashMap::new();
     let mut refused = Vec::new();
-    for (index, id) in created.ids.iter().enumerate() {
+    for (local, id) in order.into_iter().zip(created.ids) {
         match id {
             Some(id) => {
-                by_id.insert(*id, index);
+                by_id.insert(id, local);
             }
-            None => refused.push(index),
+            None => refused.push(local),
         }
     }
     // Watchers whose start was compacted away: one read decides for them.
-    for index in refused.into_iter().rev() {
-        let entry = entries.remove(index);
-        by_id = reindex(by_id, index);
-        if let Some(entry) = settle_by_reading(rpc, entry).await? {
-            entries.push(entry);
-            return Ok(Closed::Stream); // re-open with it from the read revision
+    let mut reopen = false;
+    for local in refused {
+        if let Some(mut entry) = entries.remove(&local)
+            && let Some(revision) = settle_by_reading(rpc, &entry.what).await?
+        {
+            entry.from = revision + 1;
+            entries.insert(local, entry);
+            reopen = true;
         }
     }
-    let mut pending: VecDeque<Entry> = VecDeque::new();
+    if reopen {
+        return Ok(Closed::Stream);
+    }
+    // New entries waiting for their `created` answer (etcd answers creates in order).
+    let mut pending: VecDeque<u64> = VecDeque::new();
     loop {
         let response = tokio::select! {
             command = commands.recv() => {
                 let Some(what) = command else { return Ok(Closed::Commands) };
-                let new = entry(what);
-                watch.send_create(new.what.create(new.from))?;
-                pending.push_back(new);
+                watch.send_create(what.create(0))?;
+                let local = *next_local;
+                *next_local += 1;
+                entries.insert(local, Entry { from: what.known_through() + 1, what });
+                pending.push_back(local);
                 continue;
             }
             response = watch.next() => response?,
             _ = tokio::time::sleep(TICK) => {
                 if watch.is_stale(rpc) {
-                    entries.extend(pending);
                     return Ok(Closed::Stream);
                 }
-                for (id, index) in &by_id {
-                    if !entries[*index].what.is_live() {
-                        watch.send_cancel(*id)?;
-                    }
-                }
-                if entries.iter().all(|e| !e.what.is_live()) && pending.is_empty() {
-                    return Ok(Closed::Stream);
+                let ended: Vec<(i64, u64)> = by_id
+                    .iter()
+                    .filter(|(_, local)| !entries[*local].what.is_live())
+                    .map(|(id, local)| (*id, *local))
+                    .collect();
+                for (id, local) in ended {
+                    watch.send_cancel(id)?;
+                    by_id.remove(&id);
+                    entries.remove(&local);
                 }
                 continue;
             }
         };
+        let revision = response.header.as_ref().map_or(0, |h| h.revision);
         if response.created {
-            let Some(new) = pending.pop_front() else {
+            let Some(local) = pending.pop_front() else {
+                continue;
+            };
+            let Some(entry) = entries.get_mut(&local) else {
                 continue;
             };
             if response.canceled {
-                if let Some(kept) = settle_by_reading(rpc, new).await? {
-                    entries.push(kept);
-                    return Ok(Closed::Stream);
-                }
-                continue;
+                return Ok(Closed::Stream); // re-open: it starts from its revision then
             }
-            by_id.insert(response.watch_id, entries.len());
-            entries.push(new);
+            by_id.insert(response.watch_id, local);
+            let known_through = entry.what.known_through();
+            entry.from = revision + 1;
+            if revision > known_through {
+                // Something was written between what the caller saw and etcd's "now"
+                // for this watcher: read the key once instead of watching the gap.
+                settle_by_reading(rpc, &entry.what).await?;
+            }
             continue;
         }
-        let Some(&index) = by_id.get(&response.watch_id) else {
+        let Some(local) = by_id.get(&response.watch_id).copied() else {
             continue;
         };
         if response.canceled {
             // Compacted or refused under us: re-open; the read-or-watch logic decides.
-            entries.extend(pending);
             return Ok(Closed::Stream);
         }
-        let revision = response.header.as_ref().map_or(0, |h| h.revision);
-        let entry = &mut entries[index];
-        for event in &response.events {
-            handle_event(rpc, &entry.what, event);
+        if let Some(entry) = entries.get_mut(&local) {
+            for event in &response.events {
+                handle_event(rpc, &entry.what, event);
+            }
+            entry.from = entry.from.max(revision + 1);
         }
-        entry.from = entry.from.max(revision + 1);
     }
-}
-
-/// `by_id` after removing entry `removed` (later indexes shift down by one).
-fn reindex(by_id: HashMap<i64, usize>, removed: usize) -> HashMap<i64, usize> {
-    by_id
-        .into_iter()
-        .filter(|(_, index)| *index != removed)
-        .map(|(id, index)| (id, if index > removed { index - 1 } else { index }))
-        .collect()
 }
 
 fn handle_event(rpc: &Rpc, what: &Follow, event: &mvccpb::Event) {
@@ -284,18 +309,20 @@ fn spawn_sweep(
     }));
 }
 
-/// For a watcher whose start revision is compacted: read the key once. A guard whose key
-/// is gone (or re-created) is lost; otherwise the entry goes on from the read revision.
-async fn settle_by_reading(rpc: &Rpc, mut entry: Entry) -> Result<Option<Entry>> {
+/// Reads the key once, for a watcher that cannot cover a stretch of history (compacted,
+/// or created after writes we did not see): a guard whose key is gone (or re-created) is
+/// lost; a swept line with a key of ours gets swept. Returns the read revision, or `None`
+/// when there is nothing left to follow.
+async fn settle_by_reading(rpc: &Rpc, what: &Follow) -> Result<Option<i64>> {
     let resp = rpc
         .range(pb::RangeRequest {
-            key: entry.what.key().to_vec(),
+            key: what.key().to_vec(),
             ..Default::default()
         })
         .await?;
     let revision = resp.header.map_or(0, |h| h.revision);
     let current = resp.kvs.into_iter().next();
-    match &entry.what {
+    match what {
         Follow::Guard { rev, hold, .. } => {
             if current.as_ref().map(|kv| kv.create_revision) != Some(*rev) {
                 if let Some(hold) = hold.upgrade() {
@@ -312,6 +339,5 @@ async fn settle_by_reading(rpc: &Rpc, mut entry: Entry) -> Result<Option<Entry>>
             }
         }
     }
-    entry.from = revision + 1;
-    Ok(Some(entry))
+    Ok(Some(revision))
 }

@@ -106,7 +106,8 @@ impl Mutex {
     ///
     /// Like `std::sync::Mutex`, the lock is not re-entrant. Threads of one session take
     /// turns; the thread that acquired a guard gets [`Error::WouldDeadlock`] (and
-    /// `try_lock` gets `WouldBlock`) instead of waiting on itself. A [`Mutex`] and an
+    /// `try_lock` gets `WouldBlock`) instead of waiting on itself. (Detection follows the
+    /// acquiring thread: a guard sent to another thread is not tracked there.) A [`Mutex`] and an
     /// [`Election`](crate::Election) of the same name on one session share one etcd key,
     /// so they take turns too.
     ///

@@ -261,14 +261,30 @@ impl Held {
             state.turn.take()
         };
         tracing::debug!(key = %String::from_utf8_lossy(self.key()), fencing_token = self.rev(), "releasing");
-        let line = &self.hold.line;
-        let pending = spawn_removal(
-            &line.session,
-            line.key.clone(),
-            Owned::Revision(self.hold.rev),
-            turn,
-        );
-        self.await_release(pending, wait)
+        let line = self.hold.line.clone();
+        let owned = Owned::Revision(self.hold.rev);
+        let Some(limit) = wait else {
+            // Not waiting at all: the whole release runs in the background.
+            drop(spawn_removal(&line.session, line.key.clone(), owned, turn));
+            return Ok(Released::NotCurrent);
+        };
+        // The first attempt runs on the caller's thread (no hand-over to the runtime on
+        // the fast path); only an unanswered one moves to the background, turn in hand.
+        let rpc = line.session.client().rpc().clone();
+        let started = Instant::now();
+        let first = line.session.client().block_on(async {
+            tokio::time::timeout(limit, queue::remove(&rpc, &line.key, owned)).await
+        })?;
+        match first {
+            Ok(Ok(true)) => Ok(Released::Deleted),
+            Ok(Ok(false)) => Ok(Released::NotOurs),
+            Ok(Err(e)) if !e.is_transient() => Err(e),
+            _ => {
+                let pending = spawn_removal(&line.session, line.key.clone(), owned, turn);
+                // What is left of the caller's bound.
+                self.await_release(pending, Some(limit.saturating_sub(started.elapsed())))
+            }
+        }
     }
 
     fn await_release(
@@ -452,7 +468,7 @@ pub(crate) fn acquire(
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
     let lease = line.session.lease_id();
-    let (enqueued, turn) = client.block_on(async {
+    let (enqueued, turn, alive_at) = client.block_on(async {
         let turn = take_turn(line, &session, wait, kind.operation()).await?;
         // 1. Join the line in etcd.
         let enqueued =
@@ -466,7 +482,7 @@ pub(crate) fn acquire(
             };
         // 2. Wait for our turn in etcd, unless asked not to.
         let waited = match (wait, &enqueued.position) {
-            (_, Position::Owner) => Ok(()),
+            (_, Position::Owner) => Ok(enqueued.seen_at),
             (Wait::Never, _) => Err(TryLockError::WouldBlock),
             (_, _) => within(
                 wait,
@@ -478,13 +494,14 @@ pub(crate) fn acquire(
                     &line.key,
                     enqueued.rev,
                     enqueued.position.clone(),
+                    enqueued.seen_at,
                 ),
             )
             .await
             .map_err(TryLockError::from),
         };
         match waited {
-            Ok(()) => Ok((enqueued, turn)),
+            Ok(seen_at) => Ok((enqueued, turn, seen_at)),
             Err(e) => {
                 // Known revision: this deletes nothing but the key this attempt created.
                 let pending = spawn_removal(
@@ -517,6 +534,7 @@ pub(crate) fn acquire(
     client.follower().follow(Follow::Guard {
         key: line.key.clone(),
         rev: enqueued.rev,
+        alive_at,
         hold: Arc::downgrade(&hold),
     });
     tracing::debug!(key = %String::from_utf8_lossy(&line.key), fencing_token = enqueued.rev, ?kind, "acquired");

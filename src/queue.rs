@@ -95,17 +95,8 @@ fn position_of(kvs: Vec<mvccpb::KeyValue>, key: &[u8], rev: i64) -> Position {
     }
 }
 
-/// One linearizable read: does our key still exist with our revision, and who is before it?
-pub(crate) async fn read_position(
-    rpc: &Rpc,
-    prefix: &[u8],
-    key: &[u8],
-    rev: i64,
-) -> Result<Position> {
-    Ok(read_position_at(rpc, prefix, key, rev).await?.0)
-}
-
-/// [`read_position`], with the store revision of the read.
+/// One linearizable read: does our key still exist with our revision, and who is before
+/// it? With the store revision of the read.
 async fn read_position_at(
     rpc: &Rpc,
     prefix: &[u8],
@@ -138,6 +129,8 @@ pub(crate) struct Enqueued {
     /// The mod revision of our key (of the value stored under it).
     pub(crate) value_rev: i64,
     pub(crate) position: Position,
+    /// The store revision at which `position` was read.
+    pub(crate) seen_at: i64,
 }
 
 /// Joins the line in one transaction, with the shape of Go's `Mutex.tryAcquire` /
@@ -188,6 +181,7 @@ pub(crate) async fn enqueue(
         ],
     };
     let resp = rpc.txn(txn, Retry::Never).await?;
+    let txn_revision = resp.header.as_ref().map_or(0, |h| h.revision);
     let mut ranges = resp
         .responses
         .into_iter()
@@ -205,6 +199,7 @@ pub(crate) async fn enqueue(
             value: value.to_vec(),
             value_rev: rev,
             position: position_of(newest, key, rev),
+            seen_at: txn_revision,
         });
     }
     // Our key exists already (same session, earlier attempt or a resumed lease).
@@ -216,9 +211,9 @@ pub(crate) async fn enqueue(
     };
     let owner = ranges.next().and_then(|r| r.kvs.into_iter().next());
     let rev = mine.create_revision;
-    let position = match owner {
-        Some(owner) if owner.create_revision == rev => Position::Owner,
-        _ => read_position(rpc, prefix, key, rev).await?,
+    let (position, seen_at) = match owner {
+        Some(owner) if owner.create_revision == rev => (Position::Owner, txn_revision),
+        _ => read_position_at(rpc, prefix, key, rev).await?,
     };
     Ok(Enqueued {
         rev,
@@ -226,6 +221,7 @@ pub(crate) async fn enqueue(
         value: mine.value,
         value_rev: mine.mod_revision,
         position,
+        seen_at,
     })
 }
 
@@ -360,12 +356,14 @@ pub(crate) async fn wait_turn(
     key: &[u8],
     rev: i64,
     mut position: Position,
-) -> Result<()> {
+    mut seen_at: i64,
+) -> Result<i64> {
     let mut retry_delay = Duration::from_millis(20);
     loop {
         session.check()?;
         let predecessor = match position {
-            Position::Owner => return Ok(()),
+            // The revision of the read that showed us first: the key exists there.
+            Position::Owner => return Ok(seen_at),
             Position::Gone => return Err(gone(rpc, session).await),
             Position::Behind(pred) => pred,
         };
@@ -388,7 +386,7 @@ pub(crate) async fn wait_turn(
                 // Another endpoint may serve us: re-read, then watch again.
                 tokio::time::sleep(retry_delay).await;
                 retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
-                position = read_position(rpc, prefix, key, rev).await?;
+                (position, seen_at) = read_position_at(rpc, prefix, key, rev).await?;
                 continue;
             }
             Err(e) => return Err(e),
@@ -396,6 +394,7 @@ pub(crate) async fn wait_turn(
         // Anything that happened before the watchers existed shows in this read.
         let watched_at = Instant::now();
         let (now, read_revision) = read_position_at(rpc, prefix, key, rev).await?;
+        seen_at = read_revision;
         match now {
             Position::Behind(now) if now.key == predecessor.key => {}
             other => {
@@ -423,10 +422,10 @@ pub(crate) async fn wait_turn(
                         break; // re-read and watch again on the endpoint now in use
                     }
                     if polling.is_some() {
-                        match read_position(rpc, prefix, key, rev).await? {
-                            Position::Behind(now) if now.key == predecessor.key => {}
-                            other => {
-                                next_position = Some(other);
+                        match read_position_at(rpc, prefix, key, rev).await? {
+                            (Position::Behind(now), _) if now.key == predecessor.key => {}
+                            (other, at) => {
+                                next_position = Some((other, at));
                                 break;
                             }
                         }
@@ -456,9 +455,9 @@ pub(crate) async fn wait_turn(
             }
         }
         // The one read after a handoff: are we first now, or who is before us?
-        position = match next_position {
+        (position, seen_at) = match next_position {
             Some(known) => known,
-            None => read_position(rpc, prefix, key, rev).await?,
+            None => read_position_at(rpc, prefix, key, rev).await?,
         };
     }
 }

@@ -151,20 +151,26 @@ fn one_session_never_has_two_live_guards_over_one_key() {
     let s = session(&c, 10);
     let e = s.election("shared").unwrap();
     let l = e.campaign("main").unwrap();
-    let e2 = e.clone();
-    let other = std::thread::spawn(move || e2.campaign("thread"))
-        .join()
-        .unwrap()
-        .expect("a re-campaign from another thread");
-    assert!(other.is_leader());
+    let (e2, m2) = (e.clone(), s.mutex("shared").unwrap());
+    let other = std::thread::spawn(move || {
+        let other = e2
+            .campaign("thread")
+            .expect("a re-campaign from another thread");
+        assert!(other.is_leader());
+        // The thread that holds the line asking for the Mutex of that name would wait on
+        // itself: refused instead.
+        assert!(matches!(m2.lock(), Err(Error::WouldDeadlock(_))));
+        assert!(matches!(m2.try_lock(), Err(TryLockError::WouldBlock)));
+        other
+    })
+    .join()
+    .unwrap();
     assert!(!l.is_leader(), "the superseded guard must say so");
     assert_eq!(other.fencing_token(), l.fencing_token());
     drop(l); // no-op
+    assert!(other.is_leader());
     assert_eq!(c.leader("shared").unwrap().unwrap().value, b"thread");
-    // The same thread asking for the Mutex of that name would wait on itself.
     let m = s.mutex("shared").unwrap();
-    assert!(matches!(m.lock(), Err(Error::WouldDeadlock(_))));
-    assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
     // Another thread waits for its turn instead.
     let m2 = m.clone();
     let waiter = std::thread::spawn(move || m2.lock().map(|g| g.fencing_token()));
