@@ -2,11 +2,12 @@
 //! guard (and per line being swept), run by one task on the client's runtime. No thread
 //! and no stream per guard.
 //!
-//! * **Guard**: watch the guard's key for deletes from the revision after its creation, so
-//!   nothing between acquisition and watcher creation is missed. A delete by anyone (our
-//!   own cleanup, `etcdctl del`, a lease revoked elsewhere) ends the hold: `is_held()`
-//!   turns false and `lost()` fires. Watchers from a past revision are served by etcd's
-//!   100 ms sync loop, well within the one-second promise.
+//! * **Guard**: once a guard has been held for 200 ms (most holds are shorter and cost etcd
+//!   nothing), watch its key for deletes from *now*. If etcd's "now" at creation is later
+//!   than the revision at which the caller last saw the key, one read of the key closes
+//!   the gap. A delete by anyone (our own cleanup, `etcdctl del`, a lease revoked
+//!   elsewhere) ends the hold: `is_held()` turns false and `lost()` fires, well within a
+//!   second.
 //! * **Sweep**: after an ambiguous enqueue, watch our key for puts. A put there while the
 //!   line's turn is free is the old attempt applied late by a member that held it (etcd
 //!   has no idempotency keys): take the turn and delete it, so it cannot block the line
@@ -18,7 +19,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
@@ -116,8 +117,52 @@ struct Entry {
 /// the client uses.
 const TICK: Duration = Duration::from_millis(250);
 
+/// How long a guard is held before its key gets a watcher. Most holds are shorter and
+/// then cost etcd nothing; a deletion in the meantime is found by the read that closes the
+/// gap when the watcher is created, so it is still reported well within a second.
+const DEFER: Duration = Duration::from_millis(200);
+
+/// Commands waiting for their time, oldest first.
+#[derive(Default)]
+struct Deferred(VecDeque<(Instant, Follow)>);
+
+impl Deferred {
+    fn push(&mut self, what: Follow) {
+        let due = match what {
+            Follow::Guard { .. } => Instant::now() + DEFER,
+            Follow::Sweep { .. } => Instant::now(),
+        };
+        self.0.push_back((due, what));
+    }
+
+    /// When the next one is due (far away when there is none).
+    fn next_due(&self) -> Instant {
+        self.0.front().map_or_else(
+            || Instant::now() + Duration::from_secs(3600),
+            |(due, _)| *due,
+        )
+    }
+
+    /// The due ones that still have something to follow.
+    fn take_due(&mut self) -> Vec<Follow> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        while let Some((at, _)) = self.0.front()
+            && *at <= now
+        {
+            if let Some((_, what)) = self.0.pop_front()
+                && what.is_live()
+            {
+                due.push(what);
+            }
+        }
+        due
+    }
+}
+
 async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
     let mut entries: HashMap<u64, Entry> = HashMap::new();
+    let mut deferred = Deferred::default();
     let mut next_local = 0u64;
     let mut retry_delay = Duration::from_millis(20);
     loop {
@@ -125,20 +170,27 @@ async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
         if entries.is_empty() {
             // A stream needs a first watcher (etcd answers headers with the first
             // response), so an idle client keeps none.
-            match commands.recv().await {
-                Some(what) => {
-                    let entry = Entry {
-                        from: what.known_through() + 1,
-                        what,
-                    };
-                    entries.insert(next_local, entry);
-                    next_local += 1;
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(what) => deferred.push(what),
+                    None => return, // the client is gone
+                },
+                _ = tokio::time::sleep_until(deferred.next_due().into()) => {
+                    for what in deferred.take_due() {
+                        let entry = Entry { from: what.known_through() + 1, what };
+                        entries.insert(next_local, entry);
+                        next_local += 1;
+                    }
                 }
-                None => return, // the client is gone
             }
             continue;
         }
-        match follow_on_stream(&rpc, &mut entries, &mut next_local, &mut commands).await {
+        let stream = Stream {
+            entries: &mut entries,
+            deferred: &mut deferred,
+            next_local: &mut next_local,
+        };
+        match stream.follow(&rpc, &mut commands).await {
             Ok(Closed::Commands) => return,
             Ok(Closed::Stream) => retry_delay = Duration::from_millis(20),
             Err(e) => {
@@ -150,6 +202,13 @@ async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
     }
 }
 
+/// The task's state while a stream runs.
+struct Stream<'a> {
+    entries: &'a mut HashMap<u64, Entry>,
+    deferred: &'a mut Deferred,
+    next_local: &'a mut u64,
+}
+
 enum Closed {
     /// The stream went stale, or a watcher must start elsewhere: open again.
     Stream,
@@ -157,112 +216,121 @@ enum Closed {
     Commands,
 }
 
-/// Runs one stream until it breaks or goes stale. Watchers for new entries start from
-/// *now* (synced: cheap for etcd); the gap between what the caller knew and etcd's "now"
-/// at creation is closed by one read, only when a write happened in it.
-async fn follow_on_stream(
-    rpc: &Rpc,
-    entries: &mut HashMap<u64, Entry>,
-    next_local: &mut u64,
-    commands: &mut UnboundedReceiver<Follow>,
-) -> Result<Closed> {
-    let order: Vec<u64> = entries.keys().copied().collect();
-    let creates = order
-        .iter()
-        .map(|local| {
-            let entry = &entries[local];
-            entry.what.create(entry.from)
-        })
-        .collect();
-    let (mut watch, created, _) = WatchStream::open_tolerant(rpc, creates).await?;
-    let mut by_id: HashMap<i64, u64> = HashMap::new();
-    let mut refused = Vec::new();
-    for (local, id) in order.into_iter().zip(created.ids) {
-        match id {
-            Some(id) => {
-                by_id.insert(id, local);
-            }
-            None => refused.push(local),
-        }
-    }
-    // Watchers whose start was compacted away: one read decides for them.
-    let mut reopen = false;
-    for local in refused {
-        if let Some(mut entry) = entries.remove(&local)
-            && let Some(revision) = settle_by_reading(rpc, &entry.what).await?
-        {
-            entry.from = revision + 1;
-            entries.insert(local, entry);
-            reopen = true;
-        }
-    }
-    if reopen {
-        return Ok(Closed::Stream);
-    }
-    // New entries waiting for their `created` answer (etcd answers creates in order).
-    let mut pending: VecDeque<u64> = VecDeque::new();
-    loop {
-        let response = tokio::select! {
-            command = commands.recv() => {
-                let Some(what) = command else { return Ok(Closed::Commands) };
-                watch.send_create(what.create(0))?;
-                let local = *next_local;
-                *next_local += 1;
-                entries.insert(local, Entry { from: what.known_through() + 1, what });
-                pending.push_back(local);
-                continue;
-            }
-            response = watch.next() => response?,
-            _ = tokio::time::sleep(TICK) => {
-                if watch.is_stale(rpc) {
-                    return Ok(Closed::Stream);
+impl Stream<'_> {
+    /// Runs one stream until it breaks or goes stale. Watchers for new entries start from
+    /// *now* (synced: cheap for etcd); the gap between what the caller knew and etcd's
+    /// "now" at creation is closed by one read, only when a write happened in it.
+    async fn follow(self, rpc: &Rpc, commands: &mut UnboundedReceiver<Follow>) -> Result<Closed> {
+        let Stream {
+            entries,
+            deferred,
+            next_local,
+        } = self;
+        let order: Vec<u64> = entries.keys().copied().collect();
+        let creates = order
+            .iter()
+            .map(|local| {
+                let entry = &entries[local];
+                entry.what.create(entry.from)
+            })
+            .collect();
+        let (mut watch, created, _) = WatchStream::open_tolerant(rpc, creates).await?;
+        let mut by_id: HashMap<i64, u64> = HashMap::new();
+        let mut refused = Vec::new();
+        for (local, id) in order.into_iter().zip(created.ids) {
+            match id {
+                Some(id) => {
+                    by_id.insert(id, local);
                 }
-                let ended: Vec<(i64, u64)> = by_id
-                    .iter()
-                    .filter(|(_, local)| !entries[*local].what.is_live())
-                    .map(|(id, local)| (*id, *local))
-                    .collect();
-                for (id, local) in ended {
-                    watch.send_cancel(id)?;
-                    by_id.remove(&id);
-                    entries.remove(&local);
-                }
-                continue;
+                None => refused.push(local),
             }
-        };
-        let revision = response.header.as_ref().map_or(0, |h| h.revision);
-        if response.created {
-            let Some(local) = pending.pop_front() else {
-                continue;
+        }
+        // Watchers whose start was compacted away: one read decides for them.
+        let mut reopen = false;
+        for local in refused {
+            if let Some(mut entry) = entries.remove(&local)
+                && let Some(revision) = settle_by_reading(rpc, &entry.what).await?
+            {
+                entry.from = revision + 1;
+                entries.insert(local, entry);
+                reopen = true;
+            }
+        }
+        if reopen {
+            return Ok(Closed::Stream);
+        }
+        // New entries waiting for their `created` answer (etcd answers creates in order).
+        let mut pending: VecDeque<u64> = VecDeque::new();
+        let mut tick = tokio::time::interval(TICK);
+        loop {
+            let response = tokio::select! {
+                command = commands.recv() => {
+                    let Some(what) = command else { return Ok(Closed::Commands) };
+                    deferred.push(what);
+                    continue;
+                }
+                _ = tokio::time::sleep_until(deferred.next_due().into()) => {
+                    for what in deferred.take_due() {
+                        watch.send_create(what.create(0))?;
+                        let local = *next_local;
+                        *next_local += 1;
+                        entries.insert(local, Entry { from: what.known_through() + 1, what });
+                        pending.push_back(local);
+                    }
+                    continue;
+                }
+                response = watch.next() => response?,
+                _ = tick.tick() => {
+                    if watch.is_stale(rpc) {
+                        return Ok(Closed::Stream);
+                    }
+                    let ended: Vec<(i64, u64)> = by_id
+                        .iter()
+                        .filter(|(_, local)| !entries[*local].what.is_live())
+                        .map(|(id, local)| (*id, *local))
+                        .collect();
+                    for (id, local) in ended {
+                        watch.send_cancel(id)?;
+                        by_id.remove(&id);
+                        entries.remove(&local);
+                    }
+                    continue;
+                }
             };
-            let Some(entry) = entries.get_mut(&local) else {
+            let revision = response.header.as_ref().map_or(0, |h| h.revision);
+            if response.created {
+                let Some(local) = pending.pop_front() else {
+                    continue;
+                };
+                let Some(entry) = entries.get_mut(&local) else {
+                    continue;
+                };
+                if response.canceled {
+                    return Ok(Closed::Stream); // re-open: it starts from its revision then
+                }
+                by_id.insert(response.watch_id, local);
+                let known_through = entry.what.known_through();
+                entry.from = revision + 1;
+                if revision > known_through && entry.what.is_live() {
+                    // Something was written between what the caller saw and etcd's "now"
+                    // for this watcher: read the key once instead of watching the gap.
+                    settle_by_reading(rpc, &entry.what).await?;
+                }
+                continue;
+            }
+            let Some(local) = by_id.get(&response.watch_id).copied() else {
                 continue;
             };
             if response.canceled {
-                return Ok(Closed::Stream); // re-open: it starts from its revision then
+                // Compacted or refused under us: re-open; the read-or-watch logic decides.
+                return Ok(Closed::Stream);
             }
-            by_id.insert(response.watch_id, local);
-            let known_through = entry.what.known_through();
-            entry.from = revision + 1;
-            if revision > known_through {
-                // Something was written between what the caller saw and etcd's "now"
-                // for this watcher: read the key once instead of watching the gap.
-                settle_by_reading(rpc, &entry.what).await?;
+            if let Some(entry) = entries.get_mut(&local) {
+                for event in &response.events {
+                    handle_event(rpc, &entry.what, event);
+                }
+                entry.from = entry.from.max(revision + 1);
             }
-            continue;
-        }
-        let Some(local) = by_id.get(&response.watch_id).copied() else {
-            continue;
-        };
-        if response.canceled {
-            // Compacted or refused under us: re-open; the read-or-watch logic decides.
-            return Ok(Closed::Stream);
-        }
-        if let Some(entry) = entries.get_mut(&local) {
-            for event in &response.events {
-                handle_event(rpc, &entry.what, event);
-            }
-            entry.from = entry.from.max(revision + 1);
         }
     }
 }
