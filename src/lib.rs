@@ -16,8 +16,8 @@
 //! ```
 //!
 //! * The crate speaks etcd's gRPC API itself; a private tokio runtime does the I/O and never
-//!   shows in the API. Calling a blocking method from inside an async runtime returns
-//!   [`Error::InsideAsyncRuntime`] instead of panicking.
+//!   shows in the API. Calling a blocking method on an async worker thread returns
+//!   [`Error::InsideAsyncRuntime`] instead of panicking; `spawn_blocking` threads may call it.
 //! * Keys and transactions are those of etcd's Go `concurrency` package
 //!   (`<name>/<lease id in hex>`, oldest create revision owns), so a lock taken here excludes
 //!   `etcdctl lock` on the same name, and the other way round.
