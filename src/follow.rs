@@ -66,6 +66,22 @@ impl Follow {
         }
     }
 
+    /// Whether `self` and `other` sweep the same line: one sweep per line is enough, since
+    /// it watches until the session ends.
+    fn same_sweep(&self, other: &Follow) -> bool {
+        match (self, other) {
+            (
+                Follow::Sweep { key, session, .. },
+                Follow::Sweep {
+                    key: other_key,
+                    session: other_session,
+                    ..
+                },
+            ) => key == other_key && Arc::ptr_eq(session, other_session),
+            _ => false,
+        }
+    }
+
     /// Whether there is still something to follow.
     fn is_live(&self) -> bool {
         match self {
@@ -172,7 +188,7 @@ async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
             // response), so an idle client keeps none.
             tokio::select! {
                 command = commands.recv() => match command {
-                    Some(what) => deferred.push(what),
+                    Some(what) => accept(&entries, &mut deferred, what),
                     None => return, // the client is gone
                 },
                 _ = tokio::time::sleep_until(deferred.next_due().into()) => {
@@ -199,6 +215,20 @@ async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
                 retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
             }
         }
+    }
+}
+
+/// Queues `what` unless an equal sweep already runs or waits.
+fn accept(entries: &HashMap<u64, Entry>, deferred: &mut Deferred, what: Follow) {
+    let duplicate = entries
+        .values()
+        .any(|e| e.what.is_live() && e.what.same_sweep(&what))
+        || deferred
+            .0
+            .iter()
+            .any(|(_, queued)| queued.same_sweep(&what));
+    if !duplicate {
+        deferred.push(what);
     }
 }
 
@@ -266,7 +296,7 @@ impl Stream<'_> {
             let response = tokio::select! {
                 command = commands.recv() => {
                     let Some(what) = command else { return Ok(Closed::Commands) };
-                    deferred.push(what);
+                    accept(entries, deferred, what);
                     continue;
                 }
                 _ = tokio::time::sleep_until(deferred.next_due().into()) => {
