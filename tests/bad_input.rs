@@ -271,11 +271,7 @@ fn blocking_calls_inside_a_tokio_runtime_are_refused() {
 #[test]
 fn frozen_etcd_gives_timeouts_and_leaves_nothing_behind() {
     let server = etcd();
-    let c = Client::builder()
-        .endpoints(server.endpoints())
-        .request_timeout(Duration::from_millis(500))
-        .connect()
-        .unwrap();
+    let c = common::client_with_timeout(&server.endpoints(), Duration::from_millis(500));
     let s = session(&c, 30);
     let m = s.mutex("bad/frozen").unwrap();
     server.pause().unwrap();

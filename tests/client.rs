@@ -135,11 +135,7 @@ fn unreachable_endpoint_fails_within_connect_timeout() {
 #[test]
 fn paused_server_times_out_instead_of_hanging() {
     let server = etcd();
-    let c = Client::builder()
-        .endpoints(server.endpoints())
-        .request_timeout(Duration::from_millis(500))
-        .connect()
-        .unwrap();
+    let c = common::client_with_timeout(&server.endpoints(), Duration::from_millis(500));
     c.put("k", "v").unwrap();
     server.pause().unwrap();
     let start = Instant::now();

@@ -51,11 +51,7 @@ fn a_timed_out_campaign_never_deletes_the_next_campaigns_key() {
 #[test]
 fn an_ambiguous_enqueue_never_deletes_the_next_holders_key() {
     let server = etcd();
-    let c = Client::builder()
-        .endpoints(server.endpoints())
-        .request_timeout(Duration::from_millis(500))
-        .connect()
-        .unwrap();
+    let c = common::client_with_timeout(&server.endpoints(), Duration::from_millis(500));
     let s = session(&c, 10);
     let m = s.mutex("m2").unwrap();
     server.pause().unwrap();
@@ -189,11 +185,7 @@ fn one_session_never_has_two_live_guards_over_one_key() {
 #[test]
 fn drop_and_resign_return_within_one_request_timeout_when_etcd_is_frozen() {
     let cl = cluster();
-    let c = Client::builder()
-        .endpoints(cl.endpoints())
-        .request_timeout(Duration::from_secs(1))
-        .connect()
-        .unwrap();
+    let c = common::client_with_timeout(&cl.endpoints(), Duration::from_secs(1));
     let s = session(&c, 20);
     let g = s.mutex("frozen-m").unwrap().lock().unwrap();
     let mut l = s.election("frozen-e").unwrap().campaign("v").unwrap();
@@ -310,11 +302,7 @@ fn a_late_applied_enqueue_leaves_no_key_behind() {
     let ordered: Vec<String> = (0..all.len())
         .map(|i| all[(follower + i) % all.len()].clone())
         .collect();
-    let c = Client::builder()
-        .endpoints(&ordered)
-        .request_timeout(Duration::from_millis(500))
-        .connect()
-        .unwrap();
+    let c = common::client_with_timeout(&ordered, Duration::from_millis(500));
     let s = session(&c, 20);
     let m = s.mutex("late").unwrap();
     cl.pause(follower).unwrap();

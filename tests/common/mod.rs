@@ -30,6 +30,15 @@ pub fn client(endpoints: &[String]) -> Client {
         .expect("connect to the test etcd")
 }
 
+/// A client with a short request timeout, for tests that freeze etcd.
+pub fn client_with_timeout(endpoints: &[String], request_timeout: Duration) -> Client {
+    Client::builder()
+        .endpoints(endpoints)
+        .request_timeout(request_timeout)
+        .connect()
+        .expect("connect to the test etcd")
+}
+
 pub fn session(client: &Client, ttl_secs: u64) -> Session {
     client
         .session_builder()
