@@ -537,7 +537,14 @@ pub(crate) fn acquire(
         alive_at,
         hold: Arc::downgrade(&hold),
     });
-    tracing::debug!(key = %String::from_utf8_lossy(&line.key), fencing_token = enqueued.rev, ?kind, "acquired");
+    tracing::debug!(
+        key = %String::from_utf8_lossy(&line.key),
+        fencing_token = enqueued.rev,
+        ?kind,
+        existed = enqueued.existed,
+        proof_revision = alive_at,
+        "acquired"
+    );
     Ok(Held::new(hold))
 }
 

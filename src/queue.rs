@@ -104,7 +104,16 @@ async fn read_position_at(
     rev: i64,
 ) -> Result<(Position, i64)> {
     let resp = rpc.range(newest_up_to(prefix, rev, 2)).await?;
-    let revision = resp.header.map_or(0, |h| h.revision);
+    let revision = resp.header.as_ref().map_or(0, |h| h.revision);
+    tracing::debug!(
+        key = %String::from_utf8_lossy(key),
+        rev,
+        at = revision,
+        member = resp.header.as_ref().map_or(0, |h| h.member_id),
+        raft_term = resp.header.as_ref().map_or(0, |h| h.raft_term),
+        found = ?resp.kvs.iter().map(|kv| (String::from_utf8_lossy(&kv.key).into_owned(), kv.create_revision)).collect::<Vec<_>>(),
+        "position read"
+    );
     Ok((position_of(resp.kvs, key, rev), revision))
 }
 
@@ -182,6 +191,13 @@ pub(crate) async fn enqueue(
     };
     let resp = rpc.txn(txn, Retry::Never).await?;
     let txn_revision = resp.header.as_ref().map_or(0, |h| h.revision);
+    tracing::debug!(
+        key = %String::from_utf8_lossy(key),
+        succeeded = resp.succeeded,
+        at = txn_revision,
+        member = resp.header.as_ref().map_or(0, |h| h.member_id),
+        "enqueue txn"
+    );
     let mut ranges = resp
         .responses
         .into_iter()
