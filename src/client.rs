@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 use crate::follow::Follower;
 use crate::keepalive::KeepAlive;
 use crate::kv::{KeyValue, Txn, TxnResponse};
-use crate::pb::etcdserverpb as pb;
-use crate::rpc::{Retry, Rpc, RpcConfig, parse_endpoint, prefix_end};
+use crate::transport::generated::etcdserverpb as pb;
+use crate::transport::{Retry, Rpc, RpcConfig, parse_endpoint, prefix_end};
 use crate::runtime::Runtime;
 use crate::session::{Session, SessionBuilder, SessionShared};
 

@@ -11,11 +11,11 @@ use crate::error::{Error, Result};
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use crate::mutex::guarded_txn;
 use crate::ownership::{self, Held, Kind, Line, Wait};
-use crate::pb::mvccpb;
+use crate::transport::generated::mvccpb;
 use crate::queue;
-use crate::rpc::{Rpc, prefix_end};
+use crate::transport::{Rpc, prefix_end};
 use crate::session::Session;
-use crate::watch::{WatchStream, watch_request};
+use crate::transport::watch::{WatchStream, watch_request};
 
 /// A leader election named by a string, campaigned through a [`Session`].
 ///

@@ -25,12 +25,12 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::error::Result;
 use crate::ownership::Hold;
-use crate::pb::etcdserverpb as pb;
-use crate::pb::mvccpb;
+use crate::transport::generated::etcdserverpb as pb;
+use crate::transport::generated::mvccpb;
 use crate::queue::{self, Owned};
-use crate::rpc::Rpc;
+use crate::transport::Rpc;
 use crate::session::SessionShared;
-use crate::watch::{WatchStream, watch_request};
+use crate::transport::watch::{WatchStream, watch_request};
 
 /// What to follow.
 pub(crate) enum Follow {

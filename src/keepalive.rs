@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::error::{Error, LossReason, Result};
-use crate::pb::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
-use crate::rpc::Rpc;
+use crate::transport::generated::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+use crate::transport::Rpc;
 use crate::session::SessionShared;
 
 /// How long before the conservative expiry we give up on a lease: covers the wake-up

@@ -3,9 +3,9 @@
 //! These mirror etcd's own messages (`KeyValue`, `Compare`, `RequestOp`) with Rust names, so
 //! the generated protobuf types never appear in the public API.
 
-use crate::pb::etcdserverpb as pb;
-use crate::pb::mvccpb;
-use crate::rpc::prefix_end;
+use crate::transport::generated::etcdserverpb as pb;
+use crate::transport::generated::mvccpb;
+use crate::transport::prefix_end;
 
 /// A key and its value with etcd's revision bookkeeping.
 ///

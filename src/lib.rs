@@ -31,23 +31,20 @@ mod client;
 mod clock;
 mod election;
 mod error;
-mod fault;
 mod follow;
 mod keepalive;
 mod kv;
 mod mutex;
 mod ownership;
-mod pb;
 mod queue;
-mod rpc;
 mod runtime;
 mod session;
 mod signal;
+mod transport;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
-mod watch;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,

@@ -9,7 +9,7 @@ use crossbeam_channel::Receiver;
 use crate::error::{Error, Result, TryLockError};
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use crate::ownership::{self, Held, Kind, Line, Released, Wait};
-use crate::rpc::Retry;
+use crate::transport::Retry;
 use crate::session::Session;
 
 /// A distributed lock named by a string, held through a [`Session`].

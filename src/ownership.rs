@@ -28,7 +28,7 @@ use tokio::sync::OwnedMutexGuard;
 use crate::error::{Error, Result, TryLockError};
 use crate::follow::Follow;
 use crate::queue::{self, Owned, Position};
-use crate::rpc::Rpc;
+use crate::transport::Rpc;
 use crate::session::{Session, SessionShared};
 use crate::signal::Signal;
 

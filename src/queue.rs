@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::kv::KeyValue;
-use crate::pb::etcdserverpb as pb;
-use crate::pb::mvccpb;
-use crate::rpc::{Retry, Rpc, prefix_end};
+use crate::transport::generated::etcdserverpb as pb;
+use crate::transport::generated::mvccpb;
+use crate::transport::{Retry, Rpc, prefix_end};
 use crate::session::SessionShared;
-use crate::watch::{WatchStream, watch_request};
+use crate::transport::watch::{WatchStream, watch_request};
 
 /// How often a waiter checks that its watch stream still runs on the endpoint in use.
 pub(crate) const STALE_CHECK: Duration = Duration::from_millis(250);

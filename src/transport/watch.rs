@@ -11,8 +11,8 @@ use std::collections::VecDeque;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::error::{Error, Result};
-use crate::pb::etcdserverpb as pb;
-use crate::rpc::Rpc;
+use crate::transport::generated::etcdserverpb as pb;
+use crate::transport::Rpc;
 
 /// A watcher on one key (or a range) from `start_revision` (0 = from now).
 pub(crate) fn watch_request(

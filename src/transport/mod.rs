@@ -1,8 +1,12 @@
-//! Internal gRPC layer: one HTTP/2 channel per endpoint, request timeouts, retries of
+//! The transport: everything that knows gRPC. Internal gRPC layer: one HTTP/2 channel per endpoint, request timeouts, retries of
 //! retry-safe requests on the next endpoint, and the metadata every call carries.
 //!
 //! Everything here is async and crate-private; the blocking API calls it through
 //! [`Runtime::block_on`](crate::runtime::Runtime::block_on).
+
+pub(crate) mod fault;
+pub(crate) mod generated;
+pub(crate) mod watch;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,8 +19,8 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{Error, Result};
-use crate::fault::{Wire, wire_cause};
-use crate::pb::etcdserverpb as pb;
+use fault::{Wire, wire_cause};
+use generated::etcdserverpb as pb;
 use pb::auth_client::AuthClient;
 use pb::kv_client::KvClient;
 use pb::lease_client::LeaseClient;
