@@ -7,11 +7,10 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::follow::Follower;
 use crate::keepalive::KeepAlive;
-use crate::kv::{KeyValue, Txn, TxnResponse};
-use crate::transport::generated::etcdserverpb as pb;
-use crate::transport::{Retry, Rpc, RpcConfig, parse_endpoint, prefix_end};
+use crate::kv::{KeyValue, Range, Txn, TxnResponse};
 use crate::runtime::Runtime;
 use crate::session::{Session, SessionBuilder, SessionShared};
+use crate::transport::{Retry, Rpc, RpcConfig, parse_endpoint};
 
 /// Default limit for establishing a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -154,12 +153,9 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<KeyValue>> {
-        let req = pb::RangeRequest {
-            key: non_empty_key(key.as_ref())?,
-            ..Default::default()
-        };
-        let resp = self.call(|rpc| async move { rpc.range(req).await })?;
-        Ok(resp.kvs.into_iter().next().map(KeyValue::from))
+        let range = Range::key(&non_empty_key(key.as_ref())?);
+        let read = self.call(|rpc| async move { rpc.read(&range).await })?;
+        Ok(read.kvs.into_iter().next())
     }
 
     /// Reads every key starting with `prefix`, in key order (linearizable).
@@ -173,14 +169,8 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn get_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<KeyValue>> {
-        let prefix = non_empty_key(prefix.as_ref())?;
-        let req = pb::RangeRequest {
-            range_end: prefix_end(&prefix),
-            key: prefix,
-            ..Default::default()
-        };
-        let resp = self.call(|rpc| async move { rpc.range(req).await })?;
-        Ok(resp.kvs.into_iter().map(KeyValue::from).collect())
+        let range = Range::prefix(&non_empty_key(prefix.as_ref())?);
+        Ok(self.call(|rpc| async move { rpc.read(&range).await })?.kvs)
     }
 
     /// Writes a key; returns the store revision of the write.
@@ -212,14 +202,9 @@ impl Client {
         value: impl AsRef<[u8]>,
         lease: i64,
     ) -> Result<i64> {
-        let req = pb::PutRequest {
-            key: non_empty_key(key.as_ref())?,
-            value: value.as_ref().to_vec(),
-            lease,
-            ..Default::default()
-        };
-        let resp = self.call(|rpc| async move { rpc.put(req).await })?;
-        Ok(resp.header.map_or(0, |h| h.revision))
+        let key = non_empty_key(key.as_ref())?;
+        let value = value.as_ref().to_vec();
+        self.call(|rpc| async move { rpc.put(key, value, lease).await })
     }
 
     /// Deletes one key; returns how many keys were deleted (0 or 1).
@@ -232,13 +217,8 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<i64> {
-        let req = pb::DeleteRangeRequest {
-            key: non_empty_key(key.as_ref())?,
-            ..Default::default()
-        };
-        Ok(self
-            .call(|rpc| async move { rpc.delete_range(req).await })?
-            .deleted)
+        let range = Range::key(&non_empty_key(key.as_ref())?);
+        self.call(|rpc| async move { rpc.delete(&range).await })
     }
 
     /// Deletes every key starting with `prefix`; returns how many were deleted.
@@ -251,15 +231,8 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn delete_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<i64> {
-        let prefix = non_empty_key(prefix.as_ref())?;
-        let req = pb::DeleteRangeRequest {
-            range_end: prefix_end(&prefix),
-            key: prefix,
-            ..Default::default()
-        };
-        Ok(self
-            .call(|rpc| async move { rpc.delete_range(req).await })?
-            .deleted)
+        let range = Range::prefix(&non_empty_key(prefix.as_ref())?);
+        self.call(|rpc| async move { rpc.delete(&range).await })
     }
 
     /// Runs a transaction (compare-and-swap and friends). Not retried on an ambiguous
@@ -280,10 +253,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        let req = txn.0;
-        Ok(self
-            .call(|rpc| async move { rpc.txn(req, Retry::Never).await })?
-            .into())
+        self.call(|rpc| async move { rpc.txn(&txn, Retry::Never).await })
     }
 
     /// Compacts etcd's history up to `revision` (older revisions can no longer be read or
@@ -297,8 +267,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn compact(&self, revision: i64) -> Result<()> {
-        self.call(|rpc| async move { rpc.compact(revision).await })?;
-        Ok(())
+        self.call(|rpc| async move { rpc.compact(revision).await })
     }
 
     pub(crate) fn rpc(&self) -> &Rpc {

@@ -8,14 +8,14 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use crate::error::TryLockError;
 use crate::error::{Error, Result};
-use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use crate::kv::prefix_end;
+use crate::kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnResponse};
 use crate::mutex::guarded_txn;
 use crate::ownership::{self, Held, Kind, Line, Wait};
-use crate::transport::generated::mvccpb;
 use crate::queue;
-use crate::transport::{Rpc, prefix_end};
 use crate::session::Session;
-use crate::transport::watch::{WatchStream, watch_request};
+use crate::transport::Rpc;
+use crate::transport::watch::{EventKind, Only, Watch, WatchStream};
 
 /// A leader election named by a string, campaigned through a [`Session`].
 ///
@@ -97,8 +97,8 @@ impl Leader {
     }
 }
 
-impl From<mvccpb::KeyValue> for Leader {
-    fn from(kv: mvccpb::KeyValue) -> Self {
+impl From<KeyValue> for Leader {
+    fn from(kv: KeyValue) -> Self {
         Leader {
             key: kv.key,
             value: kv.value,
@@ -330,9 +330,8 @@ fn observe_prefix(client: crate::Client, prefix: Vec<u8>) -> Result<Observer> {
 
 /// Reads the oldest key under `prefix` (linearizable) and the revision of the read.
 async fn current_leader(rpc: &Rpc, prefix: &[u8]) -> Result<(Option<Leader>, i64)> {
-    let resp = rpc.range(queue::first_created(prefix)).await?;
-    let revision = resp.header.map_or(0, |h| h.revision);
-    Ok((resp.kvs.into_iter().next().map(Leader::from), revision))
+    let read = rpc.read(&queue::first_created(prefix)).await?;
+    Ok((read.kvs.into_iter().next().map(Leader::from), read.revision))
 }
 
 /// How many events an [`Observer`] buffers for a consumer that does not keep up. Past
@@ -398,7 +397,12 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
         behind: false,
     };
     loop {
-        let creates = vec![watch_request(&prefix, Some(prefix_end(&prefix)), 0, false)];
+        let creates = vec![Watch {
+            key: prefix.clone(),
+            range_end: prefix_end(&prefix),
+            start_revision: 0,
+            only: Only::All,
+        }];
         let mut watch = match WatchStream::open(&rpc, creates).await {
             Ok((watch, _)) => watch,
             Err(e) if e.is_transient() => {
@@ -448,8 +452,8 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
             };
             retry_delay = Duration::from_millis(20);
             for event in response.events {
-                let Some(kv) = event.kv else { continue };
-                let is_put = event.r#type == mvccpb::event::EventType::Put as i32;
+                let kv = event.kv;
+                let is_put = event.kind == EventKind::Put;
                 match last.as_ref().and_then(Option::as_ref) {
                     // A new value under the leader's own key (same create revision): the
                     // same leader proclaimed. Reported from the event: no read needed.

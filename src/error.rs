@@ -225,7 +225,9 @@ impl Error {
         // A broken connection reaches us as Unknown/Cancelled/Internal with a transport
         // error behind it: it is the wire failing, not etcd answering, so it is transient
         // (and a write in flight may or may not have been applied).
-        if let crate::transport::fault::Wire::Broken(kind) = crate::transport::fault::wire_cause(status) {
+        if let crate::transport::fault::Wire::Broken(kind) =
+            crate::transport::fault::wire_cause(status)
+        {
             return Error::Unavailable(format!("connection to etcd broke: {message} ({kind})"));
         }
         match status.code() {

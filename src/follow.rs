@@ -24,13 +24,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::error::Result;
+use crate::kv::Range;
 use crate::ownership::Hold;
-use crate::transport::generated::etcdserverpb as pb;
-use crate::transport::generated::mvccpb;
 use crate::queue::{self, Owned};
-use crate::transport::Rpc;
 use crate::session::SessionShared;
-use crate::transport::watch::{WatchStream, watch_request};
+use crate::transport::Rpc;
+use crate::transport::watch::{Event, EventKind, Only, Watch, WatchStream};
 
 /// What to follow.
 pub(crate) enum Follow {
@@ -90,15 +89,11 @@ impl Follow {
         }
     }
 
-    fn create(&self, from: i64) -> pb::WatchCreateRequest {
+    fn create(&self, from: i64) -> Watch {
         match self {
             // Deletes only: a put with our create revision is a proclamation.
-            Follow::Guard { key, .. } => watch_request(key, None, from, true),
-            Follow::Sweep { key, .. } => {
-                let mut create = watch_request(key, None, from, false);
-                create.filters = vec![pb::watch_create_request::FilterType::Nodelete as i32];
-                create
-            }
+            Follow::Guard { key, .. } => Watch::key(key, from, Only::Deletes),
+            Follow::Sweep { key, .. } => Watch::key(key, from, Only::Puts),
         }
     }
 }
@@ -301,7 +296,7 @@ impl Stream<'_> {
                 }
                 _ = tokio::time::sleep_until(deferred.next_due().into()) => {
                     for what in deferred.take_due() {
-                        watch.send_create(what.create(0))?;
+                        watch.send_create(&what.create(0))?;
                         let local = *next_local;
                         *next_local += 1;
                         entries.insert(local, Entry { from: what.known_through() + 1, what });
@@ -327,7 +322,7 @@ impl Stream<'_> {
                     continue;
                 }
             };
-            let revision = response.header.as_ref().map_or(0, |h| h.revision);
+            let revision = response.revision;
             if response.created {
                 let Some(local) = pending.pop_front() else {
                     continue;
@@ -365,9 +360,9 @@ impl Stream<'_> {
     }
 }
 
-fn handle_event(rpc: &Rpc, what: &Follow, event: &mvccpb::Event) {
-    let Some(kv) = &event.kv else { return };
-    let is_delete = event.r#type == mvccpb::event::EventType::Delete as i32;
+fn handle_event(rpc: &Rpc, what: &Follow, event: &Event) {
+    let kv = &event.kv;
+    let is_delete = event.kind == EventKind::Delete;
     match what {
         Follow::Guard { rev, hold, .. } => {
             if is_delete
@@ -412,14 +407,9 @@ fn spawn_sweep(
 /// lost; a swept line with a key of ours gets swept. Returns the read revision, or `None`
 /// when there is nothing left to follow.
 async fn settle_by_reading(rpc: &Rpc, what: &Follow) -> Result<Option<i64>> {
-    let resp = rpc
-        .range(pb::RangeRequest {
-            key: what.key().to_vec(),
-            ..Default::default()
-        })
-        .await?;
-    let revision = resp.header.map_or(0, |h| h.revision);
-    let current = resp.kvs.into_iter().next();
+    let read = rpc.read(&Range::key(what.key())).await?;
+    let revision = read.revision;
+    let current = read.kvs.into_iter().next();
     match what {
         Follow::Guard { rev, hold, .. } => {
             if current.as_ref().map(|kv| kv.create_revision) != Some(*rev) {

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::error::{Error, LossReason, Result};
-use crate::transport::generated::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
-use crate::transport::Rpc;
 use crate::session::SessionShared;
+use crate::transport::Rpc;
+use crate::transport::generated::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 
 /// How long before the conservative expiry we give up on a lease: covers the wake-up
 /// latency of this thread and of whoever reacts to the loss. 10 % of the TTL, between

@@ -3,10 +3,6 @@
 //! These mirror etcd's own messages (`KeyValue`, `Compare`, `RequestOp`) with Rust names, so
 //! the generated protobuf types never appear in the public API.
 
-use crate::transport::generated::etcdserverpb as pb;
-use crate::transport::generated::mvccpb;
-use crate::transport::prefix_end;
-
 /// A key and its value with etcd's revision bookkeeping.
 ///
 /// # Example
@@ -58,19 +54,6 @@ impl KeyValue {
     }
 }
 
-impl From<mvccpb::KeyValue> for KeyValue {
-    fn from(kv: mvccpb::KeyValue) -> Self {
-        KeyValue {
-            key: kv.key,
-            value: kv.value,
-            create_revision: kv.create_revision,
-            mod_revision: kv.mod_revision,
-            version: kv.version,
-            lease: kv.lease,
-        }
-    }
-}
-
 /// How a [`Compare`] relates the stored value to the given one.
 ///
 /// ```
@@ -90,18 +73,6 @@ pub enum CompareOp {
     Less,
 }
 
-impl CompareOp {
-    fn to_pb(self) -> i32 {
-        use pb::compare::CompareResult as R;
-        (match self {
-            CompareOp::Equal => R::Equal,
-            CompareOp::NotEqual => R::NotEqual,
-            CompareOp::Greater => R::Greater,
-            CompareOp::Less => R::Less,
-        }) as i32
-    }
-}
-
 /// One condition of a transaction. A missing key compares as zero (revisions, version,
 /// lease), so `create_revision(k, Equal, 0)` means "k does not exist".
 ///
@@ -114,22 +85,29 @@ impl CompareOp {
 /// # let _ = cas;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-pub struct Compare(pub(crate) pb::Compare);
+pub struct Compare {
+    pub(crate) key: Vec<u8>,
+    pub(crate) op: CompareOp,
+    pub(crate) target: CompareTarget,
+}
+
+/// What a [`Compare`] looks at, with the value to compare it to.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CompareTarget {
+    Version(i64),
+    Create(i64),
+    Mod(i64),
+    Value(Vec<u8>),
+    Lease(i64),
+}
 
 impl Compare {
-    fn new(
-        key: impl Into<Vec<u8>>,
-        op: CompareOp,
-        target: pb::compare::CompareTarget,
-        value: pb::compare::TargetUnion,
-    ) -> Compare {
-        Compare(pb::Compare {
-            result: op.to_pb(),
-            target: target as i32,
+    fn new(key: impl Into<Vec<u8>>, op: CompareOp, target: CompareTarget) -> Compare {
+        Compare {
             key: key.into(),
-            target_union: Some(value),
-            range_end: Vec::new(),
-        })
+            op,
+            target,
+        }
     }
 
     /// Compares the key's create revision (0 when absent).
@@ -139,13 +117,7 @@ impl Compare {
     /// # let _ = absent;
     /// ```
     pub fn create_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Compare {
-        use pb::compare::{CompareTarget, TargetUnion};
-        Compare::new(
-            key,
-            op,
-            CompareTarget::Create,
-            TargetUnion::CreateRevision(revision),
-        )
+        Compare::new(key, op, CompareTarget::Create(revision))
     }
 
     /// Compares the key's last modification revision (0 when absent).
@@ -155,13 +127,7 @@ impl Compare {
     /// # let _ = unchanged;
     /// ```
     pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Compare {
-        use pb::compare::{CompareTarget, TargetUnion};
-        Compare::new(
-            key,
-            op,
-            CompareTarget::Mod,
-            TargetUnion::ModRevision(revision),
-        )
+        Compare::new(key, op, CompareTarget::Mod(revision))
     }
 
     /// Compares the key's version (number of writes since creation; 0 when absent).
@@ -171,13 +137,7 @@ impl Compare {
     /// # let _ = exists;
     /// ```
     pub fn version(key: impl Into<Vec<u8>>, op: CompareOp, version: i64) -> Compare {
-        use pb::compare::{CompareTarget, TargetUnion};
-        Compare::new(
-            key,
-            op,
-            CompareTarget::Version,
-            TargetUnion::Version(version),
-        )
+        Compare::new(key, op, CompareTarget::Version(version))
     }
 
     /// Compares the key's value byte-wise. A missing key fails every value comparison.
@@ -187,13 +147,7 @@ impl Compare {
     /// # let _ = is_on;
     /// ```
     pub fn value(key: impl Into<Vec<u8>>, op: CompareOp, value: impl Into<Vec<u8>>) -> Compare {
-        use pb::compare::{CompareTarget, TargetUnion};
-        Compare::new(
-            key,
-            op,
-            CompareTarget::Value,
-            TargetUnion::Value(value.into()),
-        )
+        Compare::new(key, op, CompareTarget::Value(value.into()))
     }
 
     /// Compares the lease the key is bound to (0 when absent or unbound).
@@ -203,8 +157,7 @@ impl Compare {
     /// # let _ = mine;
     /// ```
     pub fn lease(key: impl Into<Vec<u8>>, op: CompareOp, lease: i64) -> Compare {
-        use pb::compare::{CompareTarget, TargetUnion};
-        Compare::new(key, op, CompareTarget::Lease, TargetUnion::Lease(lease))
+        Compare::new(key, op, CompareTarget::Lease(lease))
     }
 }
 
@@ -216,7 +169,56 @@ impl Compare {
 /// # let _ = ops;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-pub struct TxnOp(pub(crate) pb::RequestOp);
+pub struct TxnOp(pub(crate) Op);
+
+/// The operations a transaction branch can hold.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Op {
+    Range(Range),
+    Put {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: i64,
+    },
+    Delete {
+        key: Vec<u8>,
+    },
+    Txn(Txn),
+}
+
+/// A read of one key or a key range, with the options the waiting line needs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Range {
+    pub(crate) key: Vec<u8>,
+    /// Empty: only `key`.
+    pub(crate) range_end: Vec<u8>,
+    /// 0: no limit.
+    pub(crate) limit: i64,
+    /// Order by create revision: `Some(true)` oldest first, `Some(false)` newest first.
+    pub(crate) by_create_revision: Option<bool>,
+    /// 0: no bound.
+    pub(crate) max_create_revision: i64,
+    pub(crate) keys_only: bool,
+}
+
+impl Range {
+    /// Every key starting with `prefix`.
+    pub(crate) fn prefix(prefix: &[u8]) -> Range {
+        Range {
+            key: prefix.to_vec(),
+            range_end: prefix_end(prefix),
+            ..Default::default()
+        }
+    }
+
+    /// One key.
+    pub(crate) fn key(key: &[u8]) -> Range {
+        Range {
+            key: key.to_vec(),
+            ..Default::default()
+        }
+    }
+}
 
 impl TxnOp {
     /// Reads one key.
@@ -226,10 +228,7 @@ impl TxnOp {
     /// # let _ = op;
     /// ```
     pub fn get(key: impl Into<Vec<u8>>) -> TxnOp {
-        TxnOp::range(pb::RangeRequest {
-            key: key.into(),
-            ..Default::default()
-        })
+        TxnOp(Op::Range(Range::key(&key.into())))
     }
 
     /// Reads every key that starts with `prefix`.
@@ -239,18 +238,11 @@ impl TxnOp {
     /// # let _ = op;
     /// ```
     pub fn get_prefix(prefix: impl Into<Vec<u8>>) -> TxnOp {
-        let key = prefix.into();
-        TxnOp::range(pb::RangeRequest {
-            range_end: prefix_end(&key),
-            key,
-            ..Default::default()
-        })
+        TxnOp(Op::Range(Range::prefix(&prefix.into())))
     }
 
-    pub(crate) fn range(req: pb::RangeRequest) -> TxnOp {
-        TxnOp(pb::RequestOp {
-            request: Some(pb::request_op::Request::RequestRange(req)),
-        })
+    pub(crate) fn range(range: Range) -> TxnOp {
+        TxnOp(Op::Range(range))
     }
 
     /// Writes a key without a lease.
@@ -270,13 +262,10 @@ impl TxnOp {
     /// # let _ = op;
     /// ```
     pub fn put_with_lease(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, lease: i64) -> TxnOp {
-        TxnOp(pb::RequestOp {
-            request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
-                key: key.into(),
-                value: value.into(),
-                lease,
-                ..Default::default()
-            })),
+        TxnOp(Op::Put {
+            key: key.into(),
+            value: value.into(),
+            lease,
         })
     }
 
@@ -287,14 +276,7 @@ impl TxnOp {
     /// # let _ = op;
     /// ```
     pub fn delete(key: impl Into<Vec<u8>>) -> TxnOp {
-        TxnOp(pb::RequestOp {
-            request: Some(pb::request_op::Request::RequestDeleteRange(
-                pb::DeleteRangeRequest {
-                    key: key.into(),
-                    ..Default::default()
-                },
-            )),
-        })
+        TxnOp(Op::Delete { key: key.into() })
     }
 
     /// Runs a nested transaction (etcd 3.3+).
@@ -305,9 +287,7 @@ impl TxnOp {
     /// # let _ = op;
     /// ```
     pub fn txn(txn: Txn) -> TxnOp {
-        TxnOp(pb::RequestOp {
-            request: Some(pb::request_op::Request::RequestTxn(txn.0)),
-        })
+        TxnOp(Op::Txn(txn))
     }
 }
 
@@ -331,7 +311,11 @@ impl TxnOp {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Txn(pub(crate) pb::TxnRequest);
+pub struct Txn {
+    pub(crate) when: Vec<Compare>,
+    pub(crate) then: Vec<TxnOp>,
+    pub(crate) otherwise: Vec<TxnOp>,
+}
 
 impl Txn {
     /// An empty transaction (no conditions, no operations).
@@ -352,7 +336,7 @@ impl Txn {
     /// # let _ = txn;
     /// ```
     pub fn when(mut self, compares: impl IntoIterator<Item = Compare>) -> Txn {
-        self.0.compare.extend(compares.into_iter().map(|c| c.0));
+        self.when.extend(compares);
         self
     }
 
@@ -364,7 +348,7 @@ impl Txn {
     /// # let _ = txn;
     /// ```
     pub fn and_then(mut self, ops: impl IntoIterator<Item = TxnOp>) -> Txn {
-        self.0.success.extend(ops.into_iter().map(|o| o.0));
+        self.then.extend(ops);
         self
     }
 
@@ -376,7 +360,7 @@ impl Txn {
     /// # let _ = txn;
     /// ```
     pub fn or_else(mut self, ops: impl IntoIterator<Item = TxnOp>) -> Txn {
-        self.0.failure.extend(ops.into_iter().map(|o| o.0));
+        self.otherwise.extend(ops);
         self
     }
 }
@@ -424,26 +408,28 @@ pub enum TxnOpResponse {
     Txn(TxnResponse),
 }
 
-impl From<pb::TxnResponse> for TxnResponse {
-    fn from(r: pb::TxnResponse) -> Self {
-        TxnResponse {
-            succeeded: r.succeeded,
-            revision: r.header.map_or(0, |h| h.revision),
-            responses: r
-                .responses
-                .into_iter()
-                .filter_map(|op| op.response)
-                .map(|op| match op {
-                    pb::response_op::Response::ResponseRange(r) => {
-                        TxnOpResponse::Get(r.kvs.into_iter().map(KeyValue::from).collect())
-                    }
-                    pb::response_op::Response::ResponsePut(_) => TxnOpResponse::Put,
-                    pb::response_op::Response::ResponseDeleteRange(d) => {
-                        TxnOpResponse::Delete { deleted: d.deleted }
-                    }
-                    pb::response_op::Response::ResponseTxn(t) => TxnOpResponse::Txn(t.into()),
-                })
-                .collect(),
+/// The end of the key range that covers every key starting with `prefix`, etcd-style.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
         }
+    }
+    // Every byte was 0xff (or the prefix was empty): "to the end of the keyspace".
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_last_byte() {
+        assert_eq!(prefix_end(b"a/"), b"a0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_end(b""), vec![0]);
     }
 }

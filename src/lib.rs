@@ -40,11 +40,11 @@ mod queue;
 mod runtime;
 mod session;
 mod signal;
-mod transport;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
+mod transport;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,

@@ -9,8 +9,8 @@ use crossbeam_channel::Receiver;
 use crate::error::{Error, Result, TryLockError};
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use crate::ownership::{self, Held, Kind, Line, Released, Wait};
-use crate::transport::Retry;
 use crate::session::Session;
+use crate::transport::Retry;
 
 /// A distributed lock named by a string, held through a [`Session`].
 ///
@@ -389,9 +389,7 @@ pub(crate) fn guarded_txn(
 ) -> Result<Option<TxnResponse>> {
     let outer = Txn::new().when([ownership]).and_then([TxnOp::txn(txn)]);
     let rpc = client.rpc().clone();
-    let response: TxnResponse = client
-        .block_on(async move { rpc.txn(outer.0, Retry::Never).await })??
-        .into();
+    let response = client.block_on(async move { rpc.txn(&outer, Retry::Never).await })??;
     if !response.succeeded {
         return Ok(None);
     }

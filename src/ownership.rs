@@ -28,9 +28,9 @@ use tokio::sync::OwnedMutexGuard;
 use crate::error::{Error, Result, TryLockError};
 use crate::follow::Follow;
 use crate::queue::{self, Owned, Position};
-use crate::transport::Rpc;
 use crate::session::{Session, SessionShared};
 use crate::signal::Signal;
+use crate::transport::Rpc;
 
 /// What a hold is for: decides what to do with a key this session already has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,12 +9,10 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::kv::KeyValue;
-use crate::transport::generated::etcdserverpb as pb;
-use crate::transport::generated::mvccpb;
-use crate::transport::{Retry, Rpc, prefix_end};
+use crate::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, TxnOpResponse};
 use crate::session::SessionShared;
-use crate::transport::watch::{WatchStream, watch_request};
+use crate::transport::watch::{Only, Watch, WatchStream};
+use crate::transport::{Retry, Rpc};
 
 /// How often a waiter checks that its watch stream still runs on the endpoint in use.
 pub(crate) const STALE_CHECK: Duration = Duration::from_millis(250);
@@ -57,38 +55,32 @@ pub(crate) enum Position {
 }
 
 /// Range over `prefix` newest-first, limited to create revisions up to `max_create`.
-fn newest_up_to(prefix: &[u8], max_create: i64, limit: i64) -> pb::RangeRequest {
-    pb::RangeRequest {
-        key: prefix.to_vec(),
-        range_end: prefix_end(prefix),
+fn newest_up_to(prefix: &[u8], max_create: i64, limit: i64) -> Range {
+    Range {
         limit,
-        sort_order: pb::range_request::SortOrder::Descend as i32,
-        sort_target: pb::range_request::SortTarget::Create as i32,
+        by_create_revision: Some(false),
         max_create_revision: max_create,
         // Only keys and revisions matter here; election values can be large.
         keys_only: true,
-        ..Default::default()
+        ..Range::prefix(prefix)
     }
 }
 
 /// Range over `prefix` oldest-first, one key: the owner (Go's `WithFirstCreate`).
-pub(crate) fn first_created(prefix: &[u8]) -> pb::RangeRequest {
-    pb::RangeRequest {
-        key: prefix.to_vec(),
-        range_end: prefix_end(prefix),
+pub(crate) fn first_created(prefix: &[u8]) -> Range {
+    Range {
         limit: 1,
-        sort_order: pb::range_request::SortOrder::Ascend as i32,
-        sort_target: pb::range_request::SortTarget::Create as i32,
-        ..Default::default()
+        by_create_revision: Some(true),
+        ..Range::prefix(prefix)
     }
 }
 
 /// Interprets "our key and the one before it" (newest first, at most two keys).
-fn position_of(kvs: Vec<mvccpb::KeyValue>, key: &[u8], rev: i64) -> Position {
+fn position_of(kvs: Vec<KeyValue>, key: &[u8], rev: i64) -> Position {
     let mut kvs = kvs.into_iter();
     match kvs.next() {
         Some(first) if first.key == key && first.create_revision == rev => match kvs.next() {
-            Some(pred) => Position::Behind(pred.into()),
+            Some(pred) => Position::Behind(pred),
             None => Position::Owner,
         },
         _ => Position::Gone,
@@ -103,18 +95,15 @@ async fn read_position_at(
     key: &[u8],
     rev: i64,
 ) -> Result<(Position, i64)> {
-    let resp = rpc.range(newest_up_to(prefix, rev, 2)).await?;
-    let revision = resp.header.as_ref().map_or(0, |h| h.revision);
+    let read = rpc.read(&newest_up_to(prefix, rev, 2)).await?;
     tracing::debug!(
         key = %String::from_utf8_lossy(key),
         rev,
-        at = revision,
-        member = resp.header.as_ref().map_or(0, |h| h.member_id),
-        raft_term = resp.header.as_ref().map_or(0, |h| h.raft_term),
-        found = ?resp.kvs.iter().map(|kv| (String::from_utf8_lossy(&kv.key).into_owned(), kv.create_revision)).collect::<Vec<_>>(),
+        at = read.revision,
+        found = ?read.kvs.iter().map(|kv| (String::from_utf8_lossy(&kv.key).into_owned(), kv.create_revision)).collect::<Vec<_>>(),
         "position read"
     );
-    Ok((position_of(resp.kvs, key, rev), revision))
+    Ok((position_of(read.kvs, key, rev), read.revision))
 }
 
 /// How long after creating its watchers a waiter double-checks by reading, when etcd may
@@ -156,76 +145,49 @@ pub(crate) async fn enqueue(
     value: &[u8],
     lease: i64,
 ) -> Result<Enqueued> {
-    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
-    use pb::request_op::Request;
-    let range = |r: pb::RangeRequest| pb::RequestOp {
-        request: Some(Request::RequestRange(r)),
-    };
-    let txn = pb::TxnRequest {
-        compare: vec![pb::Compare {
-            result: CompareResult::Equal as i32,
-            target: CompareTarget::Create as i32,
-            key: key.to_vec(),
-            target_union: Some(TargetUnion::CreateRevision(0)),
-            range_end: Vec::new(),
-        }],
-        success: vec![
-            pb::RequestOp {
-                request: Some(Request::RequestPut(pb::PutRequest {
-                    key: key.to_vec(),
-                    value: value.to_vec(),
-                    lease,
-                    ..Default::default()
-                })),
-            },
-            range(first_created(prefix)),
-            range(newest_up_to(prefix, 0, 2)),
-        ],
-        failure: vec![
-            range(pb::RangeRequest {
-                key: key.to_vec(),
-                ..Default::default()
-            }),
-            range(first_created(prefix)),
-        ],
-    };
-    let resp = rpc.txn(txn, Retry::Never).await?;
-    let txn_revision = resp.header.as_ref().map_or(0, |h| h.revision);
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put_with_lease(key, value, lease),
+            TxnOp::range(first_created(prefix)),
+            TxnOp::range(newest_up_to(prefix, 0, 2)),
+        ])
+        .or_else([
+            TxnOp::range(Range::key(key)),
+            TxnOp::range(first_created(prefix)),
+        ]);
+    let resp = rpc.txn(&txn, Retry::Never).await?;
+    let txn_revision = resp.revision;
     tracing::debug!(
         key = %String::from_utf8_lossy(key),
         succeeded = resp.succeeded,
         at = txn_revision,
-        member = resp.header.as_ref().map_or(0, |h| h.member_id),
         "enqueue txn"
     );
-    let mut ranges = resp
-        .responses
-        .into_iter()
-        .filter_map(|op| match op.response {
-            Some(pb::response_op::Response::ResponseRange(r)) => Some(r),
-            _ => None,
-        });
+    let mut ranges = resp.responses.into_iter().filter_map(|op| match op {
+        TxnOpResponse::Get(kvs) => Some(kvs),
+        _ => None,
+    });
     if resp.succeeded {
-        let rev = resp.header.map_or(0, |h| h.revision);
         let _owner = ranges.next();
-        let newest = ranges.next().map(|r| r.kvs).unwrap_or_default();
+        let newest = ranges.next().unwrap_or_default();
         return Ok(Enqueued {
-            rev,
+            rev: txn_revision,
             existed: false,
             value: value.to_vec(),
-            value_rev: rev,
-            position: position_of(newest, key, rev),
+            value_rev: txn_revision,
+            position: position_of(newest, key, txn_revision),
             seen_at: txn_revision,
         });
     }
     // Our key exists already (same session, earlier attempt or a resumed lease).
-    let Some(mine) = ranges.next().and_then(|r| r.kvs.into_iter().next()) else {
+    let Some(mine) = ranges.next().and_then(|kvs| kvs.into_iter().next()) else {
         // Deleted between compare and read is impossible inside one txn; treat as gone.
         return Err(Error::Unavailable(
             "inconsistent lock transaction result".into(),
         ));
     };
-    let owner = ranges.next().and_then(|r| r.kvs.into_iter().next());
+    let owner = ranges.next().and_then(|kvs| kvs.into_iter().next());
     let rev = mine.create_revision;
     let (position, seen_at) = match owner {
         Some(owner) if owner.create_revision == rev => (Position::Owner, txn_revision),
@@ -253,44 +215,19 @@ pub(crate) async fn put_if_unchanged(
     value: &[u8],
     lease: i64,
 ) -> Result<Option<i64>> {
-    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
-    let compare = |target: CompareTarget, value: TargetUnion| pb::Compare {
-        result: CompareResult::Equal as i32,
-        target: target as i32,
-        key: key.to_vec(),
-        target_union: Some(value),
-        range_end: Vec::new(),
-    };
-    let txn = pb::TxnRequest {
-        compare: vec![
-            compare(CompareTarget::Create, TargetUnion::CreateRevision(rev)),
-            compare(CompareTarget::Mod, TargetUnion::ModRevision(value_rev)),
-        ],
-        success: vec![pb::RequestOp {
-            request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
-                key: key.to_vec(),
-                value: value.to_vec(),
-                lease,
-                ..Default::default()
-            })),
-        }],
-        failure: Vec::new(),
-    };
-    let resp = rpc.txn(txn, Retry::Safe).await?;
-    Ok(resp
-        .succeeded
-        .then(|| resp.header.map_or(0, |h| h.revision)))
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(key, CompareOp::Equal, rev),
+            Compare::mod_revision(key, CompareOp::Equal, value_rev),
+        ])
+        .and_then([TxnOp::put_with_lease(key, value, lease)]);
+    let resp = rpc.txn(&txn, Retry::Safe).await?;
+    Ok(resp.succeeded.then_some(resp.revision))
 }
 
 /// One linearizable read of `key`.
-pub(crate) async fn read_key(rpc: &Rpc, key: &[u8]) -> Result<Option<mvccpb::KeyValue>> {
-    let resp = rpc
-        .range(pb::RangeRequest {
-            key: key.to_vec(),
-            ..Default::default()
-        })
-        .await?;
-    Ok(resp.kvs.into_iter().next())
+pub(crate) async fn read_key(rpc: &Rpc, key: &[u8]) -> Result<Option<KeyValue>> {
+    Ok(rpc.read(&Range::key(key)).await?.kvs.into_iter().next())
 }
 
 /// What proves a key is ours when removing it.
@@ -311,31 +248,13 @@ pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> 
 
 /// [`remove`], with the store revision of the answer.
 pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bool, i64)> {
-    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
-    let (target, value) = match owned {
-        Owned::Revision(rev) => (CompareTarget::Create, TargetUnion::CreateRevision(rev)),
-        Owned::Lease(lease) => (CompareTarget::Lease, TargetUnion::Lease(lease)),
+    let ours = match owned {
+        Owned::Revision(rev) => Compare::create_revision(key, CompareOp::Equal, rev),
+        Owned::Lease(lease) => Compare::lease(key, CompareOp::Equal, lease),
     };
-    let txn = pb::TxnRequest {
-        compare: vec![pb::Compare {
-            result: CompareResult::Equal as i32,
-            target: target as i32,
-            key: key.to_vec(),
-            target_union: Some(value),
-            range_end: Vec::new(),
-        }],
-        success: vec![pb::RequestOp {
-            request: Some(pb::request_op::Request::RequestDeleteRange(
-                pb::DeleteRangeRequest {
-                    key: key.to_vec(),
-                    ..Default::default()
-                },
-            )),
-        }],
-        failure: Vec::new(),
-    };
-    let resp = rpc.txn(txn, Retry::Safe).await?;
-    Ok((resp.succeeded, resp.header.map_or(0, |h| h.revision)))
+    let txn = Txn::new().when([ours]).and_then([TxnOp::delete(key)]);
+    let resp = rpc.txn(&txn, Retry::Safe).await?;
+    Ok((resp.succeeded, resp.revision))
 }
 
 /// The error for "our key vanished while we waited": `SessionLost` if the lease is gone
@@ -352,13 +271,6 @@ async fn gone(rpc: &Rpc, session: &SessionShared) -> Error {
         Some(reason) => Error::SessionLost(reason),
         None => Error::LockLost,
     }
-}
-
-fn is_delete_of(response: &pb::WatchResponse, key: &[u8]) -> bool {
-    response.events.iter().any(|event| {
-        event.r#type == mvccpb::event::EventType::Delete as i32
-            && event.kv.as_ref().is_some_and(|kv| kv.key == key)
-    })
 }
 
 /// Blocks (asynchronously) until our key is the oldest under `prefix`.
@@ -389,8 +301,8 @@ pub(crate) async fn wait_turn(
             "waiting for predecessor"
         );
         let creates = vec![
-            watch_request(&predecessor.key, None, 0, true),
-            watch_request(key, None, 0, true),
+            Watch::key(&predecessor.key, 0, Only::Deletes),
+            Watch::key(key, 0, Only::Deletes),
         ];
         let opened = tokio::select! {
             opened = WatchStream::open(rpc, creates) => opened,
@@ -454,10 +366,10 @@ pub(crate) async fn wait_turn(
                     // Re-read and watch again; a cancelled "from now" watcher lost nothing.
                     break;
                 }
-                Ok(response) if is_delete_of(&response, key) => {
+                Ok(response) if response.deletes(key) => {
                     return Err(gone(rpc, session).await);
                 }
-                Ok(response) if is_delete_of(&response, &predecessor.key) => {
+                Ok(response) if response.deletes(&predecessor.key) => {
                     retry_delay = Duration::from_millis(20);
                     break;
                 }
@@ -496,7 +408,7 @@ mod tests {
 
     #[test]
     fn position_reads_own_key_then_predecessor() {
-        let kv = |key: &[u8], rev| mvccpb::KeyValue {
+        let kv = |key: &[u8], rev| KeyValue {
             key: key.to_vec(),
             create_revision: rev,
             ..Default::default()

@@ -4,8 +4,10 @@
 //! Everything here is async and crate-private; the blocking API calls it through
 //! [`Runtime::block_on`](crate::runtime::Runtime::block_on).
 
+mod convert;
 pub(crate) mod fault;
 pub(crate) mod generated;
+mod kv;
 pub(crate) mod watch;
 
 use std::future::Future;
@@ -22,7 +24,6 @@ use crate::error::{Error, Result};
 use fault::{Wire, wire_cause};
 use generated::etcdserverpb as pb;
 use pb::auth_client::AuthClient;
-use pb::kv_client::KvClient;
 use pb::lease_client::LeaseClient;
 use pb::watch_client::WatchClient;
 
@@ -307,7 +308,12 @@ impl Rpc {
 
     /// Sends one unary request with the request timeout; retry-safe requests go on to the
     /// next endpoints when one is unavailable or silent.
-    async fn unary<Req, Resp, F, Fut>(&self, retry: Retry, message: Req, call: F) -> Result<Resp>
+    pub(super) async fn unary<Req, Resp, F, Fut>(
+        &self,
+        retry: Retry,
+        message: Req,
+        call: F,
+    ) -> Result<Resp>
     where
         Req: Clone,
         F: Fn(Channel, tonic::Request<Req>) -> Fut,
@@ -371,50 +377,6 @@ impl Rpc {
             }
         }
         Err(last)
-    }
-
-    pub(crate) async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
-        self.unary(Retry::Safe, req, |ch, r| async move {
-            KvClient::new(ch).range(r).await
-        })
-        .await
-    }
-
-    pub(crate) async fn put(&self, req: pb::PutRequest) -> Result<pb::PutResponse> {
-        self.unary(Retry::Never, req, |ch, r| async move {
-            KvClient::new(ch).put(r).await
-        })
-        .await
-    }
-
-    pub(crate) async fn delete_range(
-        &self,
-        req: pb::DeleteRangeRequest,
-    ) -> Result<pb::DeleteRangeResponse> {
-        self.unary(Retry::Never, req, |ch, r| async move {
-            KvClient::new(ch).delete_range(r).await
-        })
-        .await
-    }
-
-    pub(crate) async fn txn(&self, req: pb::TxnRequest, retry: Retry) -> Result<pb::TxnResponse> {
-        self.unary(
-            retry,
-            req,
-            |ch, r| async move { KvClient::new(ch).txn(r).await },
-        )
-        .await
-    }
-
-    pub(crate) async fn compact(&self, revision: i64) -> Result<pb::CompactionResponse> {
-        let req = pb::CompactionRequest {
-            revision,
-            physical: true,
-        };
-        self.unary(Retry::Safe, req, |ch, r| async move {
-            KvClient::new(ch).compact(r).await
-        })
-        .await
     }
 
     /// A grant that applied but whose answer was lost only leaks a lease that expires by
@@ -586,30 +548,9 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// The end of the key range that covers every key starting with `prefix`, etcd-style.
-pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Every byte was 0xff (or the prefix was empty): "to the end of the keyspace".
-    vec![0]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefix_end_increments_last_byte() {
-        assert_eq!(prefix_end(b"a/"), b"a0");
-        assert_eq!(prefix_end(b"a\xff"), b"b");
-        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
-        assert_eq!(prefix_end(b""), vec![0]);
-    }
 
     #[test]
     fn endpoints_are_normalised_and_checked() {

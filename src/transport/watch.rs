@@ -10,27 +10,115 @@ use std::collections::VecDeque;
 
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
+use super::Rpc;
+use super::generated::{etcdserverpb as pb, mvccpb};
 use crate::error::{Error, Result};
-use crate::transport::generated::etcdserverpb as pb;
-use crate::transport::Rpc;
+use crate::kv::KeyValue;
 
-/// A watcher on one key (or a range) from `start_revision` (0 = from now).
-pub(crate) fn watch_request(
-    key: &[u8],
-    range_end: Option<Vec<u8>>,
-    start_revision: i64,
-    deletes_only: bool,
-) -> pb::WatchCreateRequest {
-    pb::WatchCreateRequest {
-        key: key.to_vec(),
-        range_end: range_end.unwrap_or_default(),
-        start_revision,
-        filters: if deletes_only {
-            vec![pb::watch_create_request::FilterType::Noput as i32]
-        } else {
-            Vec::new()
-        },
-        ..Default::default()
+/// Which events a watcher reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Only {
+    All,
+    Deletes,
+    Puts,
+}
+
+/// A watcher on one key (or a range, with `range_end`) from `start_revision` (0 = from now).
+#[derive(Debug, Clone)]
+pub(crate) struct Watch {
+    pub(crate) key: Vec<u8>,
+    pub(crate) range_end: Vec<u8>,
+    pub(crate) start_revision: i64,
+    pub(crate) only: Only,
+}
+
+impl Watch {
+    pub(crate) fn key(key: &[u8], start_revision: i64, only: Only) -> Watch {
+        Watch {
+            key: key.to_vec(),
+            range_end: Vec::new(),
+            start_revision,
+            only,
+        }
+    }
+
+    fn to_pb(&self) -> pb::WatchCreateRequest {
+        use pb::watch_create_request::FilterType;
+        pb::WatchCreateRequest {
+            key: self.key.clone(),
+            range_end: self.range_end.clone(),
+            start_revision: self.start_revision,
+            filters: match self.only {
+                Only::All => Vec::new(),
+                Only::Deletes => vec![FilterType::Noput as i32],
+                Only::Puts => vec![FilterType::Nodelete as i32],
+            },
+            ..Default::default()
+        }
+    }
+}
+
+/// What happened to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    Put,
+    Delete,
+}
+
+/// One change; for a delete, `kv` has the key and the deleting revision as `mod_revision`.
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    pub(crate) kind: EventKind,
+    pub(crate) kv: KeyValue,
+}
+
+/// One message from etcd on a watch stream.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WatchResponse {
+    pub(crate) watch_id: i64,
+    pub(crate) created: bool,
+    pub(crate) canceled: bool,
+    /// The store revision when etcd sent it.
+    pub(crate) revision: i64,
+    pub(crate) compact_revision: i64,
+    pub(crate) cancel_reason: String,
+    pub(crate) events: Vec<Event>,
+}
+
+impl WatchResponse {
+    /// Whether this response deletes `key`.
+    pub(crate) fn deletes(&self, key: &[u8]) -> bool {
+        self.events
+            .iter()
+            .any(|event| event.kind == EventKind::Delete && event.kv.key == key)
+    }
+}
+
+impl From<pb::WatchResponse> for WatchResponse {
+    fn from(r: pb::WatchResponse) -> Self {
+        WatchResponse {
+            watch_id: r.watch_id,
+            created: r.created,
+            canceled: r.canceled,
+            revision: r.header.map_or(0, |h| h.revision),
+            compact_revision: r.compact_revision,
+            cancel_reason: r.cancel_reason,
+            events: r
+                .events
+                .into_iter()
+                .filter_map(|e| {
+                    let kind = if e.r#type == mvccpb::event::EventType::Delete as i32 {
+                        EventKind::Delete
+                    } else {
+                        EventKind::Put
+                    };
+                    Some(Event {
+                        kind,
+                        kv: e.kv?.into(),
+                    })
+                })
+                .collect(),
+        }
     }
 }
 
@@ -41,7 +129,7 @@ pub(crate) struct WatchStream {
     requests: UnboundedSender<pb::WatchRequest>,
     stream: tonic::Streaming<pb::WatchResponse>,
     /// Responses that arrived while we were still waiting for `created` confirmations.
-    early: VecDeque<pb::WatchResponse>,
+    early: VecDeque<WatchResponse>,
     /// The endpoint this stream runs on.
     endpoint: usize,
 }
@@ -57,10 +145,7 @@ pub(crate) struct Created {
 impl WatchStream {
     /// Opens a stream with all `creates` queued and returns once etcd confirmed each of
     /// them. On a transient failure the client moves on to its next endpoint.
-    pub(crate) async fn open(
-        rpc: &Rpc,
-        creates: Vec<pb::WatchCreateRequest>,
-    ) -> Result<(WatchStream, Created)> {
+    pub(crate) async fn open(rpc: &Rpc, creates: Vec<Watch>) -> Result<(WatchStream, Created)> {
         let (watch, created, refusal) = Self::open_tolerant(rpc, creates).await?;
         match refusal {
             Some(refusal) => Err(cancel_error(&refusal)),
@@ -72,8 +157,8 @@ impl WatchStream {
     /// revision) is reported as a `None` id with the first refusal, not as an error.
     pub(crate) async fn open_tolerant(
         rpc: &Rpc,
-        creates: Vec<pb::WatchCreateRequest>,
-    ) -> Result<(WatchStream, Created, Option<pb::WatchResponse>)> {
+        creates: Vec<Watch>,
+    ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
         let used = rpc.token();
         match Self::open_with_token(rpc, creates.clone()).await {
             // etcd checks the token on every watcher it creates: refresh it and try again.
@@ -88,8 +173,8 @@ impl WatchStream {
 
     async fn open_with_token(
         rpc: &Rpc,
-        creates: Vec<pb::WatchCreateRequest>,
-    ) -> Result<(WatchStream, Created, Option<pb::WatchResponse>)> {
+        creates: Vec<Watch>,
+    ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
         let (endpoint, channel) = rpc.channel();
         let result = tokio::time::timeout(
             rpc.request_timeout(),
@@ -112,14 +197,16 @@ impl WatchStream {
         rpc: &Rpc,
         endpoint: usize,
         channel: tonic::transport::Channel,
-        creates: Vec<pb::WatchCreateRequest>,
-    ) -> Result<(WatchStream, Created, Option<pb::WatchResponse>)> {
+        creates: Vec<Watch>,
+    ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
         let wanted = creates.len();
         let (requests, receiver) = unbounded_channel();
         // Queue before issuing the call: etcd sends headers only with its first response.
         for create in creates {
             let _ = requests.send(pb::WatchRequest {
-                request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
+                request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
+                    create.to_pb(),
+                )),
             });
         }
         let stream = rpc.watch(channel, receiver).await?;
@@ -148,7 +235,7 @@ impl WatchStream {
                     continue;
                 }
                 created.ids.push(Some(response.watch_id));
-                let revision = response.header.as_ref().map_or(0, |h| h.revision);
+                let revision = response.revision;
                 created.revision = if created.revision == 0 {
                     revision
                 } else {
@@ -163,8 +250,10 @@ impl WatchStream {
 
     /// Adds a watcher to the open stream; its `created` answer arrives in order with the
     /// other responses.
-    pub(crate) fn send_create(&self, create: pb::WatchCreateRequest) -> Result<()> {
-        self.send(pb::watch_request::RequestUnion::CreateRequest(create))
+    pub(crate) fn send_create(&self, create: &Watch) -> Result<()> {
+        self.send(pb::watch_request::RequestUnion::CreateRequest(
+            create.to_pb(),
+        ))
     }
 
     /// Cancels watcher `id` on this stream.
@@ -182,9 +271,9 @@ impl WatchStream {
             .map_err(|_| Error::Unavailable("the watch stream is closed".into()))
     }
 
-    async fn receive(&mut self) -> Result<pb::WatchResponse> {
+    async fn receive(&mut self) -> Result<WatchResponse> {
         match self.stream.message().await {
-            Ok(Some(response)) => Ok(response),
+            Ok(Some(response)) => Ok(response.into()),
             Ok(None) => Err(Error::Unavailable("etcd closed the watch stream".into())),
             Err(status) => Err(Error::from_status(&status)),
         }
@@ -198,7 +287,7 @@ impl WatchStream {
     }
 
     /// The next response (events, or a cancellation the caller must handle).
-    pub(crate) async fn next(&mut self) -> Result<pb::WatchResponse> {
+    pub(crate) async fn next(&mut self) -> Result<WatchResponse> {
         if let Some(early) = self.early.pop_front() {
             return Ok(early);
         }
@@ -207,7 +296,7 @@ impl WatchStream {
 }
 
 /// The error for a watcher etcd refused or cancelled.
-pub(crate) fn cancel_error(response: &pb::WatchResponse) -> Error {
+pub(crate) fn cancel_error(response: &WatchResponse) -> Error {
     if response.compact_revision > 0 {
         return Error::Server {
             code: crate::error::Code::OutOfRange,
