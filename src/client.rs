@@ -539,11 +539,7 @@ impl ClientBuilder {
             keep_alive_timeout: Duration::from_secs(5),
             credentials: self.credentials,
             #[cfg(feature = "tls")]
-            tls: self
-                .tls
-                .as_ref()
-                .map(crate::TlsConfig::to_tonic)
-                .transpose()?,
+            tls: self.tls.clone(),
         };
         let runtime = Runtime::new()?;
         let rpc = runtime.block_on(Rpc::connect(&config))??;

@@ -193,56 +193,7 @@ pub enum Code {
     Unauthenticated,
 }
 
-impl From<tonic::Code> for Code {
-    fn from(code: tonic::Code) -> Self {
-        use tonic::Code as T;
-        match code {
-            T::Ok => Code::Ok,
-            T::Cancelled => Code::Cancelled,
-            T::Unknown => Code::Unknown,
-            T::InvalidArgument => Code::InvalidArgument,
-            T::DeadlineExceeded => Code::DeadlineExceeded,
-            T::NotFound => Code::NotFound,
-            T::AlreadyExists => Code::AlreadyExists,
-            T::PermissionDenied => Code::PermissionDenied,
-            T::ResourceExhausted => Code::ResourceExhausted,
-            T::FailedPrecondition => Code::FailedPrecondition,
-            T::Aborted => Code::Aborted,
-            T::OutOfRange => Code::OutOfRange,
-            T::Unimplemented => Code::Unimplemented,
-            T::Internal => Code::Internal,
-            T::Unavailable => Code::Unavailable,
-            T::DataLoss => Code::DataLoss,
-            T::Unauthenticated => Code::Unauthenticated,
-        }
-    }
-}
-
 impl Error {
-    /// Maps a gRPC status from etcd to an error a caller can act on.
-    pub(crate) fn from_status(status: &tonic::Status) -> Error {
-        let message = status.message().to_string();
-        // A broken connection reaches us as Unknown/Cancelled/Internal with a transport
-        // error behind it: it is the wire failing, not etcd answering, so it is transient
-        // (and a write in flight may or may not have been applied).
-        if let crate::transport::fault::Wire::Broken(kind) =
-            crate::transport::fault::wire_cause(status)
-        {
-            return Error::Unavailable(format!("connection to etcd broke: {message} ({kind})"));
-        }
-        match status.code() {
-            tonic::Code::Unavailable => Error::Unavailable(if message.is_empty() {
-                "connection to etcd failed".to_string()
-            } else {
-                message
-            }),
-            code => Error::Server {
-                code: code.into(),
-                message,
-            },
-        }
-    }
-
     /// True when etcd refused our auth token as invalid or outdated: authenticating again
     /// and retrying can succeed.
     pub(crate) fn is_auth_expired(&self) -> bool {

@@ -19,7 +19,7 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use crate::error::{Error, LossReason, Result};
 use crate::session::SessionShared;
 use crate::transport::Rpc;
-use crate::transport::generated::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+use crate::transport::lease::{KeepAliveReceiver, KeepAliveSender, Renewed};
 
 /// How long before the conservative expiry we give up on a lease: covers the wake-up
 /// latency of this thread and of whoever reacts to the loss. 10 % of the TTL, between
@@ -91,26 +91,24 @@ struct Lease {
     in_flight: VecDeque<Instant>,
 }
 
-type Opening =
-    Pin<Box<dyn Future<Output = Result<tonic::Streaming<LeaseKeepAliveResponse>>> + Send>>;
+type Opening = Pin<Box<dyn Future<Output = Result<KeepAliveReceiver>> + Send>>;
 
 enum StreamState {
     /// The call is issued with its first requests queued; etcd answers headers together
     /// with the first response.
     Opening(Opening),
-    Open(Box<tonic::Streaming<LeaseKeepAliveResponse>>),
+    Open(Box<KeepAliveReceiver>),
 }
 
 struct Stream {
-    endpoint: usize,
-    requests: UnboundedSender<LeaseKeepAliveRequest>,
+    sender: KeepAliveSender,
     state: StreamState,
 }
 
 enum Event {
     Command(Option<Command>),
-    Opened(Result<tonic::Streaming<LeaseKeepAliveResponse>>),
-    Message(Result<Option<LeaseKeepAliveResponse>>),
+    Opened(Result<KeepAliveReceiver>),
+    Message(Result<Option<Renewed>>),
     Timer,
 }
 
@@ -220,7 +218,7 @@ impl Loop {
     /// endpoint after a backoff that always leaves time before the nearest deadline.
     fn reset_stream(&mut self) {
         if let Some(stream) = self.stream.take() {
-            self.rpc.fail_over(stream.endpoint);
+            stream.sender.fail_over();
         }
         let now = Instant::now();
         let mut wait = self.backoff;
@@ -249,28 +247,16 @@ impl Loop {
             if now < self.retry_at {
                 return;
             }
-            let (requests, receiver) = unbounded_channel();
-            let (endpoint, channel) = self.rpc.channel();
-            let rpc = self.rpc.clone();
-            // Queue the requests before issuing the call (see Rpc::lease_keep_alive).
-            for id in &due {
-                let _ = requests.send(LeaseKeepAliveRequest { id: *id });
-            }
+            // The first requests are queued before the call is issued (see `keep_alive`).
             let reauthenticate = std::mem::take(&mut self.reauthenticate);
-            let opening: Opening = Box::pin(async move {
-                if reauthenticate {
-                    rpc.reauthenticate(None).await?;
-                }
-                rpc.lease_keep_alive(channel, receiver).await
-            });
+            let (sender, opening) = self.rpc.keep_alive(&due, reauthenticate);
             self.stream = Some(Stream {
-                endpoint,
-                requests,
-                state: StreamState::Opening(opening),
+                sender,
+                state: StreamState::Opening(Box::pin(opening)),
             });
         } else if let Some(stream) = &self.stream {
             for id in &due {
-                let _ = stream.requests.send(LeaseKeepAliveRequest { id: *id });
+                stream.sender.send(*id);
             }
         }
         for id in due {
@@ -280,7 +266,7 @@ impl Loop {
         }
     }
 
-    fn on_response(&mut self, response: LeaseKeepAliveResponse) {
+    fn on_response(&mut self, response: Renewed) {
         self.backoff = BACKOFF_MIN;
         let Some(lease) = self.leases.get_mut(&response.id) else {
             return;
@@ -331,7 +317,7 @@ async fn poll_stream(stream: &mut Option<Stream>) -> Event {
         Some(Stream {
             state: StreamState::Open(open),
             ..
-        }) => Event::Message(open.message().await.map_err(|s| Error::from_status(&s))),
+        }) => Event::Message(open.next().await),
         None => std::future::pending().await,
     }
 }

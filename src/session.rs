@@ -526,12 +526,6 @@ impl SessionBuilder {
                 let granted = self
                     .client
                     .block_on(async move { rpc.lease_grant(ttl_secs).await })??;
-                if !granted.error.is_empty() {
-                    return Err(Error::Server {
-                        code: Code::Unknown,
-                        message: granted.error,
-                    });
-                }
                 if granted.ttl <= 0 {
                     return Err(Error::InvalidArgument(format!(
                         "etcd granted TTL {} for a requested TTL of {ttl_secs}s",

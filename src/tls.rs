@@ -22,9 +22,9 @@ use crate::error::{Error, Result};
 /// ```
 #[derive(Clone, Default)]
 pub struct TlsConfig {
-    ca_pem: Option<Vec<u8>>,
-    identity: Option<(Vec<u8>, Vec<u8>)>,
-    domain_name: Option<String>,
+    pub(crate) ca_pem: Option<Vec<u8>>,
+    pub(crate) identity: Option<(Vec<u8>, Vec<u8>)>,
+    pub(crate) domain_name: Option<String>,
 }
 
 impl std::fmt::Debug for TlsConfig {
@@ -110,24 +110,5 @@ impl TlsConfig {
     pub fn domain_name(mut self, name: impl Into<String>) -> TlsConfig {
         self.domain_name = Some(name.into());
         self
-    }
-
-    pub(crate) fn to_tonic(&self) -> Result<tonic::transport::ClientTlsConfig> {
-        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-        let Some(ca) = &self.ca_pem else {
-            return Err(Error::InvalidArgument(
-                "TLS needs the CA certificate that signed etcd's certificate \
-                 (TlsConfig::ca_certificate_pem or from_files)"
-                    .into(),
-            ));
-        };
-        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
-        if let Some((cert, key)) = &self.identity {
-            config = config.identity(Identity::from_pem(cert, key));
-        }
-        if let Some(name) = &self.domain_name {
-            config = config.domain_name(name.clone());
-        }
-        Ok(config)
     }
 }

@@ -9,6 +9,8 @@
 use std::error::Error as StdError;
 use std::io;
 
+use crate::error::{Code, Error};
+
 /// The cause found in an error chain, most specific first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Wire {
@@ -122,6 +124,52 @@ pub(crate) fn wire_cause(error: &(dyn StdError + 'static)) -> Wire {
     classify(error).unwrap_or(Wire::Answered)
 }
 
+/// Maps a gRPC status from etcd to an error a caller can act on.
+pub(crate) fn status_error(status: &tonic::Status) -> Error {
+    let message = status.message().to_string();
+    // A broken connection reaches us as Unknown/Cancelled/Internal with a transport error
+    // behind it: it is the wire failing, not etcd answering, so it is transient (and a
+    // write in flight may or may not have been applied).
+    if let Wire::Broken(kind) = wire_cause(status) {
+        return Error::Unavailable(format!("connection to etcd broke: {message} ({kind})"));
+    }
+    match status.code() {
+        tonic::Code::Unavailable => Error::Unavailable(if message.is_empty() {
+            "connection to etcd failed".to_string()
+        } else {
+            message
+        }),
+        code => Error::Server {
+            code: code_of(code),
+            message,
+        },
+    }
+}
+
+/// Our copy of a gRPC status code (tonic's type stays out of the public API).
+fn code_of(code: tonic::Code) -> Code {
+    use tonic::Code as T;
+    match code {
+        T::Ok => Code::Ok,
+        T::Cancelled => Code::Cancelled,
+        T::Unknown => Code::Unknown,
+        T::InvalidArgument => Code::InvalidArgument,
+        T::DeadlineExceeded => Code::DeadlineExceeded,
+        T::NotFound => Code::NotFound,
+        T::AlreadyExists => Code::AlreadyExists,
+        T::PermissionDenied => Code::PermissionDenied,
+        T::ResourceExhausted => Code::ResourceExhausted,
+        T::FailedPrecondition => Code::FailedPrecondition,
+        T::Aborted => Code::Aborted,
+        T::OutOfRange => Code::OutOfRange,
+        T::Unimplemented => Code::Unimplemented,
+        T::Internal => Code::Internal,
+        T::Unavailable => Code::Unavailable,
+        T::DataLoss => Code::DataLoss,
+        T::Unauthenticated => Code::Unauthenticated,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,7 +210,7 @@ mod tests {
             wire_cause(&status),
             Wire::Broken(io::ErrorKind::ConnectionReset)
         );
-        let error = crate::error::Error::from_status(&status);
+        let error = status_error(&status);
         assert!(error.is_transient(), "{error:?}");
     }
 

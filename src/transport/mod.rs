@@ -7,7 +7,10 @@
 mod convert;
 pub(crate) mod fault;
 pub(crate) mod generated;
-mod kv;
+pub(crate) mod kv;
+pub(crate) mod lease;
+#[cfg(feature = "tls")]
+mod tls;
 pub(crate) mod watch;
 
 use std::future::Future;
@@ -24,7 +27,6 @@ use crate::error::{Error, Result};
 use fault::{Wire, wire_cause};
 use generated::etcdserverpb as pb;
 use pb::auth_client::AuthClient;
-use pb::lease_client::LeaseClient;
 use pb::watch_client::WatchClient;
 
 /// Connection settings resolved by the client builder. `Debug` by hand: no password.
@@ -39,7 +41,7 @@ pub(crate) struct RpcConfig {
     pub(crate) credentials: Option<(String, String)>,
     /// TLS settings for `https://` endpoints.
     #[cfg(feature = "tls")]
-    pub(crate) tls: Option<tonic::transport::ClientTlsConfig>,
+    pub(crate) tls: Option<crate::TlsConfig>,
 }
 
 impl std::fmt::Debug for RpcConfig {
@@ -149,7 +151,7 @@ impl Rpc {
                 .keep_alive_while_idle(false);
             #[cfg(feature = "tls")]
             let endpoint = match &config.tls {
-                Some(tls) => endpoint.tls_config(tls.clone()).map_err(|e| {
+                Some(tls) => endpoint.tls_config(tls::client_tls(tls)?).map_err(|e| {
                     Error::InvalidArgument(format!("TLS settings for {url}: {}", error_chain(&e)))
                 })?,
                 None => endpoint,
@@ -360,7 +362,7 @@ impl Rpc {
             match tokio::time::timeout(self.inner.request_timeout, call(channel, request)).await {
                 Ok(Ok(response)) => return Ok(response.into_inner()),
                 Ok(Err(status)) => {
-                    let error = Error::from_status(&status);
+                    let error = fault::status_error(&status);
                     if !error.is_transient() {
                         return Err(error);
                     }
@@ -379,49 +381,7 @@ impl Rpc {
         Err(last)
     }
 
-    /// A grant that applied but whose answer was lost only leaks a lease that expires by
-    /// itself, so grants are retried.
-    pub(crate) async fn lease_grant(&self, ttl: i64) -> Result<pb::LeaseGrantResponse> {
-        let req = pb::LeaseGrantRequest { ttl, id: 0 };
-        self.unary(Retry::Safe, req, |ch, r| async move {
-            LeaseClient::new(ch).lease_grant(r).await
-        })
-        .await
-    }
-
-    pub(crate) async fn lease_revoke(&self, id: i64) -> Result<pb::LeaseRevokeResponse> {
-        let req = pb::LeaseRevokeRequest { id };
-        self.unary(Retry::Safe, req, |ch, r| async move {
-            LeaseClient::new(ch).lease_revoke(r).await
-        })
-        .await
-    }
-
-    pub(crate) async fn lease_time_to_live(&self, id: i64) -> Result<pb::LeaseTimeToLiveResponse> {
-        let req = pb::LeaseTimeToLiveRequest { id, keys: false };
-        self.unary(Retry::Safe, req, |ch, r| async move {
-            LeaseClient::new(ch).lease_time_to_live(r).await
-        })
-        .await
-    }
-
-    /// Opens the bidirectional keep-alive stream. The caller must have queued the first
-    /// request already: etcd sends response headers only with its first response, so
-    /// awaiting the call before a request is queued would never finish.
-    pub(crate) async fn lease_keep_alive(
-        &self,
-        channel: Channel,
-        requests: UnboundedReceiver<pb::LeaseKeepAliveRequest>,
-    ) -> Result<tonic::Streaming<pb::LeaseKeepAliveResponse>> {
-        let request = self.stream_request(UnboundedReceiverStream::new(requests));
-        LeaseClient::new(channel)
-            .lease_keep_alive(request)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|s| Error::from_status(&s))
-    }
-
-    /// Opens a watch stream; the same rule as for keep-alive applies: queue the first
+    /// Opens a watch stream; the same rule as for keep-alive applies (see `lease.rs`): queue the first
     /// create request before awaiting.
     pub(crate) async fn watch(
         &self,
@@ -433,7 +393,7 @@ impl Rpc {
             .watch(request)
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| Error::from_status(&s))
+            .map_err(|s| fault::status_error(&s))
     }
 }
 

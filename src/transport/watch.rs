@@ -275,7 +275,7 @@ impl WatchStream {
         match self.stream.message().await {
             Ok(Some(response)) => Ok(response.into()),
             Ok(None) => Err(Error::Unavailable("etcd closed the watch stream".into())),
-            Err(status) => Err(Error::from_status(&status)),
+            Err(status) => Err(super::fault::status_error(&status)),
         }
     }
 
