@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 use crate::follow::Follower;
 use crate::keepalive::KeepAlive;
 use crate::kv::{KeyValue, Range, Txn, TxnResponse};
+use crate::lease::LeaseState;
 use crate::runtime::Runtime;
-use crate::session::{Session, SessionBuilder, SessionShared};
 use crate::transport::{Retry, Rpc, RpcConfig, parse_endpoint};
 
 /// Default limit for establishing a connection.
@@ -55,7 +55,7 @@ struct ClientInner {
     follower: Follower,
     /// Leases with a live session in this client: resuming one of them again would give
     /// two sessions one lease, and the first would never hear of its loss.
-    live_leases: std::sync::Mutex<std::collections::HashMap<i64, std::sync::Weak<SessionShared>>>,
+    live_leases: std::sync::Mutex<std::collections::HashMap<i64, std::sync::Weak<LeaseState>>>,
     keepalive: KeepAlive,
     runtime: Runtime,
 }
@@ -113,32 +113,6 @@ impl Client {
     /// ```
     pub fn endpoints(&self) -> &[String] {
         self.inner.rpc.endpoints()
-    }
-
-    /// Starts a session with the default TTL (60 s).
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// let session = client.session()?;
-    /// assert!(session.is_alive());
-    /// # Ok(()) }
-    /// ```
-    pub fn session(&self) -> Result<Session> {
-        self.session_builder().start()
-    }
-
-    /// A builder for a session with a chosen TTL, or resuming an existing lease.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// let session = client.session_builder().ttl(std::time::Duration::from_secs(10)).start()?;
-    /// # let _ = session;
-    /// # Ok(()) }
-    /// ```
-    pub fn session_builder(&self) -> SessionBuilder {
-        SessionBuilder::new(self.clone())
     }
 
     /// Reads one key (linearizable).
@@ -301,7 +275,7 @@ impl Client {
         &self.inner.follower
     }
 
-    pub(crate) fn keepalive_register(&self, session: Arc<SessionShared>) -> Result<()> {
+    pub(crate) fn keepalive_register(&self, session: Arc<LeaseState>) -> Result<()> {
         {
             let mut live = self
                 .inner

@@ -145,7 +145,7 @@ impl Session {
     /// ```
     pub fn election(&self, name: impl AsRef<[u8]>) -> Result<Election> {
         Ok(Election {
-            line: self.line(name.as_ref())?,
+            line: Line::of(self, name.as_ref())?,
         })
     }
 }

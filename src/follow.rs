@@ -25,11 +25,18 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::error::Result;
 use crate::kv::Range;
-use crate::ownership::Hold;
+use crate::lease::LeaseState;
 use crate::queue::{self, Owned};
-use crate::session::SessionShared;
 use crate::transport::Rpc;
 use crate::transport::watch::{Event, EventKind, Only, Watch, WatchStream};
+
+/// A guard as the follow task sees it (the ownership core implements it): the task only
+/// needs to end it, and to know when it ended by itself.
+pub(crate) trait Followed: Send + Sync {
+    /// The key is gone, or was re-created with another revision: end the guard.
+    fn lose_key(&self);
+    fn is_ended(&self) -> bool;
+}
 
 /// What to follow.
 pub(crate) enum Follow {
@@ -38,7 +45,7 @@ pub(crate) enum Follow {
         key: Vec<u8>,
         rev: i64,
         alive_at: i64,
-        hold: Weak<Hold>,
+        hold: Weak<dyn Followed>,
     },
     /// Delete any key of `session`'s lease that appears at `key` after revision `from - 1`
     /// while `turn` is free, until the session ends.
@@ -46,7 +53,7 @@ pub(crate) enum Follow {
         key: Vec<u8>,
         from: i64,
         turn: Arc<tokio::sync::Mutex<()>>,
-        session: Arc<SessionShared>,
+        session: Arc<LeaseState>,
     },
 }
 
@@ -389,7 +396,7 @@ fn spawn_sweep(
     rpc: Rpc,
     key: Vec<u8>,
     turn: Arc<tokio::sync::Mutex<()>>,
-    session: Arc<SessionShared>,
+    session: Arc<LeaseState>,
 ) {
     drop(tokio::spawn(async move {
         let _turn = turn.lock_owned().await;

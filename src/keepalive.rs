@@ -17,16 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::error::{Error, LossReason, Result};
-use crate::session::SessionShared;
+use crate::lease::{LeaseState, safety_margin};
 use crate::transport::Rpc;
 use crate::transport::lease::{KeepAliveReceiver, KeepAliveSender, Renewed};
-
-/// How long before the conservative expiry we give up on a lease: covers the wake-up
-/// latency of this thread and of whoever reacts to the loss. 10 % of the TTL, between
-/// 100 ms and 1 s.
-pub(crate) fn safety_margin(ttl: Duration) -> Duration {
-    (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
-}
 
 /// A request unanswered this long means the stream (or its member) is stuck: drop it and
 /// reopen, on the next endpoint. A quarter of the TTL, between 300 ms and 5 s, so a retry
@@ -39,7 +32,7 @@ const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 enum Command {
-    Register(Arc<SessionShared>),
+    Register(Arc<LeaseState>),
     Shutdown,
 }
 
@@ -66,7 +59,7 @@ impl KeepAlive {
     }
 
     /// Starts renewing a session's lease: the first keep-alive goes out at once.
-    pub(crate) fn register(&self, session: Arc<SessionShared>) -> Result<()> {
+    pub(crate) fn register(&self, session: Arc<LeaseState>) -> Result<()> {
         self.commands
             .send(Command::Register(session))
             .map_err(|_| Error::Closed)
@@ -83,7 +76,7 @@ impl Drop for KeepAlive {
 }
 
 struct Lease {
-    session: Arc<SessionShared>,
+    session: Arc<LeaseState>,
     ttl: Duration,
     next_send: Instant,
     /// Send times of requests not yet answered, oldest first (etcd answers a stream's

@@ -34,6 +34,7 @@ mod error;
 mod follow;
 mod keepalive;
 mod kv;
+mod lease;
 mod mutex;
 mod ownership;
 mod queue;

@@ -67,7 +67,7 @@ impl Session {
     /// ```
     pub fn mutex(&self, name: impl AsRef<[u8]>) -> Result<Mutex> {
         Ok(Mutex {
-            line: self.line(name.as_ref())?,
+            line: Line::of(self, name.as_ref())?,
         })
     }
 }

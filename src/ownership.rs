@@ -19,6 +19,7 @@
 //! * the turn passes to the next local acquirer only after etcd answered the cleanup or
 //!   release, so a successor never finds (and adopts) a key that is about to be deleted.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -26,9 +27,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::error::{Error, Result, TryLockError};
-use crate::follow::Follow;
+use crate::follow::{Follow, Followed};
+use crate::lease::LeaseState;
 use crate::queue::{self, Owned, Position};
-use crate::session::{Session, SessionShared};
+use crate::session::Session;
 use crate::signal::Signal;
 use crate::transport::Rpc;
 
@@ -84,12 +86,46 @@ pub(crate) struct Line {
     current: StdMutex<Weak<Hold>>,
 }
 
+/// The lines of every session of this process, by session and name. It lives here, not in
+/// the session, so the session module does not depend on the ownership core.
+static LINES: StdMutex<BTreeMap<(u64, Vec<u8>), Slot>> = StdMutex::new(BTreeMap::new());
+
+/// One session's line under one name, and its turn. The turn is kept apart from the line:
+/// a release or cleanup still running in the background holds the turn after the last
+/// Mutex, Election and guard of the name are gone, and a line created again must queue
+/// behind it.
+struct Slot {
+    line: Weak<Line>,
+    turn: Weak<tokio::sync::Mutex<()>>,
+}
+
 impl Line {
-    pub(crate) fn new(
-        session: Session,
-        name: &[u8],
-        turn: Arc<tokio::sync::Mutex<()>>,
-    ) -> Result<Line> {
+    /// The session's line under `name`, shared by every recipe of that session and name
+    /// (so a Mutex and an Election of one name on one session take turns on one key).
+    pub(crate) fn of(session: &Session, name: &[u8]) -> Result<Arc<Line>> {
+        let id = (session.lease().serial(), name.to_vec());
+        let mut lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
+        let turn = match lines.get(&id) {
+            Some(slot) => match slot.line.upgrade() {
+                Some(line) => return Ok(line),
+                None => slot.turn.upgrade(),
+            },
+            None => None,
+        };
+        let turn = turn.unwrap_or_default();
+        let line = Arc::new(Line::new(session.clone(), name, turn.clone())?);
+        lines.retain(|_, slot| slot.line.strong_count() > 0 || slot.turn.strong_count() > 0);
+        lines.insert(
+            id,
+            Slot {
+                line: Arc::downgrade(&line),
+                turn: Arc::downgrade(&turn),
+            },
+        );
+        Ok(line)
+    }
+
+    fn new(session: Session, name: &[u8], turn: Arc<tokio::sync::Mutex<()>>) -> Result<Line> {
         let prefix = queue::key_prefix(name)?;
         let key = queue::own_key(&prefix, session.lease_id());
         Ok(Line {
@@ -166,7 +202,7 @@ impl Hold {
     /// Ends the hold because its key is gone (deleted by anyone, or re-created with another
     /// revision): every guard on it turns false and its `lost()` fires. The turn is
     /// released; there is nothing left to delete.
-    pub(crate) fn lose_key(&self) {
+    fn lose_key(&self) {
         let mut state = self.state();
         if state.ended {
             return;
@@ -174,6 +210,16 @@ impl Hold {
         state.ended = true;
         state.signal.fire();
         state.turn = None;
+    }
+}
+
+impl Followed for Hold {
+    fn lose_key(&self) {
+        Hold::lose_key(self);
+    }
+
+    fn is_ended(&self) -> bool {
+        Hold::is_ended(self)
     }
 }
 
@@ -203,7 +249,7 @@ impl Held {
             let state = hold.state();
             (state.generation, state.signal.clone())
         };
-        hold.line.session.shared().on_lost(&signal);
+        hold.line.session.lease().on_lost(&signal);
         Held {
             hold,
             generation,
@@ -410,7 +456,7 @@ async fn proclaim_once(rpc: &Rpc, hold: &Hold, value: &[u8]) -> Result<bool> {
 /// Takes the line's turn, ending early on session loss or the deadline.
 async fn take_turn(
     line: &Line,
-    session: &SessionShared,
+    session: &LeaseState,
     wait: Wait,
     operation: &'static str,
 ) -> std::result::Result<OwnedMutexGuard<()>, TryLockError> {
@@ -454,7 +500,7 @@ pub(crate) fn acquire(
     wait: Wait,
 ) -> std::result::Result<Held, TryLockError> {
     crate::runtime::ensure_blocking_allowed()?;
-    let session = line.session.shared().clone();
+    let session = line.session.lease().clone();
     session.check()?;
     if let Some(hold) = line.live_hold()
         && hold.state().thread == std::thread::current().id()
@@ -535,7 +581,7 @@ pub(crate) fn acquire(
         key: line.key.clone(),
         rev: enqueued.rev,
         alive_at,
-        hold: Arc::downgrade(&hold),
+        hold: Arc::downgrade(&hold) as Weak<dyn Followed>,
     });
     tracing::debug!(
         key = %String::from_utf8_lossy(&line.key),
@@ -625,7 +671,7 @@ fn sweep(line: &Line, from: i64) {
         key: line.key.clone(),
         from,
         turn: line.turn.clone(),
-        session: line.session.shared().clone(),
+        session: line.session.lease().clone(),
     });
 }
 
@@ -640,7 +686,7 @@ fn spawn_removal(
 ) -> tokio::sync::oneshot::Receiver<Result<bool>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let rpc = session.client().rpc().clone();
-    let shared = session.shared().clone();
+    let shared = session.lease().clone();
     session.client().spawn(async move {
         let answer = remove_until_answered(&rpc, &shared, &key, owned).await;
         let _ = tx.send(answer);
@@ -652,7 +698,7 @@ fn spawn_removal(
 /// [`queue::remove`] until etcd answers, the session is lost, or the client closes.
 async fn remove_until_answered(
     rpc: &Rpc,
-    session: &SessionShared,
+    session: &LeaseState,
     key: &[u8],
     owned: Owned,
 ) -> Result<bool> {
@@ -677,7 +723,7 @@ async fn remove_until_answered(
 /// attempt applied late by a member that held it (see `follow.rs`).
 fn clean_up_ambiguous(line: &Arc<Line>, turn: OwnedMutexGuard<()>) {
     let rpc = line.session.client().rpc().clone();
-    let session = line.session.shared().clone();
+    let session = line.session.lease().clone();
     let key = line.key.clone();
     let line = line.clone();
     line.session.client().clone().spawn(async move {

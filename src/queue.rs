@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, TxnOpResponse};
-use crate::session::SessionShared;
+use crate::lease::LeaseState;
 use crate::transport::watch::{Only, Watch, WatchStream};
 use crate::transport::{Retry, Rpc};
 
@@ -260,7 +260,7 @@ pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bo
 /// The error for "our key vanished while we waited": `SessionLost` if the lease is gone
 /// (asking etcd when we do not know yet: a revoke from elsewhere deletes our key before
 /// the next keep-alive tells us), else `LockLost` (someone deleted the key).
-async fn gone(rpc: &Rpc, session: &SessionShared) -> Error {
+async fn gone(rpc: &Rpc, session: &LeaseState) -> Error {
     if session.loss_reason().is_none()
         && let Ok(live) = rpc.lease_time_to_live(session.id()).await
         && live.ttl <= 0
@@ -279,7 +279,7 @@ async fn gone(rpc: &Rpc, session: &SessionShared) -> Error {
 /// by someone else, or an etcd error that retrying cannot fix. The caller removes the key.
 pub(crate) async fn wait_turn(
     rpc: &Rpc,
-    session: &SessionShared,
+    session: &LeaseState,
     prefix: &[u8],
     key: &[u8],
     rev: i64,

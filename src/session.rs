@@ -1,17 +1,14 @@
 //! Sessions: an etcd lease kept alive by the client's keep-alive thread, and the signal
 //! that tells everything built on it (locks, leadership) when it is gone.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 
 use crate::client::Client;
 use crate::error::{Code, Error, LossReason, Result};
-use crate::keepalive::safety_margin;
-use crate::ownership::Line;
-use crate::signal::Signal;
+use crate::lease::{LeaseState, safety_margin};
 
 /// Default session TTL, as in etcd's Go `concurrency` package.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
@@ -19,162 +16,33 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
 /// The largest TTL etcd accepts (`MaxLeaseTTL`, 9,000,000,000 s).
 pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
 
-/// State shared between a session's handles and the keep-alive thread.
-pub(crate) struct SessionShared {
-    id: i64,
-    state: StdMutex<State>,
-    lost_rx: Receiver<()>,
-    lost_async: tokio::sync::watch::Sender<bool>,
-    /// Signals of guards built on this session: fired when the session is lost.
-    dependents: StdMutex<Vec<Weak<Signal>>>,
-}
-
-struct State {
-    ttl: Duration,
-    /// When we stop trusting the lease (monotonic): send time of the last acknowledged
-    /// keep-alive + its TTL - the safety margin.
-    deadline: Instant,
-    /// The same deadline on the boot clock, which keeps counting through a suspend.
-    boot_deadline: Duration,
-    reason: Option<LossReason>,
-    /// Dropped on loss, which disconnects every `lost()` receiver at once.
-    lost_tx: Option<Sender<()>>,
-}
-
-impl SessionShared {
-    pub(crate) fn new(id: i64, ttl: Duration, deadline: Instant) -> Arc<SessionShared> {
-        let (lost_tx, lost_rx) = crossbeam_channel::bounded(0);
-        let (lost_async, _) = tokio::sync::watch::channel(false);
-        Arc::new(SessionShared {
-            id,
-            state: StdMutex::new(State {
-                ttl,
-                deadline,
-                boot_deadline: crate::clock::boot_deadline(deadline),
-                reason: None,
-                lost_tx: Some(lost_tx),
-            }),
-            lost_rx,
-            lost_async,
-            dependents: StdMutex::new(Vec::new()),
-        })
+// Sessions are built on a client, so the constructors live here, with what they construct:
+// the client module does not know sessions (arrows run one way).
+impl Client {
+    /// Starts a session with the default TTL (60 s).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let session = client.session()?;
+    /// assert!(session.is_alive());
+    /// # Ok(()) }
+    /// ```
+    pub fn session(&self) -> Result<Session> {
+        self.session_builder().start()
     }
 
-    /// Fires `signal` when this session is lost (at once if it already is).
-    pub(crate) fn on_lost(&self, signal: &Arc<Signal>) {
-        if self.loss_reason().is_some() {
-            signal.fire();
-            return;
-        }
-        let mut dependents = self.dependents.lock().unwrap_or_else(|e| e.into_inner());
-        dependents.retain(|weak| weak.strong_count() > 0);
-        dependents.push(Arc::downgrade(signal));
-        drop(dependents);
-        // Lost in between: mark_lost may have drained the list before our push.
-        if self.state().reason.is_some() {
-            signal.fire();
-        }
-    }
-
-    fn state(&self) -> StdMutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn id(&self) -> i64 {
-        self.id
-    }
-
-    pub(crate) fn ttl(&self) -> Duration {
-        self.state().ttl
-    }
-
-    pub(crate) fn deadline(&self) -> Instant {
-        self.state().deadline
-    }
-
-    /// Records the first loss; later ones are ignored. Returns whether this call ended it.
-    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
-        let mut state = self.state();
-        if state.reason.is_some() {
-            return false;
-        }
-        match &reason {
-            LossReason::Closed | LossReason::Orphaned => {
-                tracing::debug!(lease = %format_args!("{:x}", self.id), %reason, "session ended")
-            }
-            _ => tracing::warn!(lease = %format_args!("{:x}", self.id), %reason, "session lost"),
-        }
-        state.reason = Some(reason);
-        state.lost_tx = None;
-        drop(state);
-        self.lost_async.send_replace(true);
-        let dependents =
-            std::mem::take(&mut *self.dependents.lock().unwrap_or_else(|e| e.into_inner()));
-        for signal in dependents.iter().filter_map(Weak::upgrade) {
-            signal.fire();
-        }
-        true
-    }
-
-    /// Moves the deadline forward after an acknowledged keep-alive. A lost session stays
-    /// lost, whatever etcd says later.
-    pub(crate) fn extend(&self, deadline: Instant, ttl: Duration) {
-        let mut state = self.state();
-        if state.reason.is_none() && deadline > state.deadline {
-            state.deadline = deadline;
-            state.boot_deadline = crate::clock::boot_deadline(deadline);
-            state.ttl = ttl;
-        }
-    }
-
-    /// Why the session ended, or `None` while it is alive. Checks the deadline itself, so
-    /// a late keep-alive thread can never make a dead lease look alive.
-    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
-        let state = self.state();
-        if let Some(reason) = &state.reason {
-            return Some(reason.clone());
-        }
-        // Either clock: the monotonic one stops while the host is suspended.
-        if Instant::now() >= state.deadline || crate::clock::boot_now() >= state.boot_deadline {
-            drop(state);
-            self.mark_lost(LossReason::Expired);
-            return self.state().reason.clone();
-        }
-        None
-    }
-
-    pub(crate) fn lost_receiver(&self) -> Receiver<()> {
-        self.lost_rx.clone()
-    }
-
-    /// Resolves when the session is lost (for waits running inside the runtime).
-    pub(crate) async fn wait_lost(&self) -> LossReason {
-        let mut rx = self.lost_async.subscribe();
-        let deadline = self.deadline();
-        tokio::select! {
-            _ = rx.wait_for(|lost| *lost) => {}
-            // The keep-alive thread fires at the deadline too; this is a second line.
-            _ = tokio::time::sleep_until(deadline.into()) => {}
-        }
-        // The deadline may have moved on in the meantime: re-check before reporting.
-        loop {
-            if let Some(reason) = self.loss_reason() {
-                return reason;
-            }
-            let deadline = self.deadline();
-            tokio::select! {
-                _ = rx.wait_for(|lost| *lost) => {}
-                _ = tokio::time::sleep_until(deadline.into()) => {}
-            }
-        }
-    }
-
-    /// `Err(SessionLost)` once the session is gone.
-    pub(crate) fn check(&self) -> Result<()> {
-        match self.loss_reason() {
-            Some(reason) => Err(Error::SessionLost(reason)),
-            None => Ok(()),
-        }
+    /// A builder for a session with a chosen TTL, or resuming an existing lease.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let session = client.session_builder().ttl(std::time::Duration::from_secs(10)).start()?;
+    /// # let _ = session;
+    /// # Ok(()) }
+    /// ```
+    pub fn session_builder(&self) -> SessionBuilder {
+        SessionBuilder::new(self.clone())
     }
 }
 
@@ -217,14 +85,7 @@ pub struct Session {
 
 pub(crate) struct SessionInner {
     pub(crate) client: Client,
-    pub(crate) shared: Arc<SessionShared>,
-    /// Per name, the line every recipe of this session queues on before touching the
-    /// etcd key (see ARCHITECTURE.md, "Ownership core").
-    lines: StdMutex<HashMap<Vec<u8>, Weak<Line>>>,
-    /// Per name, the turn of its line. Kept apart from the lines: a release or cleanup
-    /// task owns the turn after every handle on the line is gone, and a line created
-    /// again meanwhile must queue on that same turn.
-    turns: StdMutex<HashMap<Vec<u8>, Weak<tokio::sync::Mutex<()>>>>,
+    pub(crate) lease: Arc<LeaseState>,
 }
 
 impl std::fmt::Debug for Session {
@@ -240,9 +101,9 @@ impl std::fmt::Debug for Session {
 impl Drop for SessionInner {
     fn drop(&mut self) {
         // Best effort, never blocking: revoke in the background so keys go now, not at TTL.
-        if self.shared.mark_lost(LossReason::Closed) {
+        if self.lease.mark_lost(LossReason::Closed) {
             let rpc = self.client.rpc().clone();
-            let id = self.shared.id();
+            let id = self.lease.id();
             self.client.spawn(async move {
                 let _ = rpc.lease_revoke(id).await;
             });
@@ -251,8 +112,8 @@ impl Drop for SessionInner {
 }
 
 impl Session {
-    pub(crate) fn shared(&self) -> &Arc<SessionShared> {
-        &self.inner.shared
+    pub(crate) fn lease(&self) -> &Arc<LeaseState> {
+        &self.inner.lease
     }
 
     /// The client this session belongs to.
@@ -277,7 +138,7 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn lease_id(&self) -> i64 {
-        self.inner.shared.id()
+        self.inner.lease.id()
     }
 
     /// The TTL etcd granted (etcd raises TTLs below its minimum, 2 s by default).
@@ -290,7 +151,7 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn ttl(&self) -> Duration {
-        self.inner.shared.ttl()
+        self.inner.lease.ttl()
     }
 
     /// Whether the lease is still trusted to be alive (checked against the deadline now).
@@ -304,7 +165,7 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn is_alive(&self) -> bool {
-        self.inner.shared.loss_reason().is_none()
+        self.inner.lease.loss_reason().is_none()
     }
 
     /// Why the session ended, or `None` while it is alive.
@@ -318,7 +179,7 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn loss_reason(&self) -> Option<LossReason> {
-        self.inner.shared.loss_reason()
+        self.inner.lease.loss_reason()
     }
 
     /// A channel that becomes ready when the session is lost: nothing is ever sent on it;
@@ -336,8 +197,8 @@ impl Session {
     /// ```
     pub fn lost(&self) -> Receiver<()> {
         // Make sure an already-passed deadline is reflected in the channel.
-        let _ = self.inner.shared.loss_reason();
-        self.inner.shared.lost_receiver()
+        let _ = self.inner.lease.loss_reason();
+        self.inner.lease.lost_receiver()
     }
 
     /// The instant (monotonic clock) until which the lease is known to be alive, or `None`
@@ -352,10 +213,10 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn valid_until(&self) -> Option<Instant> {
-        if self.inner.shared.loss_reason().is_some() {
+        if self.inner.lease.loss_reason().is_some() {
             return None;
         }
-        Some(self.inner.shared.deadline())
+        Some(self.inner.lease.deadline())
     }
 
     /// How long the lease is known to stay alive from now (zero once lost).
@@ -385,7 +246,7 @@ impl Session {
     /// ```
     pub fn close(&self) -> Result<()> {
         crate::runtime::ensure_blocking_allowed()?;
-        self.inner.shared.mark_lost(LossReason::Closed);
+        self.inner.lease.mark_lost(LossReason::Closed);
         let rpc = self.inner.client.rpc().clone();
         let id = self.lease_id();
         match self
@@ -415,32 +276,7 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn orphan(&self) {
-        self.inner.shared.mark_lost(LossReason::Orphaned);
-    }
-
-    /// The turn of this session's line under `name` (see [`Session::line`]).
-    fn turn(&self, name: &[u8]) -> Arc<tokio::sync::Mutex<()>> {
-        let mut turns = self.inner.turns.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(existing) = turns.get(name).and_then(Weak::upgrade) {
-            return existing;
-        }
-        turns.retain(|_, weak| weak.strong_count() > 0);
-        let fresh = Arc::new(tokio::sync::Mutex::new(()));
-        turns.insert(name.to_vec(), Arc::downgrade(&fresh));
-        fresh
-    }
-
-    /// This session's line under `name`, shared by every recipe of this session and name
-    /// (so a Mutex and an Election of one name on one session take turns on one key).
-    pub(crate) fn line(&self, name: &[u8]) -> Result<Arc<Line>> {
-        let mut lines = self.inner.lines.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(existing) = lines.get(name).and_then(Weak::upgrade) {
-            return Ok(existing);
-        }
-        lines.retain(|_, weak| weak.strong_count() > 0);
-        let fresh = Arc::new(Line::new(self.clone(), name, self.turn(name))?);
-        lines.insert(name.to_vec(), Arc::downgrade(&fresh));
-        Ok(fresh)
+        self.inner.lease.mark_lost(LossReason::Orphaned);
     }
 }
 
@@ -533,7 +369,7 @@ impl SessionBuilder {
                     )));
                 }
                 let ttl = Duration::from_secs(granted.ttl.unsigned_abs());
-                SessionShared::new(granted.id, ttl, sent + ttl - safety_margin(ttl))
+                LeaseState::new(granted.id, ttl, sent + ttl - safety_margin(ttl))
             }
             Some(id) => {
                 if id <= 0 {
@@ -551,7 +387,7 @@ impl SessionBuilder {
                 let ttl = Duration::from_secs(live.granted_ttl.max(live.ttl).unsigned_abs());
                 // `ttl` in the answer is the whole seconds left, rounded down: a safe bound.
                 let left = Duration::from_secs(live.ttl.unsigned_abs());
-                SessionShared::new(id, ttl, sent + left - safety_margin(ttl).min(left / 2))
+                LeaseState::new(id, ttl, sent + left - safety_margin(ttl).min(left / 2))
             }
         };
         tracing::debug!(
@@ -564,9 +400,7 @@ impl SessionBuilder {
         Ok(Session {
             inner: Arc::new(SessionInner {
                 client: self.client,
-                shared,
-                lines: StdMutex::new(HashMap::new()),
-                turns: StdMutex::new(HashMap::new()),
+                lease: shared,
             }),
         })
     }
@@ -604,51 +438,5 @@ mod tests {
         assert!(validate_ttl(Duration::from_millis(1500)).is_err());
         assert!(validate_ttl(MAX_TTL + Duration::from_secs(1)).is_err());
         assert_eq!(validate_ttl(Duration::from_secs(5)).ok(), Some(5));
-    }
-
-    #[test]
-    fn loss_is_sticky_and_disconnects_receivers() {
-        let shared = SessionShared::new(
-            1,
-            Duration::from_secs(5),
-            Instant::now() + Duration::from_secs(5),
-        );
-        let rx = shared.lost_receiver();
-        assert!(rx.try_recv().is_err());
-        assert!(matches!(
-            rx.try_recv(),
-            Err(crossbeam_channel::TryRecvError::Empty)
-        ));
-        assert!(shared.mark_lost(LossReason::Orphaned));
-        assert!(!shared.mark_lost(LossReason::Expired));
-        shared.extend(
-            Instant::now() + Duration::from_secs(60),
-            Duration::from_secs(60),
-        );
-        assert_eq!(shared.loss_reason(), Some(LossReason::Orphaned));
-        assert!(matches!(
-            rx.try_recv(),
-            Err(crossbeam_channel::TryRecvError::Disconnected)
-        ));
-    }
-
-    #[test]
-    fn a_suspend_that_passed_the_deadline_means_lost() {
-        // As after a host suspend: the monotonic deadline is still ahead, but the boot
-        // clock (which counted the suspended time) is past it.
-        let shared = SessionShared::new(
-            1,
-            Duration::from_secs(5),
-            Instant::now() + Duration::from_secs(5),
-        );
-        assert_eq!(shared.loss_reason(), None);
-        shared.state().boot_deadline = crate::clock::boot_now() - Duration::from_millis(1);
-        assert_eq!(shared.loss_reason(), Some(LossReason::Expired));
-    }
-
-    #[test]
-    fn passed_deadline_means_lost() {
-        let shared = SessionShared::new(1, Duration::from_secs(2), Instant::now());
-        assert_eq!(shared.loss_reason(), Some(LossReason::Expired));
     }
 }

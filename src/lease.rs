@@ -1,0 +1,235 @@
+//! A lease as this process sees it: the state shared between a session's handles and the
+//! keep-alive thread, and the rule that decides when the lease must be taken for lost.
+
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::error::{Error, LossReason, Result};
+use crate::signal::Signal;
+
+/// How long before the conservative expiry we give up on a lease: covers the wake-up
+/// latency of this thread and of whoever reacts to the loss. 10 % of the TTL, between
+/// 100 ms and 1 s.
+pub(crate) fn safety_margin(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
+/// State shared between a session's handles and the keep-alive thread.
+pub(crate) struct LeaseState {
+    id: i64,
+    /// Unique in this process (lease ids are unique only per cluster).
+    serial: u64,
+    state: StdMutex<State>,
+    lost_rx: Receiver<()>,
+    lost_async: tokio::sync::watch::Sender<bool>,
+    /// Signals of guards built on this session: fired when the session is lost.
+    dependents: StdMutex<Vec<Weak<Signal>>>,
+}
+
+struct State {
+    ttl: Duration,
+    /// When we stop trusting the lease (monotonic): send time of the last acknowledged
+    /// keep-alive + its TTL - the safety margin.
+    deadline: Instant,
+    /// The same deadline on the boot clock, which keeps counting through a suspend.
+    boot_deadline: Duration,
+    reason: Option<LossReason>,
+    /// Dropped on loss, which disconnects every `lost()` receiver at once.
+    lost_tx: Option<Sender<()>>,
+}
+
+impl LeaseState {
+    pub(crate) fn new(id: i64, ttl: Duration, deadline: Instant) -> Arc<LeaseState> {
+        let (lost_tx, lost_rx) = crossbeam_channel::bounded(0);
+        let (lost_async, _) = tokio::sync::watch::channel(false);
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Arc::new(LeaseState {
+            id,
+            serial: SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            state: StdMutex::new(State {
+                ttl,
+                deadline,
+                boot_deadline: crate::clock::boot_deadline(deadline),
+                reason: None,
+                lost_tx: Some(lost_tx),
+            }),
+            lost_rx,
+            lost_async,
+            dependents: StdMutex::new(Vec::new()),
+        })
+    }
+
+    /// Fires `signal` when this session is lost (at once if it already is).
+    pub(crate) fn on_lost(&self, signal: &Arc<Signal>) {
+        if self.loss_reason().is_some() {
+            signal.fire();
+            return;
+        }
+        let mut dependents = self.dependents.lock().unwrap_or_else(|e| e.into_inner());
+        dependents.retain(|weak| weak.strong_count() > 0);
+        dependents.push(Arc::downgrade(signal));
+        drop(dependents);
+        // Lost in between: mark_lost may have drained the list before our push.
+        if self.state().reason.is_some() {
+            signal.fire();
+        }
+    }
+
+    fn state(&self) -> StdMutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn id(&self) -> i64 {
+        self.id
+    }
+
+    pub(crate) fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.state().ttl
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.state().deadline
+    }
+
+    /// Records the first loss; later ones are ignored. Returns whether this call ended it.
+    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
+        let mut state = self.state();
+        if state.reason.is_some() {
+            return false;
+        }
+        match &reason {
+            LossReason::Closed | LossReason::Orphaned => {
+                tracing::debug!(lease = %format_args!("{:x}", self.id), %reason, "session ended")
+            }
+            _ => tracing::warn!(lease = %format_args!("{:x}", self.id), %reason, "session lost"),
+        }
+        state.reason = Some(reason);
+        state.lost_tx = None;
+        drop(state);
+        self.lost_async.send_replace(true);
+        let dependents =
+            std::mem::take(&mut *self.dependents.lock().unwrap_or_else(|e| e.into_inner()));
+        for signal in dependents.iter().filter_map(Weak::upgrade) {
+            signal.fire();
+        }
+        true
+    }
+
+    /// Moves the deadline forward after an acknowledged keep-alive. A lost session stays
+    /// lost, whatever etcd says later.
+    pub(crate) fn extend(&self, deadline: Instant, ttl: Duration) {
+        let mut state = self.state();
+        if state.reason.is_none() && deadline > state.deadline {
+            state.deadline = deadline;
+            state.boot_deadline = crate::clock::boot_deadline(deadline);
+            state.ttl = ttl;
+        }
+    }
+
+    /// Why the session ended, or `None` while it is alive. Checks the deadline itself, so
+    /// a late keep-alive thread can never make a dead lease look alive.
+    pub(crate) fn loss_reason(&self) -> Option<LossReason> {
+        let state = self.state();
+        if let Some(reason) = &state.reason {
+            return Some(reason.clone());
+        }
+        // Either clock: the monotonic one stops while the host is suspended.
+        if Instant::now() >= state.deadline || crate::clock::boot_now() >= state.boot_deadline {
+            drop(state);
+            self.mark_lost(LossReason::Expired);
+            return self.state().reason.clone();
+        }
+        None
+    }
+
+    pub(crate) fn lost_receiver(&self) -> Receiver<()> {
+        self.lost_rx.clone()
+    }
+
+    /// Resolves when the session is lost (for waits running inside the runtime).
+    pub(crate) async fn wait_lost(&self) -> LossReason {
+        let mut rx = self.lost_async.subscribe();
+        let deadline = self.deadline();
+        tokio::select! {
+            _ = rx.wait_for(|lost| *lost) => {}
+            // The keep-alive thread fires at the deadline too; this is a second line.
+            _ = tokio::time::sleep_until(deadline.into()) => {}
+        }
+        // The deadline may have moved on in the meantime: re-check before reporting.
+        loop {
+            if let Some(reason) = self.loss_reason() {
+                return reason;
+            }
+            let deadline = self.deadline();
+            tokio::select! {
+                _ = rx.wait_for(|lost| *lost) => {}
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+            }
+        }
+    }
+
+    /// `Err(SessionLost)` once the session is gone.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.loss_reason() {
+            Some(reason) => Err(Error::SessionLost(reason)),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_is_sticky_and_disconnects_receivers() {
+        let shared = LeaseState::new(
+            1,
+            Duration::from_secs(5),
+            Instant::now() + Duration::from_secs(5),
+        );
+        let rx = shared.lost_receiver();
+        assert!(rx.try_recv().is_err());
+        assert!(matches!(
+            rx.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Empty)
+        ));
+        assert!(shared.mark_lost(LossReason::Orphaned));
+        assert!(!shared.mark_lost(LossReason::Expired));
+        shared.extend(
+            Instant::now() + Duration::from_secs(60),
+            Duration::from_secs(60),
+        );
+        assert_eq!(shared.loss_reason(), Some(LossReason::Orphaned));
+        assert!(matches!(
+            rx.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        ));
+    }
+
+    #[test]
+    fn a_suspend_that_passed_the_deadline_means_lost() {
+        // As after a host suspend: the monotonic deadline is still ahead, but the boot
+        // clock (which counted the suspended time) is past it.
+        let shared = LeaseState::new(
+            1,
+            Duration::from_secs(5),
+            Instant::now() + Duration::from_secs(5),
+        );
+        assert_eq!(shared.loss_reason(), None);
+        shared.state().boot_deadline = crate::clock::boot_now() - Duration::from_millis(1);
+        assert_eq!(shared.loss_reason(), Some(LossReason::Expired));
+    }
+
+    #[test]
+    fn passed_deadline_means_lost() {
+        let shared = LeaseState::new(1, Duration::from_secs(2), Instant::now());
+        assert_eq!(shared.loss_reason(), Some(LossReason::Expired));
+    }
+}
