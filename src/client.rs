@@ -160,7 +160,7 @@ impl Client {
         self.put_with_lease(key, value, 0)
     }
 
-    /// Writes a key bound to a lease (e.g. [`Session::lease_id`]): etcd deletes it when
+    /// Writes a key bound to a lease (e.g. [`Session::lease_id`](crate::Session::lease_id)): etcd deletes it when
     /// the lease ends. Returns the store revision of the write.
     ///
     /// ```no_run

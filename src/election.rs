@@ -4,18 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::Receiver;
 
 use crate::error::TryLockError;
 use crate::error::{Error, Result};
-use crate::kv::prefix_end;
-use crate::kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnResponse};
-use crate::mutex::guarded_txn;
+use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use crate::observe::{Leader, Observer, leader_of, observe_prefix};
 use crate::ownership::{self, Held, Kind, Line, Wait};
-use crate::queue;
 use crate::session::Session;
-use crate::transport::Rpc;
-use crate::transport::watch::{EventKind, Only, Watch, WatchStream};
 
 /// A leader election named by a string, campaigned through a [`Session`].
 ///
@@ -49,88 +45,6 @@ impl std::fmt::Debug for Election {
             .field("key", &String::from_utf8_lossy(self.line.key()))
             .finish()
     }
-}
-
-/// The current leader of an election.
-///
-/// ```no_run
-/// # fn main() -> etcd_sync::Result<()> {
-/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-/// if let Some(leader) = session.election("scheduler")?.leader()? {
-///     println!("{} leads with {}", leader.key_str(), leader.value_str());
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Leader {
-    /// The leader's key, `<name>/<lease hex>`.
-    pub key: Vec<u8>,
-    /// The value the leader proclaimed.
-    pub value: Vec<u8>,
-    /// The key's create revision: the leader's fencing token.
-    pub create_revision: i64,
-    /// The revision of the last proclamation.
-    pub mod_revision: i64,
-    /// The leader's lease id.
-    pub lease: i64,
-}
-
-impl Leader {
-    /// The key as text.
-    ///
-    /// ```
-    /// let l = etcd_sync::Leader { key: b"e/1".to_vec(), value: vec![], create_revision: 1, mod_revision: 1, lease: 1 };
-    /// assert_eq!(l.key_str(), "e/1");
-    /// ```
-    pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.key)
-    }
-
-    /// The value as text.
-    ///
-    /// ```
-    /// let l = etcd_sync::Leader { key: vec![], value: b"v".to_vec(), create_revision: 1, mod_revision: 1, lease: 1 };
-    /// assert_eq!(l.value_str(), "v");
-    /// ```
-    pub fn value_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.value)
-    }
-}
-
-impl From<KeyValue> for Leader {
-    fn from(kv: KeyValue) -> Self {
-        Leader {
-            key: kv.key,
-            value: kv.value,
-            create_revision: kv.create_revision,
-            mod_revision: kv.mod_revision,
-            lease: kv.lease,
-        }
-    }
-}
-
-/// A change seen by an [`Observer`].
-///
-/// ```
-/// use etcd_sync::LeaderEvent;
-/// fn describe(e: &LeaderEvent) -> String {
-///     match e {
-///         LeaderEvent::Elected(l) => format!("new leader {}", l.value_str()),
-///         LeaderEvent::Proclaimed(l) => format!("leader says {}", l.value_str()),
-///         LeaderEvent::NoLeader => "no leader".into(),
-///     }
-/// }
-/// assert_eq!(describe(&LeaderEvent::NoLeader), "no leader");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaderEvent {
-    /// A (new) leader: the first event when there is one, then every leader change.
-    Elected(Leader),
-    /// The same leader proclaimed a new value.
-    Proclaimed(Leader),
-    /// Nobody leads (the first event when the election is empty, or after the last
-    /// candidate left).
-    NoLeader,
 }
 
 impl Session {
@@ -249,8 +163,8 @@ impl Election {
         leader_of(self.line.session().client(), self.line.prefix().to_vec())
     }
 
-    /// Follows leadership changes: a blocking iterator of [`LeaderEvent`]s that starts with
-    /// the current state (a leader or [`LeaderEvent::NoLeader`]). It survives compaction and
+    /// Follows leadership changes: a blocking iterator of [`LeaderEvent`](crate::LeaderEvent)s that starts with
+    /// the current state (a leader or [`LeaderEvent::NoLeader`](crate::LeaderEvent::NoLeader)). It survives compaction and
     /// broken watch streams (it re-reads the current leader), and only ever reports a key
     /// that was the leader at the revision it read. Dropping it cancels its watch.
     ///
@@ -271,325 +185,6 @@ impl Election {
             self.line.session().client().clone(),
             self.line.prefix().to_vec(),
         )
-    }
-}
-
-impl crate::Client {
-    /// The current leader of election `name`, without a session: `Ok(None)` when nobody
-    /// leads. Same as [`Election::leader`].
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// if let Some(leader) = client.leader("scheduler")? {
-    ///     println!("{}", leader.value_str());
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn leader(&self, name: impl AsRef<[u8]>) -> Result<Option<Leader>> {
-        leader_of(self, queue::key_prefix(name.as_ref())?)
-    }
-
-    /// Follows election `name` without a session (no lease is granted): same as
-    /// [`Election::observe`].
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// let observer = client.observe("scheduler")?;
-    /// println!("{:?}", observer.recv()?);
-    /// # Ok(()) }
-    /// ```
-    pub fn observe(&self, name: impl AsRef<[u8]>) -> Result<Observer> {
-        observe_prefix(self.clone(), queue::key_prefix(name.as_ref())?)
-    }
-}
-
-fn leader_of(client: &crate::Client, prefix: Vec<u8>) -> Result<Option<Leader>> {
-    client.call(|rpc| async move { current_leader(&rpc, &prefix).await.map(|(l, _)| l) })
-}
-
-/// Starts the observer task for `prefix` on the client's runtime.
-fn observe_prefix(client: crate::Client, prefix: Vec<u8>) -> Result<Observer> {
-    crate::runtime::ensure_blocking_allowed()?;
-    let (events_tx, events) = crossbeam_channel::bounded(OBSERVER_BUFFER);
-    let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
-    let rpc = client.rpc().clone();
-    client.spawn(async move {
-        tokio::select! {
-            _ = cancelled => {}
-            _ = observe_loop(rpc, prefix, events_tx) => {}
-        }
-    });
-    Ok(Observer {
-        events,
-        _cancel: cancel,
-        _client: client,
-    })
-}
-
-/// Reads the oldest key under `prefix` (linearizable) and the revision of the read.
-async fn current_leader(rpc: &Rpc, prefix: &[u8]) -> Result<(Option<Leader>, i64)> {
-    let read = rpc.read(&queue::first_created(prefix)).await?;
-    Ok((read.kvs.into_iter().next().map(Leader::from), read.revision))
-}
-
-/// How many events an [`Observer`] buffers for a consumer that does not keep up. Past
-/// that, changes are coalesced: when room frees up, one event takes the consumer from what
-/// it saw last to the current state, so memory stays bounded and nothing current is lost.
-pub(crate) const OBSERVER_BUFFER: usize = 256;
-
-/// The observer's side of the channel: remembers what the consumer saw last, and
-/// coalesces while the buffer is full.
-struct Outbox {
-    events: Sender<Result<LeaderEvent>>,
-    delivered: Option<Option<Leader>>,
-    behind: bool,
-}
-
-impl Outbox {
-    /// Offers `event`, the transition to `now`; false once the observer is dropped.
-    fn offer(&mut self, event: LeaderEvent, now: &Option<Leader>) -> bool {
-        if self.behind {
-            return self.catch_up(now);
-        }
-        match self.events.try_send(Ok(event)) {
-            Ok(()) => {
-                self.delivered = Some(now.clone());
-                true
-            }
-            Err(crossbeam_channel::TrySendError::Full(_)) => {
-                self.behind = true;
-                true
-            }
-            Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
-        }
-    }
-
-    /// Once the consumer has room again: one event from what it saw last to `now`.
-    fn catch_up(&mut self, now: &Option<Leader>) -> bool {
-        if self.events.is_full() {
-            // Still no room. (A dropped Observer cancels this task: no need to check.)
-            return true;
-        }
-        self.behind = false;
-        match diff(self.delivered.as_ref(), now) {
-            Some(event) => self.offer(event, now),
-            None => true,
-        }
-    }
-
-    /// A final error (never blocks: if the buffer is full it is dropped, and the consumer
-    /// sees the observer closed after draining).
-    fn fail(&self, error: Error) {
-        let _ = self.events.try_send(Err(error));
-    }
-}
-
-/// The observer task: watch the prefix from now, re-read the leader whenever leadership
-/// may have changed, and emit only differences.
-async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEvent>>) {
-    let mut last: Option<Option<Leader>> = None;
-    let mut retry_delay = Duration::from_millis(20);
-    let mut outbox = Outbox {
-        events,
-        delivered: None,
-        behind: false,
-    };
-    loop {
-        let creates = vec![Watch {
-            key: prefix.clone(),
-            range_end: prefix_end(&prefix),
-            start_revision: 0,
-            only: Only::All,
-        }];
-        let mut watch = match WatchStream::open(&rpc, creates).await {
-            Ok((watch, _)) => watch,
-            Err(e) if e.is_transient() => {
-                tokio::time::sleep(retry_delay).await;
-                retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
-                continue;
-            }
-            Err(e) => {
-                outbox.fail(e);
-                return;
-            }
-        };
-        // Read after the watcher exists: nothing between the read and the events is missed.
-        let mut reread = true;
-        loop {
-            if reread {
-                let current = match current_leader(&rpc, &prefix).await {
-                    Ok((current, _)) => current,
-                    Err(e) if e.is_transient() => break,
-                    Err(e) => {
-                        outbox.fail(e);
-                        return;
-                    }
-                };
-                if let Some(event) = diff(last.as_ref(), &current) {
-                    tracing::debug!(?event, "leadership changed");
-                    if !outbox.offer(event, &current) {
-                        return;
-                    }
-                }
-                last = Some(current);
-                reread = false;
-            }
-            let next = tokio::select! {
-                next = watch.next() => Some(next),
-                _ = tokio::time::sleep(queue::STALE_CHECK) => None,
-            };
-            if outbox.behind && !outbox.catch_up(last.as_ref().unwrap_or(&None)) {
-                return;
-            }
-            let response = match next {
-                None if watch.is_stale(&rpc) => break,
-                None => continue,
-                Some(Ok(response)) if response.canceled => break,
-                Some(Ok(response)) => response,
-                Some(Err(_)) => break,
-            };
-            retry_delay = Duration::from_millis(20);
-            for event in response.events {
-                let kv = event.kv;
-                let is_put = event.kind == EventKind::Put;
-                match last.as_ref().and_then(Option::as_ref) {
-                    // A new value under the leader's own key (same create revision): the
-                    // same leader proclaimed. Reported from the event: no read needed.
-                    // Events at or before our last read are already reflected in it.
-                    Some(l)
-                        if is_put
-                            && kv.key == l.key
-                            && kv.create_revision == l.create_revision
-                            && kv.mod_revision > l.mod_revision =>
-                    {
-                        let proclaimed = Leader::from(kv);
-                        let now = Some(proclaimed.clone());
-                        if !outbox.offer(LeaderEvent::Proclaimed(proclaimed), &now) {
-                            return;
-                        }
-                        last = Some(now);
-                    }
-                    // The leader's key went away: someone else (or nobody) leads now.
-                    Some(l) if !is_put && kv.key == l.key => reread = true,
-                    // A candidate joined an empty election.
-                    None if is_put => reread = true,
-                    _ => {}
-                }
-            }
-        }
-        tokio::time::sleep(retry_delay).await;
-        retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
-    }
-}
-
-/// The event that takes an observer from `last` to `current`, if anything changed.
-fn diff(last: Option<&Option<Leader>>, current: &Option<Leader>) -> Option<LeaderEvent> {
-    match (last, current) {
-        (Some(None), None) => None,
-        (_, None) => Some(LeaderEvent::NoLeader),
-        (Some(Some(prev)), Some(now))
-            if prev.key == now.key && prev.create_revision == now.create_revision =>
-        {
-            (prev.mod_revision != now.mod_revision).then(|| LeaderEvent::Proclaimed(now.clone()))
-        }
-        (_, Some(now)) => Some(LeaderEvent::Elected(now.clone())),
-    }
-}
-
-/// A blocking stream of leadership changes from [`Election::observe`]. Iterate it, or use
-/// [`recv`](Observer::recv) / [`recv_timeout`](Observer::recv_timeout). Dropping it stops
-/// the watch.
-///
-/// # Example
-///
-/// ```no_run
-/// # fn main() -> etcd_sync::Result<()> {
-/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-/// let observer = session.election("scheduler")?.observe()?;
-/// while let Some(event) = observer.recv_timeout(std::time::Duration::from_secs(5))? {
-///     println!("{event:?}");
-/// }
-/// # Ok(()) }
-/// ```
-pub struct Observer {
-    events: Receiver<Result<LeaderEvent>>,
-    _cancel: tokio::sync::oneshot::Sender<()>,
-    // Keeps the runtime that runs the observer task alive.
-    _client: crate::Client,
-}
-
-impl std::fmt::Debug for Observer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Observer").finish_non_exhaustive()
-    }
-}
-
-impl Observer {
-    /// Blocks until the next change.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let observer = session.election("e")?.observe()?;
-    /// let first = observer.recv()?; // the current state
-    /// # let _ = first;
-    /// # Ok(()) }
-    /// ```
-    pub fn recv(&self) -> Result<LeaderEvent> {
-        crate::runtime::ensure_blocking_allowed()?;
-        self.events.recv().map_err(|_| Error::Closed)?
-    }
-
-    /// Waits up to `timeout` for the next change; `Ok(None)` if none came.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let observer = session.election("e")?.observe()?;
-    /// if let Some(event) = observer.recv_timeout(std::time::Duration::from_millis(100))? {
-    ///     println!("{event:?}");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<LeaderEvent>> {
-        crate::runtime::ensure_blocking_allowed()?;
-        match self.events.recv_timeout(timeout) {
-            Ok(event) => event.map(Some),
-            Err(RecvTimeoutError::Timeout) => Ok(None),
-            Err(RecvTimeoutError::Disconnected) => Err(Error::Closed),
-        }
-    }
-
-    /// The next change if one is ready, without blocking.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let observer = session.election("e")?.observe()?;
-    /// let _maybe = observer.try_recv()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn try_recv(&self) -> Result<Option<LeaderEvent>> {
-        match self.events.try_recv() {
-            Ok(event) => event.map(Some),
-            Err(TryRecvError::Empty) => Ok(None),
-            Err(TryRecvError::Disconnected) => Err(Error::Closed),
-        }
-    }
-}
-
-impl Iterator for Observer {
-    type Item = Result<LeaderEvent>;
-
-    /// Blocks for the next change; ends (`None`) only when the observer stopped after an
-    /// error it already yielded.
-    fn next(&mut self) -> Option<Self::Item> {
-        if crate::runtime::inside_async() {
-            return Some(Err(Error::InsideAsyncRuntime));
-        }
-        self.events.recv().ok()
     }
 }
 
@@ -772,7 +367,7 @@ impl Leadership {
         if !self.held.is_current() {
             return Err(Error::NotLeader);
         }
-        guarded_txn(
+        ownership::guarded_txn(
             self.held.line().session().client(),
             self.ownership_compare(),
             txn,

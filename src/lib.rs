@@ -36,6 +36,7 @@ mod keepalive;
 mod kv;
 mod lease;
 mod mutex;
+mod observe;
 mod ownership;
 mod queue;
 mod runtime;
@@ -51,10 +52,11 @@ pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
     MAX_KEEP_ALIVE_INTERVAL, MAX_TIMEOUT, MIN_KEEP_ALIVE_INTERVAL,
 };
-pub use election::{Election, Leader, LeaderEvent, Leadership, Observer};
+pub use election::{Election, Leadership};
 pub use error::{Code, Error, LossReason, Result, TryLockError};
 pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 pub use mutex::{Mutex, MutexGuard};
+pub use observe::{Leader, LeaderEvent, Observer};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};
 #[cfg(feature = "tls")]
 pub use tls::TlsConfig;

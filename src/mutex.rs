@@ -10,7 +10,6 @@ use crate::error::{Error, Result, TryLockError};
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use crate::ownership::{self, Held, Kind, Line, Released, Wait};
 use crate::session::Session;
-use crate::transport::Retry;
 
 /// A distributed lock named by a string, held through a [`Session`].
 ///
@@ -349,7 +348,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        guarded_txn(
+        ownership::guarded_txn(
             self.held.line().session().client(),
             self.ownership_compare(),
             txn,
@@ -377,30 +376,5 @@ impl MutexGuard {
             Released::Deleted => Ok(()),
             Released::NotOurs | Released::NotCurrent => Err(Error::LockLost),
         }
-    }
-}
-
-/// Runs `txn` nested inside an outer transaction that first checks `ownership`:
-/// `Ok(Some(response))` if we still own, `Ok(None)` if not.
-pub(crate) fn guarded_txn(
-    client: &crate::Client,
-    ownership: Compare,
-    txn: Txn,
-) -> Result<Option<TxnResponse>> {
-    let outer = Txn::new().when([ownership]).and_then([TxnOp::txn(txn)]);
-    let rpc = client.rpc().clone();
-    let response = client.block_on(async move { rpc.txn(&outer, Retry::Never).await })??;
-    if !response.succeeded {
-        return Ok(None);
-    }
-    match response.responses.into_iter().next() {
-        // etcd leaves nested responses without a header: report the outer revision.
-        Some(crate::TxnOpResponse::Txn(mut inner)) => {
-            inner.revision = response.revision;
-            Ok(Some(inner))
-        }
-        _ => Err(Error::Unavailable(
-            "malformed guarded transaction response".into(),
-        )),
     }
 }

@@ -1,0 +1,262 @@
+//! The one path from "I want this name" to a guard: take the turn, join the line in etcd,
+//! wait for the predecessor, and clean up on every failure while still owning the turn.
+
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::OwnedMutexGuard;
+
+use super::hold::{HoldState, spawn_removal};
+use super::{Held, Hold, Kind, Line, Wait};
+use crate::error::{Error, Result, TryLockError};
+use crate::follow::{Follow, Followed};
+use crate::lease::LeaseState;
+use crate::queue::{self, Owned, Position};
+use crate::signal::Signal;
+use crate::transport::Rpc;
+
+/// Takes the line's turn, ending early on session loss or the deadline.
+async fn take_turn(
+    line: &Line,
+    session: &LeaseState,
+    wait: Wait,
+    operation: &'static str,
+) -> std::result::Result<OwnedMutexGuard<()>, TryLockError> {
+    let turn = line.turn.clone();
+    match wait {
+        Wait::Never => turn.try_lock_owned().map_err(|_| TryLockError::WouldBlock),
+        Wait::Forever => tokio::select! {
+            turn = turn.lock_owned() => Ok(turn),
+            reason = session.wait_lost() => Err(Error::SessionLost(reason).into()),
+        },
+        Wait::Until(deadline, after) => tokio::select! {
+            turn = turn.lock_owned() => Ok(turn),
+            reason = session.wait_lost() => Err(Error::SessionLost(reason).into()),
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                Err(Error::Timeout { operation, after }.into())
+            }
+        },
+    }
+}
+
+/// Runs `fut` under the wait's deadline, if it has one.
+async fn within<T>(
+    wait: Wait,
+    operation: &'static str,
+    fut: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match wait {
+        Wait::Until(deadline, after) => tokio::time::timeout_at(deadline.into(), fut)
+            .await
+            .unwrap_or(Err(Error::Timeout { operation, after })),
+        Wait::Forever | Wait::Never => fut.await,
+    }
+}
+
+/// Acquires `line` for `kind`, storing `value` under the key: the one path every recipe
+/// uses. On every error our key is removed (or its removal is running, turn in hand).
+pub(crate) fn acquire(
+    line: &Arc<Line>,
+    kind: Kind,
+    value: &[u8],
+    wait: Wait,
+) -> std::result::Result<Held, TryLockError> {
+    crate::runtime::ensure_blocking_allowed()?;
+    let session = line.session.lease().clone();
+    session.check()?;
+    if let Some(hold) = line.live_hold()
+        && hold.state().thread == std::thread::current().id()
+    {
+        // Waiting for a turn this thread owns would never end.
+        return Err(match wait {
+            Wait::Never => TryLockError::WouldBlock,
+            _ => Error::WouldDeadlock(String::from_utf8_lossy(&line.name).into_owned()).into(),
+        });
+    }
+    let client = line.session.client().clone();
+    let rpc = client.rpc().clone();
+    let lease = line.session.lease_id();
+    let (enqueued, turn, alive_at) = client.block_on(async {
+        let turn = take_turn(line, &session, wait, kind.operation()).await?;
+        // 1. Join the line in etcd.
+        let enqueued =
+            match within(wait, kind.operation(), join(&rpc, line, kind, value, lease)).await {
+                Ok(enqueued) => enqueued,
+                Err(e) => {
+                    // The Txn may have applied (or apply later): remove by lease, turn in hand.
+                    clean_up_ambiguous(line, turn);
+                    return Err(e.into());
+                }
+            };
+        // 2. Wait for our turn in etcd, unless asked not to.
+        let waited = match (wait, &enqueued.position) {
+            (_, Position::Owner) => Ok(enqueued.seen_at),
+            (Wait::Never, _) => Err(TryLockError::WouldBlock),
+            (_, _) => within(
+                wait,
+                kind.operation(),
+                queue::wait_turn(
+                    &rpc,
+                    &session,
+                    &line.prefix,
+                    &line.key,
+                    enqueued.rev,
+                    enqueued.position.clone(),
+                    enqueued.seen_at,
+                ),
+            )
+            .await
+            .map_err(TryLockError::from),
+        };
+        match waited {
+            Ok(seen_at) => Ok((enqueued, turn, seen_at)),
+            Err(e) => {
+                // Known revision: this deletes nothing but the key this attempt created.
+                let pending = spawn_removal(
+                    &line.session,
+                    line.key.clone(),
+                    Owned::Revision(enqueued.rev),
+                    Some(turn),
+                );
+                // Bounded: the caller gets its error within one request timeout.
+                let _ = tokio::time::timeout(rpc.request_timeout(), pending).await;
+                Err(e)
+            }
+        }
+    })??;
+    let hold = Arc::new(Hold {
+        line: line.clone(),
+        rev: enqueued.rev,
+        kind,
+        state: StdMutex::new(HoldState {
+            generation: 0,
+            thread: std::thread::current().id(),
+            signal: Arc::new(Signal::new()),
+            turn: Some(turn),
+            ended: false,
+            value_rev: enqueued.value_rev,
+        }),
+        proclaiming: tokio::sync::Mutex::new(()),
+    });
+    *line.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&hold);
+    client.follower().follow(Follow::Guard {
+        key: line.key.clone(),
+        rev: enqueued.rev,
+        alive_at,
+        hold: Arc::downgrade(&hold) as Weak<dyn Followed>,
+    });
+    tracing::debug!(
+        key = %String::from_utf8_lossy(&line.key),
+        fencing_token = enqueued.rev,
+        ?kind,
+        existed = enqueued.existed,
+        proof_revision = alive_at,
+        "acquired"
+    );
+    Ok(Held::new(hold))
+}
+
+/// Joins the line: one Txn, plus what to do with a key this session already has.
+async fn join(
+    rpc: &Rpc,
+    line: &Arc<Line>,
+    kind: Kind,
+    value: &[u8],
+    lease: i64,
+) -> Result<queue::Enqueued> {
+    let enqueued = enqueue_once_or_sweep(rpc, line, value, lease).await?;
+    if !enqueued.existed {
+        return Ok(enqueued);
+    }
+    // We own the turn, so no guard of this process uses the key: it came with a resumed
+    // lease, or from a release or cleanup that never reached etcd.
+    match kind {
+        Kind::Lock => {
+            // A fresh create revision for every acquisition: fencing tokens strictly grow.
+            queue::remove(rpc, &line.key, Owned::Revision(enqueued.rev)).await?;
+            enqueue_once_or_sweep(rpc, line, value, lease).await
+        }
+        Kind::Lead if enqueued.value == value => Ok(enqueued),
+        Kind::Lead => {
+            // Go's re-campaign: keep the place, proclaim the new value.
+            match queue::put_if_unchanged(
+                rpc,
+                &line.key,
+                enqueued.rev,
+                enqueued.value_rev,
+                value,
+                lease,
+            )
+            .await?
+            {
+                Some(value_rev) => Ok(queue::Enqueued {
+                    value_rev,
+                    value: value.to_vec(),
+                    ..enqueued
+                }),
+                None => Err(Error::NotLeader),
+            }
+        }
+    }
+}
+
+/// The enqueue Txn, retried on the next endpoints after a transient failure. A failed
+/// attempt may still be applied later by the member that had it (etcd has no idempotency
+/// keys), re-creating our key after it is gone: if any attempt was ambiguous, the line is
+/// swept for that from the successful answer on.
+async fn enqueue_once_or_sweep(
+    rpc: &Rpc,
+    line: &Arc<Line>,
+    value: &[u8],
+    lease: i64,
+) -> Result<queue::Enqueued> {
+    let mut ambiguous = false;
+    let mut attempts = rpc.endpoints().len();
+    loop {
+        attempts -= 1;
+        match queue::enqueue(rpc, &line.prefix, &line.key, value, lease).await {
+            Err(e) if e.is_transient() && attempts > 0 => ambiguous = true,
+            Ok(enqueued) => {
+                if ambiguous {
+                    sweep(line, enqueued.rev + 1);
+                }
+                return Ok(enqueued);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Has the client's follow task sweep `line` from revision `from` (see `follow.rs`).
+fn sweep(line: &Line, from: i64) {
+    line.session.client().follower().follow(Follow::Sweep {
+        key: line.key.clone(),
+        from,
+        turn: line.turn.clone(),
+        session: line.session.lease().clone(),
+    });
+}
+
+/// After an ambiguous enqueue: remove whatever key of our lease exists under the name,
+/// owning the turn, then have the client's follow task sweep the line for the same
+/// attempt applied late by a member that held it (see `follow.rs`).
+fn clean_up_ambiguous(line: &Arc<Line>, turn: OwnedMutexGuard<()>) {
+    let rpc = line.session.client().rpc().clone();
+    let session = line.session.lease().clone();
+    let key = line.key.clone();
+    let line = line.clone();
+    line.session.client().clone().spawn(async move {
+        let removed = loop {
+            match queue::remove_at(&rpc, &key, Owned::Lease(session.id())).await {
+                Err(e) if e.is_transient() && session.loss_reason().is_none() => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => break other,
+            }
+        };
+        drop(turn);
+        if let Ok((_, revision)) = removed {
+            sweep(&line, revision + 1);
+        }
+    });
+}

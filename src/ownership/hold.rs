@@ -1,0 +1,379 @@
+//! The guard core: one acquisition ([`Hold`]), the guard-side handle on it ([`Held`]),
+//! release, proclamation and guarded transactions.
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use tokio::sync::OwnedMutexGuard;
+
+use super::{Kind, Line};
+use crate::error::{Error, Result};
+use crate::follow::Followed;
+use crate::kv::{Compare, Txn, TxnOp, TxnResponse};
+use crate::lease::LeaseState;
+use crate::queue::{self, Owned};
+use crate::session::Session;
+use crate::signal::Signal;
+use crate::transport::Retry;
+use crate::transport::Rpc;
+
+/// One acquisition of a line.
+pub(crate) struct Hold {
+    pub(super) line: Arc<Line>,
+    pub(super) rev: i64,
+    pub(super) kind: Kind,
+    pub(super) state: StdMutex<HoldState>,
+    /// Serialises proclamations, whose exactly-once condition is the last value revision.
+    pub(super) proclaiming: tokio::sync::Mutex<()>,
+}
+
+pub(super) struct HoldState {
+    /// Which [`Held`] is live: a re-campaign hands the hold to a new guard.
+    pub(super) generation: u64,
+    /// The thread that acquired (or re-campaigned) it: a second acquire from that thread
+    /// would wait on itself.
+    pub(super) thread: ThreadId,
+    /// The live guard's "lost" signal.
+    pub(super) signal: Arc<Signal>,
+    /// The turn, until the release (or its cleanup) is answered.
+    pub(super) turn: Option<OwnedMutexGuard<()>>,
+    pub(super) ended: bool,
+    /// Mod revision of our key as we last wrote or read it (proclaim's condition).
+    pub(super) value_rev: i64,
+}
+
+impl Hold {
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, HoldState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.state().ended
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Ends the hold because its key is gone (deleted by anyone, or re-created with another
+    /// revision): every guard on it turns false and its `lost()` fires. The turn is
+    /// released; there is nothing left to delete.
+    fn lose_key(&self) {
+        let mut state = self.state();
+        if state.ended {
+            return;
+        }
+        state.ended = true;
+        state.signal.fire();
+        state.turn = None;
+    }
+}
+
+impl Followed for Hold {
+    fn lose_key(&self) {
+        Hold::lose_key(self);
+    }
+
+    fn is_ended(&self) -> bool {
+        Hold::is_ended(self)
+    }
+}
+
+/// The guard side of a hold: what `MutexGuard` and `Leadership` are made of.
+pub(crate) struct Held {
+    hold: Arc<Hold>,
+    generation: u64,
+    signal: Arc<Signal>,
+    /// A release still being retried in the background: `resign` waits for it again.
+    pending: Option<tokio::sync::oneshot::Receiver<Result<bool>>>,
+}
+
+/// How a release ended.
+#[derive(Debug)]
+pub(crate) enum Released {
+    /// Our key was deleted.
+    Deleted,
+    /// The key was already gone or belonged to someone else: nothing was deleted.
+    NotOurs,
+    /// This guard no longer owned the hold (superseded, or already ended).
+    NotCurrent,
+}
+
+impl Held {
+    pub(super) fn new(hold: Arc<Hold>) -> Held {
+        let (generation, signal) = {
+            let state = hold.state();
+            (state.generation, state.signal.clone())
+        };
+        hold.line.session.lease().on_lost(&signal);
+        Held {
+            hold,
+            generation,
+            signal,
+            pending: None,
+        }
+    }
+
+    pub(crate) fn line(&self) -> &Arc<Line> {
+        &self.hold.line
+    }
+
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.hold.line.key
+    }
+
+    pub(crate) fn rev(&self) -> i64 {
+        self.hold.rev
+    }
+
+    /// Whether this guard is the hold's live one and the hold has not ended.
+    pub(crate) fn is_current(&self) -> bool {
+        let state = self.hold.state();
+        state.generation == self.generation && !state.ended
+    }
+
+    /// Held as far as this process can tell without asking etcd: current, not lost, and
+    /// the session's lease deadline has not passed.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.signal.is_fired() && self.is_current() && self.hold.line.session.is_alive()
+    }
+
+    pub(crate) fn lost(&self) -> crossbeam_channel::Receiver<()> {
+        // An already-passed lease deadline shows in the channel too.
+        if !self.hold.line.session.is_alive() {
+            self.signal.fire();
+        }
+        self.signal.receiver()
+    }
+
+    /// Ends the hold and deletes our key by its create revision. Waits for etcd's answer
+    /// at most `wait` (`None`: not at all); the removal goes on in the background until
+    /// etcd answers, keeping the turn until then.
+    pub(crate) fn release(&mut self, wait: Option<Duration>) -> Result<Released> {
+        if let Some(pending) = self.pending.take() {
+            return self.await_release(pending, wait);
+        }
+        let turn = {
+            let mut state = self.hold.state();
+            if state.generation != self.generation || state.ended {
+                return Ok(Released::NotCurrent);
+            }
+            state.ended = true;
+            state.signal.fire();
+            state.turn.take()
+        };
+        tracing::debug!(key = %String::from_utf8_lossy(self.key()), fencing_token = self.rev(), "releasing");
+        let line = self.hold.line.clone();
+        let owned = Owned::Revision(self.hold.rev);
+        let Some(limit) = wait else {
+            // Not waiting at all: the whole release runs in the background.
+            drop(spawn_removal(&line.session, line.key.clone(), owned, turn));
+            return Ok(Released::NotCurrent);
+        };
+        // The first attempt runs on the caller's thread (no hand-over to the runtime on
+        // the fast path); only an unanswered one moves to the background, turn in hand.
+        let rpc = line.session.client().rpc().clone();
+        let started = Instant::now();
+        let first = line.session.client().block_on(async {
+            tokio::time::timeout(limit, queue::remove(&rpc, &line.key, owned)).await
+        })?;
+        match first {
+            Ok(Ok(true)) => Ok(Released::Deleted),
+            Ok(Ok(false)) => Ok(Released::NotOurs),
+            Ok(Err(e)) if !e.is_transient() => Err(e),
+            _ => {
+                let pending = spawn_removal(&line.session, line.key.clone(), owned, turn);
+                // What is left of the caller's bound.
+                self.await_release(pending, Some(limit.saturating_sub(started.elapsed())))
+            }
+        }
+    }
+
+    fn await_release(
+        &mut self,
+        mut pending: tokio::sync::oneshot::Receiver<Result<bool>>,
+        wait: Option<Duration>,
+    ) -> Result<Released> {
+        let Some(limit) = wait else {
+            return Ok(Released::NotCurrent);
+        };
+        let client = self.hold.line.session.client();
+        let outcome = client.block_on(async { tokio::time::timeout(limit, &mut pending).await })?;
+        match outcome {
+            Ok(Ok(Ok(true))) => Ok(Released::Deleted),
+            Ok(Ok(Ok(false))) => Ok(Released::NotOurs),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(_)) => Err(Error::Closed),
+            Err(_) => {
+                self.pending = Some(pending);
+                Err(Error::Timeout {
+                    operation: "release (still retried in the background)",
+                    after: limit,
+                })
+            }
+        }
+    }
+
+    /// The bound for a release from `Drop`: none inside an async runtime or once the lease
+    /// is gone (etcd deletes the key with it and may be unreachable), else one request
+    /// timeout.
+    fn drop_wait(&self) -> Option<Duration> {
+        let session = &self.hold.line.session;
+        if crate::runtime::inside_async() || !session.is_alive() {
+            None
+        } else {
+            Some(session.client().rpc().request_timeout())
+        }
+    }
+
+    /// Proclaims `value` under our key (see [`proclaim`]); `Ok(false)` when this guard is
+    /// not current or the key is no longer ours.
+    pub(crate) fn proclaim(&self, value: &[u8]) -> Result<bool> {
+        if !self.is_current() {
+            return Ok(false);
+        }
+        proclaim(&self.hold, value)
+    }
+
+    /// Supersedes this guard with a new one on the same hold (a re-campaign): this one
+    /// reports the loss, the new one is live.
+    pub(crate) fn supersede(hold: &Arc<Hold>) -> Option<Held> {
+        {
+            let mut state = hold.state();
+            if state.ended {
+                return None;
+            }
+            state.signal.fire();
+            state.generation += 1;
+            state.signal = Arc::new(Signal::new());
+            state.thread = std::thread::current().id();
+        }
+        Some(Held::new(hold.clone()))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.pending.is_some() || !self.is_current() {
+            return; // superseded, ended, or its release already runs in the background
+        }
+        let wait = self.drop_wait();
+        let _ = self.release(wait);
+    }
+}
+
+/// Proclaims `value` under the hold's key, exactly once: the Txn requires our create
+/// revision *and* the value revision we last wrote or read, so an attempt that reaches etcd
+/// late (after a newer proclamation) changes nothing. `Ok(false)`: the key is not ours.
+pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8]) -> Result<bool> {
+    let hold = hold.clone();
+    let value = value.to_vec();
+    let session = hold.line.session.clone();
+    session.client().call(|rpc| async move {
+        let _one_at_a_time = hold.proclaiming.lock().await;
+        proclaim_once(&rpc, &hold, &value).await
+    })
+}
+
+/// The proclaim Txn with the exactly-once condition; on a failed condition, one read tells
+/// "an earlier attempt of ours applied" from "not ours any more".
+async fn proclaim_once(rpc: &Rpc, hold: &Hold, value: &[u8]) -> Result<bool> {
+    let key = &hold.line.key;
+    let lease = hold.line.session.lease_id();
+    let value_rev = hold.state().value_rev;
+    let done = |revision: i64| {
+        hold.state().value_rev = revision;
+        Ok(true)
+    };
+    match queue::put_if_unchanged(rpc, key, hold.rev, value_rev, value, lease).await {
+        Ok(Some(revision)) => return done(revision),
+        Ok(None) => {}
+        Err(e) if e.is_transient() => {} // it may have applied: the read below tells
+        Err(e) => return Err(e),
+    }
+    match queue::read_key(rpc, key).await? {
+        Some(kv) if kv.create_revision == hold.rev && kv.value == value => done(kv.mod_revision),
+        Some(kv) if kv.create_revision == hold.rev => {
+            // Ours, with a value we did not write last: someone wrote it behind our back.
+            // Take the newer revision as the base and try once more.
+            match queue::put_if_unchanged(rpc, key, hold.rev, kv.mod_revision, value, lease).await?
+            {
+                Some(revision) => done(revision),
+                None => Ok(false),
+            }
+        }
+        _ => {
+            hold.lose_key();
+            Ok(false)
+        }
+    }
+}
+
+/// Deletes `key` in a task that owns `turn` until etcd answered; the receiver gets the
+/// first answer. Transient failures are retried until answered or the session is lost
+/// (the lease then takes the key with it).
+pub(super) fn spawn_removal(
+    session: &Session,
+    key: Vec<u8>,
+    owned: Owned,
+    turn: Option<OwnedMutexGuard<()>>,
+) -> tokio::sync::oneshot::Receiver<Result<bool>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let rpc = session.client().rpc().clone();
+    let shared = session.lease().clone();
+    session.client().spawn(async move {
+        let answer = remove_until_answered(&rpc, &shared, &key, owned).await;
+        let _ = tx.send(answer);
+        drop(turn);
+    });
+    rx
+}
+
+/// [`queue::remove`] until etcd answers, the session is lost, or the client closes.
+async fn remove_until_answered(
+    rpc: &Rpc,
+    session: &LeaseState,
+    key: &[u8],
+    owned: Owned,
+) -> Result<bool> {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match queue::remove(rpc, key, owned).await {
+            Err(e) if e.is_transient() => {
+                if let Some(reason) = session.loss_reason() {
+                    return Err(Error::SessionLost(reason));
+                }
+                tracing::debug!(error = %e, "removal not answered; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            answered => return answered,
+        }
+    }
+}
+
+/// Runs `txn` nested inside an outer transaction that first checks `ownership`:
+/// `Ok(Some(response))` if we still own, `Ok(None)` if not.
+pub(crate) fn guarded_txn(
+    client: &crate::Client,
+    ownership: Compare,
+    txn: Txn,
+) -> Result<Option<TxnResponse>> {
+    let outer = Txn::new().when([ownership]).and_then([TxnOp::txn(txn)]);
+    let rpc = client.rpc().clone();
+    let response = client.block_on(async move { rpc.txn(&outer, Retry::Never).await })??;
+    if !response.succeeded {
+        return Ok(None);
+    }
+    match response.responses.into_iter().next() {
+        // etcd leaves nested responses without a header: report the outer revision.
+        Some(crate::TxnOpResponse::Txn(mut inner)) => {
+            inner.revision = response.revision;
+            Ok(Some(inner))
+        }
+        _ => Err(Error::Unavailable(
+            "malformed guarded transaction response".into(),
+        )),
+    }
+}

@@ -1,0 +1,161 @@
+//! The ownership core every recipe (Mutex, Election, and the ones to come) is built on:
+//! one path from "I want this name" to a guard, and back.
+//!
+//! * A [`Line`] is one session's place under one name: the etcd key `<name>/<lease hex>`
+//!   and the process-local **turn** in front of it. Every recipe of that session and name
+//!   queues on the same turn, so two live guards over one key cannot exist.
+//! * [`acquire`] takes the turn, joins the line in etcd (one Txn), waits for the
+//!   predecessor ([`queue::wait_turn`]) and, on any failure, cleans up while still owning
+//!   the turn.
+//! * A [`Hold`] is one acquisition: the create revision (fencing token), the turn, and a
+//!   signal that fires when the hold ends for any reason (release, session loss, a
+//!   re-campaign that superseded it). [`Held`] is the guard-side handle on it.
+//!
+//! Cleanup rules (the safety argument is in ARCHITECTURE.md, "Ownership core"):
+//! * by create revision whenever the revision is known: it can only delete that one key;
+//! * by lease only after an ambiguous enqueue, and only while the turn is owned. Then no
+//!   guard or waiter of this process uses the key, so any key of our lease under the name
+//!   is a leftover of that attempt, never the key of a live or later guard;
+//! * the turn passes to the next local acquirer only after etcd answered the cleanup or
+//!   release, so a successor never finds (and adopts) a key that is about to be deleted.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::queue;
+use crate::session::Session;
+
+mod acquire;
+mod hold;
+
+pub(crate) use acquire::acquire;
+pub(crate) use hold::{Held, Hold, Released, guarded_txn, proclaim};
+
+/// What a hold is for: decides what to do with a key this session already has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A lock: an existing key of ours is replaced, so fencing tokens strictly increase.
+    Lock,
+    /// Leadership: an existing key of ours is adopted with its place (Go's re-campaign
+    /// after a restart with a resumed lease), and its value proclaimed.
+    Lead,
+}
+
+/// How long an acquire may wait for its turn.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    Forever,
+    /// Until the instant; the duration is the caller's timeout, for the error.
+    Until(Instant, Duration),
+    /// Only if free now (`try_lock`).
+    Never,
+}
+
+impl Kind {
+    /// The operation's name in errors.
+    fn operation(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Lead => "campaign",
+        }
+    }
+}
+
+impl Wait {
+    /// `Until(now + timeout)`, or `Forever` when that instant is not representable.
+    pub(crate) fn from_timeout(timeout: Duration) -> Wait {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => Wait::Until(deadline, timeout),
+            None => Wait::Forever,
+        }
+    }
+}
+
+/// One session's place under one name, shared by every recipe of that session and name.
+pub(crate) struct Line {
+    session: Session,
+    name: Vec<u8>,
+    prefix: Vec<u8>,
+    key: Vec<u8>,
+    /// The process-local turn: owned by whoever uses the key (waiter, guard, cleanup).
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// The hold that owns the turn now, if any.
+    current: StdMutex<Weak<Hold>>,
+}
+
+/// The lines of every session of this process, by session and name. It lives here, not in
+/// the session, so the session module does not depend on the ownership core.
+static LINES: StdMutex<BTreeMap<(u64, Vec<u8>), Slot>> = StdMutex::new(BTreeMap::new());
+
+/// One session's line under one name, and its turn. The turn is kept apart from the line:
+/// a release or cleanup still running in the background holds the turn after the last
+/// Mutex, Election and guard of the name are gone, and a line created again must queue
+/// behind it.
+struct Slot {
+    line: Weak<Line>,
+    turn: Weak<tokio::sync::Mutex<()>>,
+}
+
+impl Line {
+    /// The session's line under `name`, shared by every recipe of that session and name
+    /// (so a Mutex and an Election of one name on one session take turns on one key).
+    pub(crate) fn of(session: &Session, name: &[u8]) -> Result<Arc<Line>> {
+        let id = (session.lease().serial(), name.to_vec());
+        let mut lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
+        let turn = match lines.get(&id) {
+            Some(slot) => match slot.line.upgrade() {
+                Some(line) => return Ok(line),
+                None => slot.turn.upgrade(),
+            },
+            None => None,
+        };
+        let turn = turn.unwrap_or_default();
+        let line = Arc::new(Line::new(session.clone(), name, turn.clone())?);
+        lines.retain(|_, slot| slot.line.strong_count() > 0 || slot.turn.strong_count() > 0);
+        lines.insert(
+            id,
+            Slot {
+                line: Arc::downgrade(&line),
+                turn: Arc::downgrade(&turn),
+            },
+        );
+        Ok(line)
+    }
+
+    fn new(session: Session, name: &[u8], turn: Arc<tokio::sync::Mutex<()>>) -> Result<Line> {
+        let prefix = queue::key_prefix(name)?;
+        let key = queue::own_key(&prefix, session.lease_id());
+        Ok(Line {
+            session,
+            name: name.to_vec(),
+            prefix,
+            key,
+            turn,
+            current: StdMutex::new(Weak::new()),
+        })
+    }
+
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+
+    pub(crate) fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The hold that owns this line's turn, if it has not ended.
+    pub(crate) fn live_hold(&self) -> Option<Arc<Hold>> {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        current.upgrade().filter(|hold| !hold.is_ended())
+    }
+}
