@@ -128,7 +128,7 @@ impl Client {
     /// ```
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<KeyValue>> {
         let range = Range::key(&non_empty_key(key.as_ref())?);
-        let read = self.call(|rpc| async move { rpc.read(&range).await })?;
+        let read = self.block_on(self.rpc().read(&range))?;
         Ok(read.kvs.into_iter().next())
     }
 
@@ -144,7 +144,7 @@ impl Client {
     /// ```
     pub fn get_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<KeyValue>> {
         let range = Range::prefix(&non_empty_key(prefix.as_ref())?);
-        Ok(self.call(|rpc| async move { rpc.read(&range).await })?.kvs)
+        Ok(self.block_on(self.rpc().read(&range))?.kvs)
     }
 
     /// Writes a key; returns the store revision of the write.
@@ -178,7 +178,7 @@ impl Client {
     ) -> Result<i64> {
         let key = non_empty_key(key.as_ref())?;
         let value = value.as_ref().to_vec();
-        self.call(|rpc| async move { rpc.put(key, value, lease).await })
+        self.block_on(self.rpc().put(key, value, lease))
     }
 
     /// Deletes one key; returns how many keys were deleted (0 or 1).
@@ -192,7 +192,7 @@ impl Client {
     /// ```
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<i64> {
         let range = Range::key(&non_empty_key(key.as_ref())?);
-        self.call(|rpc| async move { rpc.delete(&range).await })
+        self.block_on(self.rpc().delete(&range))
     }
 
     /// Deletes every key starting with `prefix`; returns how many were deleted.
@@ -206,7 +206,7 @@ impl Client {
     /// ```
     pub fn delete_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<i64> {
         let range = Range::prefix(&non_empty_key(prefix.as_ref())?);
-        self.call(|rpc| async move { rpc.delete(&range).await })
+        self.block_on(self.rpc().delete(&range))
     }
 
     /// Runs a transaction (compare-and-swap and friends). Not retried on an ambiguous
@@ -227,7 +227,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        self.call(|rpc| async move { rpc.txn(&txn, Retry::Never).await })
+        self.block_on(self.rpc().txn(&txn, Retry::Never))
     }
 
     /// Compacts etcd's history up to `revision` (older revisions can no longer be read or
@@ -241,26 +241,19 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn compact(&self, revision: i64) -> Result<()> {
-        self.call(|rpc| async move { rpc.compact(revision).await })
+        self.block_on(self.rpc().compact(revision))
     }
 
     pub(crate) fn rpc(&self) -> &Rpc {
         &self.inner.rpc
     }
 
-    /// Runs `fut` on the calling thread (refusing inside an async runtime).
-    pub(crate) fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
+    /// Runs `fut` on the calling thread through the runtime's blocking seam.
+    pub(crate) fn block_on<T, E: From<Error>>(
+        &self,
+        fut: impl Future<Output = std::result::Result<T, E>>,
+    ) -> std::result::Result<T, E> {
         self.inner.runtime.block_on(fut)
-    }
-
-    /// Runs an async call against the RPC layer and flattens the result.
-    pub(crate) fn call<T, F, Fut>(&self, f: F) -> Result<T>
-    where
-        F: FnOnce(Rpc) -> Fut,
-        Fut: Future<Output = Result<T>>,
-    {
-        let rpc = self.inner.rpc.clone();
-        self.block_on(f(rpc))?
     }
 
     /// Runs `fut` in the background on the private runtime (cleanup from `Drop`).
@@ -516,7 +509,7 @@ impl ClientBuilder {
             tls: self.tls.clone(),
         };
         let runtime = Runtime::new()?;
-        let rpc = runtime.block_on(Rpc::connect(&config))??;
+        let rpc = runtime.block_on(Rpc::connect(&config))?;
         let keepalive = KeepAlive::start(runtime.handle()?.clone(), rpc.clone())?;
         let follower = Follower::start(runtime.handle()?, rpc.clone());
         Ok(Client {

@@ -123,7 +123,6 @@ impl Election {
     }
 
     fn campaign_until(&self, value: &[u8], wait: Wait) -> Result<Leadership> {
-        crate::runtime::ensure_blocking_allowed()?;
         let span =
             tracing::debug_span!("campaign", key = %String::from_utf8_lossy(self.line.key()));
         let _entered = span.enter();
@@ -303,7 +302,6 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<()> {
-        crate::runtime::ensure_blocking_allowed()?;
         if self.held.proclaim(value.as_ref())? {
             Ok(())
         } else {

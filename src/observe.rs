@@ -126,7 +126,8 @@ impl Client {
 }
 
 pub(crate) fn leader_of(client: &crate::Client, prefix: Vec<u8>) -> Result<Option<Leader>> {
-    client.call(|rpc| async move { current_leader(&rpc, &prefix).await.map(|(l, _)| l) })
+    let rpc = client.rpc().clone();
+    client.block_on(async move { current_leader(&rpc, &prefix).await.map(|(l, _)| l) })
 }
 
 /// Starts the observer task for `prefix` on the client's runtime.

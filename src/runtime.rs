@@ -104,10 +104,15 @@ impl Runtime {
         self.rt.as_ref().map(|rt| rt.handle()).ok_or(Error::Closed)
     }
 
-    /// Runs `fut` to completion on the calling thread, refusing inside an async runtime.
-    pub(crate) fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
+    /// The blocking seam: every blocking call of the crate ends here. Runs `fut` to
+    /// completion on the calling thread (refusing on a thread that drives async tasks) and
+    /// returns its result.
+    pub(crate) fn block_on<T, E: From<Error>>(
+        &self,
+        fut: impl Future<Output = std::result::Result<T, E>>,
+    ) -> std::result::Result<T, E> {
         ensure_blocking_allowed()?;
-        Ok(self.handle()?.block_on(fut))
+        self.handle()?.block_on(fut)
     }
 
     /// Runs `fut` in the background (used for best-effort cleanup from `Drop`).

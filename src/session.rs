@@ -252,7 +252,7 @@ impl Session {
         match self
             .inner
             .client
-            .block_on(async move { rpc.lease_revoke(id).await })?
+            .block_on(async move { rpc.lease_revoke(id).await })
         {
             Ok(_) => Ok(()),
             // Already revoked or expired: the goal of close() holds.
@@ -361,7 +361,7 @@ impl SessionBuilder {
                 let sent = Instant::now();
                 let granted = self
                     .client
-                    .block_on(async move { rpc.lease_grant(ttl_secs).await })??;
+                    .block_on(async move { rpc.lease_grant(ttl_secs).await })?;
                 if granted.ttl <= 0 {
                     return Err(Error::InvalidArgument(format!(
                         "etcd granted TTL {} for a requested TTL of {ttl_secs}s",
@@ -380,7 +380,7 @@ impl SessionBuilder {
                 let sent = Instant::now();
                 let live = self
                     .client
-                    .block_on(async move { rpc.lease_time_to_live(id).await })??;
+                    .block_on(async move { rpc.lease_time_to_live(id).await })?;
                 if live.ttl <= 0 {
                     return Err(Error::SessionLost(LossReason::Revoked));
                 }

@@ -123,7 +123,7 @@ pub(crate) fn acquire(
                 Err(e)
             }
         }
-    })??;
+    })?;
     let hold = Arc::new(Hold {
         line: line.clone(),
         rev: enqueued.rev,

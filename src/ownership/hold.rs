@@ -176,7 +176,7 @@ impl Held {
         let rpc = line.session.client().rpc().clone();
         let started = Instant::now();
         let first = line.session.client().block_on(async {
-            tokio::time::timeout(limit, queue::remove(&rpc, &line.key, owned)).await
+            Ok(tokio::time::timeout(limit, queue::remove(&rpc, &line.key, owned)).await)
         })?;
         match first {
             Ok(Ok(true)) => Ok(Released::Deleted),
@@ -199,7 +199,8 @@ impl Held {
             return Ok(Released::NotCurrent);
         };
         let client = self.hold.line.session.client();
-        let outcome = client.block_on(async { tokio::time::timeout(limit, &mut pending).await })?;
+        let outcome =
+            client.block_on(async { Ok(tokio::time::timeout(limit, &mut pending).await) })?;
         match outcome {
             Ok(Ok(Ok(true))) => Ok(Released::Deleted),
             Ok(Ok(Ok(false))) => Ok(Released::NotOurs),
@@ -270,7 +271,8 @@ pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8]) -> Result<bool> {
     let hold = hold.clone();
     let value = value.to_vec();
     let session = hold.line.session.clone();
-    session.client().call(|rpc| async move {
+    let rpc = session.client().rpc().clone();
+    session.client().block_on(async move {
         let _one_at_a_time = hold.proclaiming.lock().await;
         proclaim_once(&rpc, &hold, &value).await
     })
@@ -362,7 +364,7 @@ pub(crate) fn guarded_txn(
 ) -> Result<Option<TxnResponse>> {
     let outer = Txn::new().when([ownership]).and_then([TxnOp::txn(txn)]);
     let rpc = client.rpc().clone();
-    let response = client.block_on(async move { rpc.txn(&outer, Retry::Never).await })??;
+    let response = client.block_on(rpc.txn(&outer, Retry::Never))?;
     if !response.succeeded {
         return Ok(None);
     }
