@@ -8,6 +8,7 @@ use crossbeam_channel::Receiver;
 
 use crate::error::TryLockError;
 use crate::error::{Error, Result};
+use crate::kv::text;
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use crate::observe::{Leader, Observer, leader_of, observe_prefix};
 use crate::ownership::{self, Held, Kind, Line, Wait};
@@ -42,7 +43,7 @@ pub struct Election {
 impl std::fmt::Debug for Election {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Election")
-            .field("key", &String::from_utf8_lossy(self.line.key()))
+            .field("key", &text(self.line.key()))
             .finish()
     }
 }
@@ -123,8 +124,7 @@ impl Election {
     }
 
     fn campaign_until(&self, value: &[u8], wait: Wait) -> Result<Leadership> {
-        let span =
-            tracing::debug_span!("campaign", key = %String::from_utf8_lossy(self.line.key()));
+        let span = tracing::debug_span!("campaign", key = %text(self.line.key()));
         let _entered = span.enter();
         if let Some(hold) = self.line.live_hold()
             && hold.kind() == Kind::Lead
@@ -214,7 +214,7 @@ pub struct Leadership {
 impl std::fmt::Debug for Leadership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leadership")
-            .field("key", &String::from_utf8_lossy(self.key()))
+            .field("key", &text(self.key()))
             .field("fencing_token", &self.held.rev())
             .field("is_leader", &self.is_leader())
             .finish()
@@ -244,7 +244,7 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(self.key())
+        text(self.key())
     }
 
     /// Our key's create revision: strictly increasing across successive leaders.

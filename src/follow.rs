@@ -23,8 +23,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
+use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::kv::Range;
+use crate::kv::text;
 use crate::lease::LeaseState;
 use crate::queue::{self, Owned};
 use crate::transport::Rpc;
@@ -182,7 +184,7 @@ async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
     let mut entries: HashMap<u64, Entry> = HashMap::new();
     let mut deferred = Deferred::default();
     let mut next_local = 0u64;
-    let mut retry_delay = Duration::from_millis(20);
+    let mut backoff = Backoff::quick();
     loop {
         entries.retain(|_, entry| entry.what.is_live());
         if entries.is_empty() {
@@ -210,11 +212,10 @@ async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
         };
         match stream.follow(&rpc, &mut commands).await {
             Ok(Closed::Commands) => return,
-            Ok(Closed::Stream) => retry_delay = Duration::from_millis(20),
+            Ok(Closed::Stream) => backoff.reset(),
             Err(e) => {
                 tracing::debug!(error = %e, "follow stream failed; reopening");
-                tokio::time::sleep(retry_delay).await;
-                retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
+                backoff.sleep().await;
             }
         }
     }
@@ -376,7 +377,7 @@ fn handle_event(rpc: &Rpc, what: &Follow, event: &Event) {
                 && kv.mod_revision > *rev
                 && let Some(hold) = hold.upgrade()
             {
-                tracing::warn!(key = %String::from_utf8_lossy(&kv.key), fencing_token = rev, "our key was deleted: the guard is lost");
+                tracing::warn!(key = %text(&kv.key), fencing_token = rev, "our key was deleted: the guard is lost");
                 hold.lose_key();
             }
         }
@@ -404,7 +405,7 @@ fn spawn_sweep(
             return;
         }
         if let Ok(true) = queue::remove(&rpc, &key, Owned::Lease(session.id())).await {
-            tracing::warn!(key = %String::from_utf8_lossy(&key), "removed a late-applied enqueue");
+            tracing::warn!(key = %text(&key), "removed a late-applied enqueue");
         }
     }));
 }

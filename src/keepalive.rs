@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
+use crate::backoff::Backoff;
 use crate::error::{Error, LossReason, Result};
+use crate::kv::LeaseHex;
 use crate::lease::{LeaseState, safety_margin};
 use crate::transport::Rpc;
 use crate::transport::lease::{KeepAliveReceiver, KeepAliveSender, Renewed};
@@ -27,9 +29,6 @@ use crate::transport::lease::{KeepAliveReceiver, KeepAliveSender, Renewed};
 fn stall_after(ttl: Duration) -> Duration {
     (ttl / 4).clamp(Duration::from_millis(300), Duration::from_secs(5))
 }
-
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 enum Command {
     Register(Arc<LeaseState>),
@@ -110,7 +109,7 @@ struct Loop {
     leases: HashMap<i64, Lease>,
     stream: Option<Stream>,
     retry_at: Instant,
-    backoff: Duration,
+    backoff: Backoff,
     /// etcd refused our token: get a new one before opening the next stream.
     reauthenticate: bool,
 }
@@ -122,7 +121,7 @@ impl Loop {
             leases: HashMap::new(),
             stream: None,
             retry_at: Instant::now(),
-            backoff: BACKOFF_MIN,
+            backoff: Backoff::new(Duration::from_millis(50), Duration::from_secs(1)),
             reauthenticate: false,
         }
     }
@@ -214,7 +213,7 @@ impl Loop {
             stream.sender.fail_over();
         }
         let now = Instant::now();
-        let mut wait = self.backoff;
+        let mut wait = self.backoff.next_pause();
         for lease in self.leases.values_mut() {
             lease.in_flight.clear();
             lease.next_send = now;
@@ -222,7 +221,6 @@ impl Loop {
             wait = wait.min(remaining / 2);
         }
         self.retry_at = now + wait;
-        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
     }
 
     fn send_due(&mut self) {
@@ -260,7 +258,7 @@ impl Loop {
     }
 
     fn on_response(&mut self, response: Renewed) {
-        self.backoff = BACKOFF_MIN;
+        self.backoff.reset();
         let Some(lease) = self.leases.get_mut(&response.id) else {
             return;
         };
@@ -277,7 +275,7 @@ impl Loop {
         let deadline = sent + ttl - safety_margin(ttl);
         lease.session.extend(deadline, ttl);
         tracing::trace!(
-            lease = %format_args!("{:x}", response.id),
+            lease = %LeaseHex(response.id),
             margin = ?deadline.saturating_duration_since(Instant::now()),
             "lease renewed"
         );

@@ -40,7 +40,7 @@ impl KeyValue {
     /// assert_eq!(kv.key_str(), "a/b");
     /// ```
     pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.key)
+        text(&self.key)
     }
 
     /// The value as UTF-8, with invalid bytes replaced.
@@ -50,7 +50,7 @@ impl KeyValue {
     /// assert_eq!(kv.value_str(), "v");
     /// ```
     pub fn value_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.value)
+        text(&self.value)
     }
 }
 
@@ -406,6 +406,21 @@ pub enum TxnOpResponse {
     },
     /// A nested transaction's result.
     Txn(TxnResponse),
+}
+
+/// A key or value for messages and logs: UTF-8, invalid bytes replaced.
+pub(crate) fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(bytes)
+}
+
+/// A lease id as etcd's tools print it: lowercase hex, as in the key `<name>/<lease hex>`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseHex(pub(crate) i64);
+
+impl std::fmt::Display for LeaseHex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
 }
 
 /// The end of the key range that covers every key starting with `prefix`, etcd-style.

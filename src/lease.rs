@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::error::{Error, LossReason, Result};
+use crate::kv::LeaseHex;
 use crate::signal::Signal;
 
 /// How long before the conservative expiry we give up on a lease: covers the wake-up
@@ -105,9 +106,9 @@ impl LeaseState {
         }
         match &reason {
             LossReason::Closed | LossReason::Orphaned => {
-                tracing::debug!(lease = %format_args!("{:x}", self.id), %reason, "session ended")
+                tracing::debug!(lease = %LeaseHex(self.id), %reason, "session ended")
             }
-            _ => tracing::warn!(lease = %format_args!("{:x}", self.id), %reason, "session lost"),
+            _ => tracing::warn!(lease = %LeaseHex(self.id), %reason, "session lost"),
         }
         state.reason = Some(reason);
         state.lost_tx = None;

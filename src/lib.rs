@@ -27,6 +27,7 @@
 //! See `ARCHITECTURE.md` for threads and request flow.
 #![warn(missing_docs)]
 
+mod backoff;
 mod client;
 mod clock;
 mod election;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use crate::error::{Error, Result, TryLockError};
+use crate::kv::text;
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use crate::ownership::{self, Held, Kind, Line, Released, Wait};
 use crate::session::Session;
@@ -48,7 +49,7 @@ pub struct Mutex {
 impl std::fmt::Debug for Mutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mutex")
-            .field("key", &String::from_utf8_lossy(self.line.key()))
+            .field("key", &text(self.line.key()))
             .finish()
     }
 }
@@ -166,7 +167,7 @@ impl Mutex {
     }
 
     fn acquire(&self, wait: Wait) -> std::result::Result<MutexGuard, TryLockError> {
-        let span = tracing::debug_span!("lock", key = %String::from_utf8_lossy(self.line.key()));
+        let span = tracing::debug_span!("lock", key = %text(self.line.key()));
         let _entered = span.enter();
         let held = ownership::acquire(&self.line, Kind::Lock, b"", wait)?;
         tracing::debug!(fencing_token = held.rev(), "lock acquired");
@@ -237,7 +238,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(self.key())
+        text(self.key())
     }
 
     /// The fencing token: our key's create revision. Strictly increasing across

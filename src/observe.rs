@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
+use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::kv::text;
 use crate::kv::{KeyValue, prefix_end};
 use crate::queue;
 use crate::transport::Rpc;
-use crate::transport::watch::{EventKind, Only, Watch, WatchStream};
+use crate::transport::watch::{EventKind, Only, STALE_CHECK, Watch, WatchStream};
 
 /// The current leader of an election.
 ///
@@ -44,7 +46,7 @@ impl Leader {
     /// assert_eq!(l.key_str(), "e/1");
     /// ```
     pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.key)
+        text(&self.key)
     }
 
     /// The value as text.
@@ -54,7 +56,7 @@ impl Leader {
     /// assert_eq!(l.value_str(), "v");
     /// ```
     pub fn value_str(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.value)
+        text(&self.value)
     }
 }
 
@@ -211,7 +213,7 @@ impl Outbox {
 /// may have changed, and emit only differences.
 async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEvent>>) {
     let mut last: Option<Option<Leader>> = None;
-    let mut retry_delay = Duration::from_millis(20);
+    let mut backoff = Backoff::quick();
     let mut outbox = Outbox {
         events,
         delivered: None,
@@ -227,8 +229,7 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
         let mut watch = match WatchStream::open(&rpc, creates).await {
             Ok((watch, _)) => watch,
             Err(e) if e.is_transient() => {
-                tokio::time::sleep(retry_delay).await;
-                retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
+                backoff.sleep().await;
                 continue;
             }
             Err(e) => {
@@ -259,7 +260,7 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
             }
             let next = tokio::select! {
                 next = watch.next() => Some(next),
-                _ = tokio::time::sleep(queue::STALE_CHECK) => None,
+                _ = tokio::time::sleep(STALE_CHECK) => None,
             };
             if outbox.behind && !outbox.catch_up(last.as_ref().unwrap_or(&None)) {
                 return;
@@ -271,7 +272,7 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                 Some(Ok(response)) => response,
                 Some(Err(_)) => break,
             };
-            retry_delay = Duration::from_millis(20);
+            backoff.reset();
             for event in response.events {
                 let kv = event.kv;
                 let is_put = event.kind == EventKind::Put;
@@ -300,8 +301,7 @@ async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEve
                 }
             }
         }
-        tokio::time::sleep(retry_delay).await;
-        retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
+        backoff.sleep().await;
     }
 }
 

@@ -8,14 +8,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
-use crate::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, TxnOpResponse};
+use crate::kv::text;
+use crate::kv::{Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOpResponse};
 use crate::lease::LeaseState;
-use crate::transport::watch::{Only, Watch, WatchStream};
+use crate::transport::watch::{Only, STALE_CHECK, Watch, WatchStream};
 use crate::transport::{Retry, Rpc};
-
-/// How often a waiter checks that its watch stream still runs on the endpoint in use.
-pub(crate) const STALE_CHECK: Duration = Duration::from_millis(250);
 
 /// Longest name accepted for a lock or an election.
 pub(crate) const MAX_NAME_LEN: usize = 4096;
@@ -39,7 +38,7 @@ pub(crate) fn key_prefix(name: &[u8]) -> Result<Vec<u8>> {
 /// Our key under `prefix`, named like Go's: `<prefix><lease id as lowercase hex>`.
 pub(crate) fn own_key(prefix: &[u8], lease: i64) -> Vec<u8> {
     let mut key = prefix.to_vec();
-    key.extend_from_slice(format!("{lease:x}").as_bytes());
+    key.extend_from_slice(LeaseHex(lease).to_string().as_bytes());
     key
 }
 
@@ -97,10 +96,10 @@ async fn read_position_at(
 ) -> Result<(Position, i64)> {
     let read = rpc.read(&newest_up_to(prefix, rev, 2)).await?;
     tracing::debug!(
-        key = %String::from_utf8_lossy(key),
+        key = %text(key),
         rev,
         at = read.revision,
-        found = ?read.kvs.iter().map(|kv| (String::from_utf8_lossy(&kv.key).into_owned(), kv.create_revision)).collect::<Vec<_>>(),
+        found = ?read.kvs.iter().map(|kv| (text(&kv.key).into_owned(), kv.create_revision)).collect::<Vec<_>>(),
         "position read"
     );
     Ok((position_of(read.kvs, key, rev), read.revision))
@@ -159,7 +158,7 @@ pub(crate) async fn enqueue(
     let resp = rpc.txn(&txn, Retry::Never).await?;
     let txn_revision = resp.revision;
     tracing::debug!(
-        key = %String::from_utf8_lossy(key),
+        key = %text(key),
         succeeded = resp.succeeded,
         at = txn_revision,
         "enqueue txn"
@@ -260,7 +259,7 @@ pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bo
 /// The error for "our key vanished while we waited": `SessionLost` if the lease is gone
 /// (asking etcd when we do not know yet: a revoke from elsewhere deletes our key before
 /// the next keep-alive tells us), else `LockLost` (someone deleted the key).
-async fn gone(rpc: &Rpc, session: &LeaseState) -> Error {
+async fn key_gone_error(rpc: &Rpc, session: &LeaseState) -> Error {
     if session.loss_reason().is_none()
         && let Ok(live) = rpc.lease_time_to_live(session.id()).await
         && live.ttl <= 0
@@ -286,18 +285,18 @@ pub(crate) async fn wait_turn(
     mut position: Position,
     mut seen_at: i64,
 ) -> Result<i64> {
-    let mut retry_delay = Duration::from_millis(20);
+    let mut backoff = Backoff::quick();
     loop {
         session.check()?;
         let predecessor = match position {
             // The revision of the read that showed us first: the key exists there.
             Position::Owner => return Ok(seen_at),
-            Position::Gone => return Err(gone(rpc, session).await),
+            Position::Gone => return Err(key_gone_error(rpc, session).await),
             Position::Behind(pred) => pred,
         };
         tracing::debug!(
-            key = %String::from_utf8_lossy(key),
-            predecessor = %String::from_utf8_lossy(&predecessor.key),
+            key = %text(key),
+            predecessor = %text(&predecessor.key),
             "waiting for predecessor"
         );
         let creates = vec![
@@ -312,8 +311,7 @@ pub(crate) async fn wait_turn(
             Ok(opened) => opened,
             Err(e) if e.is_transient() => {
                 // Another endpoint may serve us: re-read, then watch again.
-                tokio::time::sleep(retry_delay).await;
-                retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
+                backoff.sleep().await;
                 (position, seen_at) = read_position_at(rpc, prefix, key, rev).await?;
                 continue;
             }
@@ -367,16 +365,15 @@ pub(crate) async fn wait_turn(
                     break;
                 }
                 Ok(response) if response.deletes(key) => {
-                    return Err(gone(rpc, session).await);
+                    return Err(key_gone_error(rpc, session).await);
                 }
                 Ok(response) if response.deletes(&predecessor.key) => {
-                    retry_delay = Duration::from_millis(20);
+                    backoff.reset();
                     break;
                 }
                 Ok(_) => {}
                 Err(e) if e.is_transient() => {
-                    tokio::time::sleep(retry_delay).await;
-                    retry_delay = (retry_delay * 2).min(Duration::from_secs(1));
+                    backoff.sleep().await;
                     break;
                 }
                 Err(e) => return Err(e),

@@ -8,6 +8,7 @@ use crossbeam_channel::Receiver;
 
 use crate::client::Client;
 use crate::error::{Code, Error, LossReason, Result};
+use crate::kv::LeaseHex;
 use crate::lease::{LeaseState, safety_margin};
 
 /// Default session TTL, as in etcd's Go `concurrency` package.
@@ -91,7 +92,7 @@ pub(crate) struct SessionInner {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("lease_id", &format_args!("{:x}", self.lease_id()))
+            .field("lease_id", &LeaseHex(self.lease_id()))
             .field("ttl", &self.ttl())
             .field("loss_reason", &self.loss_reason())
             .finish()
@@ -391,7 +392,7 @@ impl SessionBuilder {
             }
         };
         tracing::debug!(
-            lease = %format_args!("{:x}", shared.id()),
+            lease = %LeaseHex(shared.id()),
             ttl = ?shared.ttl(),
             resumed = self.resume.is_some(),
             "session started"

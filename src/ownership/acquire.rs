@@ -10,6 +10,7 @@ use super::hold::{HoldState, spawn_removal};
 use super::{Held, Hold, Kind, Line, Wait};
 use crate::error::{Error, Result, TryLockError};
 use crate::follow::{Follow, Followed};
+use crate::kv::text;
 use crate::lease::LeaseState;
 use crate::queue::{self, Owned, Position};
 use crate::signal::Signal;
@@ -70,7 +71,7 @@ pub(crate) fn acquire(
         // Waiting for a turn this thread owns would never end.
         return Err(match wait {
             Wait::Never => TryLockError::WouldBlock,
-            _ => Error::WouldDeadlock(String::from_utf8_lossy(&line.name).into_owned()).into(),
+            _ => Error::WouldDeadlock(text(&line.name).into_owned()).into(),
         });
     }
     let client = line.session.client().clone();
@@ -146,7 +147,7 @@ pub(crate) fn acquire(
         hold: Arc::downgrade(&hold) as Weak<dyn Followed>,
     });
     tracing::debug!(
-        key = %String::from_utf8_lossy(&line.key),
+        key = %text(&line.key),
         fencing_token = enqueued.rev,
         ?kind,
         existed = enqueued.existed,

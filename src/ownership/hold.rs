@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedMutexGuard;
 
 use super::{Kind, Line};
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::follow::Followed;
+use crate::kv::text;
 use crate::kv::{Compare, Txn, TxnOp, TxnResponse};
 use crate::lease::LeaseState;
 use crate::queue::{self, Owned};
@@ -163,7 +165,7 @@ impl Held {
             state.signal.fire();
             state.turn.take()
         };
-        tracing::debug!(key = %String::from_utf8_lossy(self.key()), fencing_token = self.rev(), "releasing");
+        tracing::debug!(key = %text(self.key()), fencing_token = self.rev(), "releasing");
         let line = self.hold.line.clone();
         let owned = Owned::Revision(self.hold.rev);
         let Some(limit) = wait else {
@@ -339,7 +341,7 @@ async fn remove_until_answered(
     key: &[u8],
     owned: Owned,
 ) -> Result<bool> {
-    let mut delay = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         match queue::remove(rpc, key, owned).await {
             Err(e) if e.is_transient() => {
@@ -347,8 +349,7 @@ async fn remove_until_answered(
                     return Err(Error::SessionLost(reason));
                 }
                 tracing::debug!(error = %e, "removal not answered; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
+                backoff.sleep().await;
             }
             answered => return answered,
         }

@@ -308,6 +308,26 @@ impl Rpc {
         request
     }
 
+    /// Runs `attempt`; if etcd refused our token as expired (simple tokens live
+    /// `--auth-token-ttl`, 300 s by default, since their last use) or auth changed,
+    /// authenticates again and runs it once more. The one re-authentication rule for unary
+    /// calls and streams: passing the token the attempt used makes a burst of failures
+    /// authenticate once.
+    pub(super) async fn with_fresh_token<T, F, Fut>(&self, attempt: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let used = self.token();
+        match attempt().await {
+            Err(e) if self.can_reauthenticate(&e) => {
+                self.reauthenticate(used).await?;
+                attempt().await
+            }
+            other => other,
+        }
+    }
+
     /// Sends one unary request with the request timeout; retry-safe requests go on to the
     /// next endpoints when one is unavailable or silent.
     pub(super) async fn unary<Req, Resp, F, Fut>(
@@ -321,19 +341,8 @@ impl Rpc {
         F: Fn(Channel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        let used = self.token();
-        match self
-            .unary_once(retry, Token::Send, message.clone(), &call)
+        self.with_fresh_token(|| self.unary_once(retry, Token::Send, message.clone(), &call))
             .await
-        {
-            // The token expired (simple tokens live --auth-token-ttl, 300 s by default, since
-            // their last use) or auth changed: authenticate again and retry once.
-            Err(e) if self.can_reauthenticate(&e) => {
-                self.reauthenticate(used).await?;
-                self.unary_once(retry, Token::Send, message, &call).await
-            }
-            other => other,
-        }
     }
 
     async fn unary_once<Req, Resp, F, Fut>(

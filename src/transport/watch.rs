@@ -7,6 +7,7 @@
 //! lock recipe at about 80 handoffs per second.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
@@ -14,6 +15,9 @@ use super::Rpc;
 use super::generated::{etcdserverpb as pb, mvccpb};
 use crate::error::{Error, Result};
 use crate::kv::KeyValue;
+
+/// How often a waiter checks that its watch stream still runs on the endpoint in use.
+pub(crate) const STALE_CHECK: Duration = Duration::from_millis(250);
 
 /// Which events a watcher reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,16 +163,8 @@ impl WatchStream {
         rpc: &Rpc,
         creates: Vec<Watch>,
     ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
-        let used = rpc.token();
-        match Self::open_with_token(rpc, creates.clone()).await {
-            // etcd checks the token on every watcher it creates: refresh it and try again.
-            // Passing the token we used makes a burst of waiters authenticate once.
-            Err(e) if rpc.can_reauthenticate(&e) => {
-                rpc.reauthenticate(used).await?;
-                Self::open_with_token(rpc, creates).await
-            }
-            other => other,
-        }
+        rpc.with_fresh_token(|| Self::open_with_token(rpc, creates.clone()))
+            .await
     }
 
     async fn open_with_token(
