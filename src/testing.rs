@@ -31,6 +31,11 @@
 //! start many servers can pass smaller timings, for example
 //! `.args(["--heartbeat-interval=20", "--election-timeout=200"])`.
 //!
+//! # Reading metrics
+//!
+//! [`EtcdServer::metrics`] and [`EtcdCluster::metrics`] return etcd's Prometheus text as
+//! it is; [`metrics::parse`] turns it into samples to look up by name and labels.
+//!
 //! # Process hygiene
 //!
 //! Every etcd process is killed (`SIGKILL`) and waited for when its [`EtcdServer`] or
@@ -63,6 +68,8 @@
 compile_error!(
     "etcd_sync::testing starts etcd processes with Unix signals and needs a Unix platform"
 );
+
+pub mod metrics;
 
 use std::ffi::OsString;
 use std::fmt::{self, Write as _};
@@ -1521,11 +1528,9 @@ impl Member {
                 return false;
             }
         }
-        self.metrics().is_ok_and(|metrics| {
-            metrics
-                .lines()
-                .any(|line| line.trim() == "etcd_server_is_leader 1")
-        })
+        self.metrics()
+            .and_then(|text| metrics::parse(&text))
+            .is_ok_and(|metrics| metrics.get("etcd_server_is_leader", &[]) == Some(1.0))
     }
 
     fn log_tail(&self) -> String {
