@@ -134,7 +134,7 @@ impl Member {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // No code panics while holding the lock, and each field is valid on its own.
+        // A panic under the lock leaves nothing half-updated: each field is valid alone.
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
