@@ -71,13 +71,8 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// The sum of etcd's `grpc_server_handled_total` for one gRPC method (e.g. "Txn").
 pub fn handled(metrics: &str, method: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("grpc_server_handled_total{"))
-        .filter(|l| l.contains(&format!("grpc_method=\"{method}\"")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
+    let metrics = etcd_sync::testing::metrics::parse(metrics).expect("etcd's /metrics text");
+    metrics.sum("grpc_server_handled_total", &[("grpc_method", method)]) as u64
 }
 
 /// The environment variable that makes a copy of a test binary act as a child process.

@@ -1,0 +1,237 @@
+//! Configuring and starting a cluster: fresh ports and directories, retried when etcd does
+//! not come up.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+
+use super::binary::etcd_binary;
+use super::certs::TlsCerts;
+use super::cluster::EtcdCluster;
+use super::health::START_TIMEOUT;
+use super::member::{Member, MemberConfig, MemberPorts, member_name, peer_url};
+use super::scratch::{TempDir, free_ports, unique_suffix};
+
+/// Attempts (with fresh ports each time) to start a server or cluster: another process may
+/// grab a port between the moment it is picked and the moment etcd binds it.
+const START_ATTEMPTS: usize = 3;
+
+impl EtcdCluster {
+    /// Starts a cluster of `members` members with the default flags and waits until every
+    /// member is healthy.
+    ///
+    /// # Errors
+    ///
+    /// As [`EtcdClusterBuilder::start`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::start(3)?;
+    /// # let _ = cluster;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn start(members: usize) -> io::Result<EtcdCluster> {
+        Self::builder(members).start()
+    }
+
+    /// Returns a builder to pass extra flags to every member.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(3)
+    ///     .arg("--auth-token-ttl=5")
+    ///     .start()?;
+    /// # let _ = cluster;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn builder(members: usize) -> EtcdClusterBuilder {
+        EtcdClusterBuilder {
+            members,
+            args: Vec::new(),
+            tls: false,
+        }
+    }
+}
+
+/// Configures an [`EtcdCluster`] before starting it; see [`EtcdCluster::builder`].
+///
+/// # Example
+///
+/// ```no_run
+/// use etcd_sync::testing::EtcdCluster;
+///
+/// let cluster = EtcdCluster::builder(3)
+///     .arg("--auth-token-ttl=5")
+///     .start()?;
+/// # let _ = cluster;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until .start() is called"]
+pub struct EtcdClusterBuilder {
+    members: usize,
+    args: Vec<OsString>,
+    tls: bool,
+}
+
+impl EtcdClusterBuilder {
+    /// Adds one extra command-line flag for every member, such as `"--auth-token-ttl=5"`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(3)
+    ///     .arg("--max-request-bytes=1024")
+    ///     .start()?;
+    /// # let _ = cluster;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds extra command-line flags for every member.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(3)
+    ///     .args(["--auth-token-ttl=5", "--max-request-bytes=1024"])
+    ///     .start()?;
+    /// # let _ = cluster;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Serves clients over TLS with certificates generated for this cluster (see
+    /// [`TlsCerts`]): `https://` endpoints, and client certificates required
+    /// (`--client-cert-auth`). Health and metrics stay on a plain-HTTP metrics port.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(3).tls().start()?;
+    /// # let _ = cluster;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
+    /// Starts all members concurrently and waits until every one is healthy.
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for zero members; otherwise, if the etcd binary is not
+    /// found or cannot be run, or if the cluster does not become healthy (within 30 seconds,
+    /// in each of 3 attempts with fresh ports). The message includes the last lines of the
+    /// failing members' logs.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(5).start()?;
+    /// assert_eq!(cluster.len(), 5);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn start(self) -> io::Result<EtcdCluster> {
+        let size = self.members;
+        if size == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an etcd cluster needs at least one member",
+            ));
+        }
+        let binary = etcd_binary()?;
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            // An error from `try_start` itself (no directory, cannot spawn) is final; a
+            // cluster that does not come up is retried with fresh ports.
+            match self.try_start(&binary)? {
+                Ok(cluster) => return Ok(cluster),
+                Err(failure) => failures.push(failure),
+            }
+        }
+        let mut message = format!(
+            "failed to start {} ({size} member(s)) in {START_ATTEMPTS} attempts with fresh ports",
+            binary.display()
+        );
+        let last = failures.len().saturating_sub(1);
+        for (attempt, failure) in failures.iter().enumerate() {
+            let text = failure.to_string();
+            // Earlier attempts get their first line only; the last one is quoted in full.
+            let text = match text.lines().next() {
+                Some(first) if attempt < last => first,
+                _ => &text,
+            };
+            let _ = write!(message, "\nattempt {}: {text}", attempt + 1);
+        }
+        let kind = failures
+            .last()
+            .map_or(io::ErrorKind::Other, |failure| failure.kind());
+        Err(io::Error::new(kind, message))
+    }
+
+    /// One start attempt: `Err` for a fatal error, `Ok(Err)` for a cluster that did not
+    /// come up (worth another attempt with other ports).
+    fn try_start(&self, binary: &Path) -> io::Result<Result<EtcdCluster, io::Error>> {
+        let size = self.members;
+        let suffix = unique_suffix();
+        let dir = TempDir::create(&format!("etcd-sync-{suffix}"))?;
+        let tls = if self.tls {
+            Some(TlsCerts::generate(&dir.path().join("tls"))?)
+        } else {
+            None
+        };
+        let ports = free_ports(3 * size)?;
+        let ports: Vec<MemberPorts> = (0..size)
+            .map(|i| MemberPorts {
+                client: ports[i],
+                peer: ports[size + i],
+                metrics: ports[2 * size + i],
+            })
+            .collect();
+        let initial_cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, ports)| format!("{}={}", member_name(i), peer_url(ports.peer)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let config = MemberConfig {
+            binary,
+            dir: dir.path(),
+            initial_cluster: &initial_cluster,
+            token: &format!("etcd-sync-{suffix}"),
+            extra_args: &self.args,
+            tls: tls.as_ref(),
+        };
+        let members = ports
+            .iter()
+            .enumerate()
+            .map(|(i, ports)| Member::new(&config, i, ports))
+            .collect::<io::Result<Vec<_>>>()?;
+        let cluster = EtcdCluster {
+            members,
+            tls,
+            _dir: dir,
+        };
+        // Spawn everyone first: a member of a new cluster only becomes healthy once a
+        // quorum of its peers is up.
+        for member in &cluster.members {
+            member.spawn()?;
+        }
+        Ok(cluster.wait_all_healthy(START_TIMEOUT).map(|()| cluster))
+    }
+}
