@@ -64,11 +64,7 @@ impl Rng {
 }
 
 fn client_for(endpoints: &[String]) -> etcd_sync::Result<Client> {
-    Client::builder()
-        .endpoints(endpoints)
-        .request_timeout(REQUEST_TIMEOUT)
-        .connect_timeout(Duration::from_secs(1))
-        .connect()
+    common::try_client_for(endpoints, REQUEST_TIMEOUT)
 }
 
 type Log = Arc<StdMutex<std::fs::File>>;

@@ -23,12 +23,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn client_for(endpoints: &[String]) -> Client {
-    Client::builder()
-        .endpoints(endpoints)
-        .request_timeout(Duration::from_secs(2))
-        .connect_timeout(Duration::from_secs(1))
-        .connect()
-        .expect("connect to the cluster")
+    common::try_client_for(endpoints, Duration::from_secs(2)).expect("connect to the cluster")
 }
 
 /// Endpoints starting with member `first` (the client talks to the first that answers).

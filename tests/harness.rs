@@ -3,6 +3,8 @@
 
 #![cfg(feature = "testing")]
 
+mod common;
+
 use std::path::Path;
 
 use etcd_sync::testing::{EtcdCluster, EtcdServer};
@@ -66,13 +68,13 @@ fn restart_keeps_data_and_missing_binary_is_explained() {
 
     // The binary lookup honours ETCD_BIN; checked in a child process so the variable does
     // not leak into other tests.
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args(["missing_binary_child", "--exact", "--nocapture", "-q"])
-        .env("ETCD_BIN", "/nonexistent/etcd")
-        .env("HARNESS_CHILD", "1")
-        .output()
-        .unwrap();
+    let out = common::spawn_child(
+        "missing_binary_child",
+        "missing-binary",
+        &[("ETCD_BIN", "/nonexistent/etcd".to_string())],
+    )
+    .wait_with_output()
+    .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -82,7 +84,7 @@ fn restart_keeps_data_and_missing_binary_is_explained() {
 
 #[test]
 fn missing_binary_child() {
-    if std::env::var("HARNESS_CHILD").is_err() {
+    if std::env::var(common::CHILD_ROLE).is_err() {
         return;
     }
     let err = EtcdServer::start().unwrap_err().to_string();

@@ -4,10 +4,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{client, etcd, eventually, keys, session};
+use common::{ChildGuard, client, etcd, eventually, keys, session};
 use etcd_sync::LeaderEvent;
 use etcd_sync::testing::etcdctl_binary;
 
@@ -18,33 +18,11 @@ fn etcdctl(endpoint: &str, args: &[&str]) -> Command {
     cmd
 }
 
-/// Kills the child when the test ends, pass or fail.
-struct Kill(Option<Child>);
-impl Kill {
-    fn spawn(mut cmd: Command) -> Kill {
-        Kill(Some(cmd.spawn().expect("spawn etcdctl")))
-    }
-    fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("child present")
-    }
-    fn take(&mut self) -> Child {
-        self.0.take().expect("child present")
-    }
-}
-impl Drop for Kill {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 #[test]
 fn our_lock_waits_for_etcdctl_lock() {
     let server = etcd();
     let c = client(&server.endpoints());
-    let mut child = Kill::spawn(etcdctl(
+    let mut child = ChildGuard::spawn(etcdctl(
         &server.endpoint(),
         &["lock", "shared", "--", "sleep", "2"],
     ));
@@ -70,7 +48,7 @@ fn etcdctl_lock_waits_for_our_guard() {
     let c = client(&server.endpoints());
     let s = session(&c, 10);
     let g = s.mutex("shared").unwrap().lock().unwrap();
-    let mut child = Kill::spawn(etcdctl(
+    let mut child = ChildGuard::spawn(etcdctl(
         &server.endpoint(),
         &["lock", "shared", "--", "echo", "got-it"],
     ));
@@ -98,7 +76,7 @@ fn election_interop_with_etcdctl_elect() {
         Some(LeaderEvent::NoLeader)
     );
     // etcdctl leads first: our campaign blocks until it exits.
-    let mut child = Kill::spawn(etcdctl(&server.endpoint(), &["elect", "ee", "p1"]));
+    let mut child = ChildGuard::spawn(etcdctl(&server.endpoint(), &["elect", "ee", "p1"]));
     match observer.recv_timeout(Duration::from_secs(5)).unwrap() {
         Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"p1"),
         other => panic!("expected etcdctl as leader, got {other:?}"),
@@ -112,7 +90,7 @@ fn election_interop_with_etcdctl_elect() {
     assert!(child.child().wait().unwrap().success());
     let (_, leadership) = t.join().unwrap().unwrap();
     // etcdctl elect -l prints our key and value.
-    let mut listener = Kill::spawn(etcdctl(&server.endpoint(), &["elect", "-l", "ee"]));
+    let mut listener = ChildGuard::spawn(etcdctl(&server.endpoint(), &["elect", "-l", "ee"]));
     std::thread::sleep(Duration::from_millis(1000));
     let _ = listener.child().kill();
     let output = listener.take().wait_with_output().unwrap();
@@ -134,12 +112,12 @@ fn observer_reports_etcdctl_leadership_changes() {
         observer.recv_timeout(Duration::from_secs(5)).unwrap(),
         Some(LeaderEvent::NoLeader)
     );
-    let mut first = Kill::spawn(etcdctl(&server.endpoint(), &["elect", "obs", "one"]));
+    let mut first = ChildGuard::spawn(etcdctl(&server.endpoint(), &["elect", "obs", "one"]));
     match observer.recv_timeout(Duration::from_secs(5)).unwrap() {
         Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"one"),
         other => panic!("{other:?}"),
     }
-    let _second = Kill::spawn(etcdctl(&server.endpoint(), &["elect", "obs", "two"]));
+    let _second = ChildGuard::spawn(etcdctl(&server.endpoint(), &["elect", "obs", "two"]));
     assert!(eventually(Duration::from_secs(5), || keys(&c, "obs/")
         .len()
         == 2));

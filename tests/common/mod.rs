@@ -39,6 +39,19 @@ pub fn client_with_timeout(endpoints: &[String], request_timeout: Duration) -> C
         .expect("connect to the test etcd")
 }
 
+/// A client for fault tests: short request and connect timeouts, so a paused member is
+/// passed over quickly.
+pub fn try_client_for(
+    endpoints: &[String],
+    request_timeout: Duration,
+) -> etcd_sync::Result<Client> {
+    Client::builder()
+        .endpoints(endpoints)
+        .request_timeout(request_timeout)
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+}
+
 pub fn session(client: &Client, ttl_secs: u64) -> Session {
     client
         .session_builder()
@@ -96,6 +109,13 @@ pub fn spawn_child(entry: &str, role: &str, envs: &[(&str, String)]) -> std::pro
 pub struct ChildGuard(pub Option<std::process::Child>);
 
 impl ChildGuard {
+    pub fn spawn(mut cmd: std::process::Command) -> ChildGuard {
+        ChildGuard(Some(cmd.spawn().expect("spawn child process")))
+    }
+    /// The child, no longer killed on drop.
+    pub fn take(&mut self) -> std::process::Child {
+        self.0.take().expect("child present")
+    }
     pub fn child(&mut self) -> &mut std::process::Child {
         self.0.as_mut().expect("child present")
     }
