@@ -48,7 +48,7 @@ impl KeepAlive {
             .name("etcd-sync-keepalive".into())
             .spawn(move || {
                 // This thread runs the loop itself; the runtime worker only drives the socket.
-                handle.block_on(Loop::new(rpc).run(&mut receiver));
+                handle.block_on(Renewals::new(rpc).run(&mut receiver));
             })
             .map_err(|e| Error::Unavailable(format!("cannot start the keep-alive thread: {e}")))?;
         Ok(KeepAlive {
@@ -104,7 +104,7 @@ enum Event {
     Timer,
 }
 
-struct Loop {
+struct Renewals {
     rpc: Rpc,
     leases: HashMap<i64, Lease>,
     stream: Option<Stream>,
@@ -114,9 +114,9 @@ struct Loop {
     reauthenticate: bool,
 }
 
-impl Loop {
-    fn new(rpc: Rpc) -> Loop {
-        Loop {
+impl Renewals {
+    fn new(rpc: Rpc) -> Renewals {
+        Renewals {
             rpc,
             leases: HashMap::new(),
             stream: None,

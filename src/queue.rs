@@ -86,14 +86,18 @@ fn position_of(kvs: Vec<KeyValue>, key: &[u8], rev: i64) -> Position {
     }
 }
 
+/// Our key in the line: the name's prefix, the key, and the revision that created it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ours<'a> {
+    pub(crate) prefix: &'a [u8],
+    pub(crate) key: &'a [u8],
+    pub(crate) rev: i64,
+}
+
 /// One linearizable read: does our key still exist with our revision, and who is before
 /// it? With the store revision of the read.
-async fn read_position_at(
-    rpc: &Rpc,
-    prefix: &[u8],
-    key: &[u8],
-    rev: i64,
-) -> Result<(Position, i64)> {
+async fn read_position_at(rpc: &Rpc, ours: Ours<'_>) -> Result<(Position, i64)> {
+    let Ours { prefix, key, rev } = ours;
     let read = rpc.read(&newest_up_to(prefix, rev, 2)).await?;
     tracing::debug!(
         key = %text(key),
@@ -190,7 +194,7 @@ pub(crate) async fn enqueue(
     let rev = mine.create_revision;
     let (position, seen_at) = match owner {
         Some(owner) if owner.create_revision == rev => (Position::Owner, txn_revision),
-        _ => read_position_at(rpc, prefix, key, rev).await?,
+        _ => read_position_at(rpc, Ours { prefix, key, rev }).await?,
     };
     Ok(Enqueued {
         rev,
@@ -279,12 +283,10 @@ async fn key_gone_error(rpc: &Rpc, session: &LeaseState) -> Error {
 pub(crate) async fn wait_turn(
     rpc: &Rpc,
     session: &LeaseState,
-    prefix: &[u8],
-    key: &[u8],
-    rev: i64,
-    mut position: Position,
-    mut seen_at: i64,
+    ours: Ours<'_>,
+    (mut position, mut seen_at): (Position, i64),
 ) -> Result<i64> {
+    let key = ours.key;
     let mut backoff = Backoff::quick();
     loop {
         session.check()?;
@@ -312,14 +314,14 @@ pub(crate) async fn wait_turn(
             Err(e) if e.is_transient() => {
                 // Another endpoint may serve us: re-read, then watch again.
                 backoff.sleep().await;
-                (position, seen_at) = read_position_at(rpc, prefix, key, rev).await?;
+                (position, seen_at) = read_position_at(rpc, ours).await?;
                 continue;
             }
             Err(e) => return Err(e),
         };
         // Anything that happened before the watchers existed shows in this read.
         let watched_at = Instant::now();
-        let (now, read_revision) = read_position_at(rpc, prefix, key, rev).await?;
+        let (now, read_revision) = read_position_at(rpc, ours).await?;
         seen_at = read_revision;
         match now {
             Position::Behind(now) if now.key == predecessor.key => {}
@@ -348,7 +350,7 @@ pub(crate) async fn wait_turn(
                         break; // re-read and watch again on the endpoint now in use
                     }
                     if polling.is_some() {
-                        match read_position_at(rpc, prefix, key, rev).await? {
+                        match read_position_at(rpc, ours).await? {
                             (Position::Behind(now), _) if now.key == predecessor.key => {}
                             (other, at) => {
                                 next_position = Some((other, at));
@@ -382,7 +384,7 @@ pub(crate) async fn wait_turn(
         // The one read after a handoff: are we first now, or who is before us?
         (position, seen_at) = match next_position {
             Some(known) => known,
-            None => read_position_at(rpc, prefix, key, rev).await?,
+            None => read_position_at(rpc, ours).await?,
         };
     }
 }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result, TryLockError};
 use crate::follow::{Follow, Followed};
 use crate::kv::text;
 use crate::lease::LeaseState;
-use crate::queue::{self, Owned, Position};
+use crate::queue::{self, Ours, Owned, Position};
 use crate::signal::Signal;
 use crate::transport::Rpc;
 
@@ -99,11 +99,12 @@ pub(crate) fn acquire(
                 queue::wait_turn(
                     &rpc,
                     &session,
-                    &line.prefix,
-                    &line.key,
-                    enqueued.rev,
-                    enqueued.position.clone(),
-                    enqueued.seen_at,
+                    Ours {
+                        prefix: &line.prefix,
+                        key: &line.key,
+                        rev: enqueued.rev,
+                    },
+                    (enqueued.position.clone(), enqueued.seen_at),
                 ),
             )
             .await
