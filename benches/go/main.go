@@ -1,6 +1,6 @@
 // Command gocompare measures etcd's own Go concurrency recipes (Mutex, Election, the code
 // behind `etcdctl lock` and `etcdctl elect`) against a running etcd, printing the same
-// `RESULT go <figure> key=value ...` lines as benches/compare.rs prints for etcd-sync, so that
+// `RESULT go <figure> key=value ...` lines as benches/compare/ prints for etcd-sync, so that
 // scripts/bench-compare can put the two side by side.
 //
 // It is built against Debian's golang-etcd-server-dev (etcd 3.4, import path
@@ -10,9 +10,9 @@
 //	GO111MODULE=off GOPATH=$(mktemp -d):/usr/share/gocode GOFLAGS= go build -o gocompare .
 //	./gocompare -endpoints http://127.0.0.1:2379
 //
-// Latencies are in microseconds, percentiles are nearest-rank (as in compare.rs). Every
-// wait is bounded: each Lock/Campaign has a 30 s context, and a watchdog ends the process
-// after -timeout.
+// Latencies are in microseconds, percentiles are nearest-rank (as in
+// benches/compare/stats.rs). Every wait is bounded: each Lock/Campaign has a 30 s context,
+// and a watchdog ends the process after -timeout.
 package main
 
 import (

@@ -1,0 +1,151 @@
+//! Side-by-side comparison driver: measures etcd-sync against an etcd that is already running
+//! (`scripts/bench-compare` starts one and runs this, then etcd's own Go `concurrency`
+//! package from `benches/go/main.go`, against the same server).
+//!
+//! Run: `cargo bench --bench compare -- --endpoints http://127.0.0.1:2379`
+//!
+//! Options are listed in [`args`] (unknown arguments, such as the `--bench` cargo passes,
+//! are ignored). Every figure is printed as one machine-readable line,
+//! `RESULT rust <figure> key=value ...`, latencies in microseconds, followed by a summary.
+//!
+//! Layout: [`args`] (options), [`stats`] (percentiles, output), [`metrics`] (etcd's
+//! /metrics over HTTP), [`turns`] (exclusion checks shared by the contended phases), and
+//! one module per phase: [`uncontended`] (a, d), [`election`] (c), [`cost`] (f),
+//! [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`resources`] (g).
+
+mod args;
+mod contended;
+mod cost;
+mod election;
+mod metrics;
+mod resources;
+mod scaling;
+mod stats;
+mod turns;
+mod uncontended;
+
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use etcd_sync::Client;
+
+use args::Args;
+use stats::Summary;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Res<T> = Result<T, BoxError>;
+
+/// Upper bound for every single lock, campaign or hand-over wait in this driver.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A new client of the endpoints (each phase connects on its own; contended workers, one each).
+fn connect(args: &Args) -> Res<Client> {
+    Ok(Client::connect(&args.endpoints)?)
+}
+
+/// Joins `handles`, waiting at most until `deadline`; returns the number left running.
+fn join_bounded(handles: Vec<JoinHandle<()>>, deadline: Instant) -> usize {
+    let mut left = handles;
+    while !left.is_empty() && Instant::now() < deadline {
+        let (done, running): (Vec<_>, Vec<_>) = left.into_iter().partition(|h| h.is_finished());
+        for h in done {
+            let _ = h.join();
+        }
+        left = running;
+        if !left.is_empty() {
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+    left.len()
+}
+
+/// Joins one thread that returns a value, waiting at most until `deadline`.
+fn join_bounded_value<T>(handle: JoinHandle<T>, deadline: Instant) -> Option<T> {
+    while !handle.is_finished() {
+        if Instant::now() > deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    handle.join().ok()
+}
+
+// ---------------------------------------------------------------------------------------
+
+fn main() {
+    let args = match Args::parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("compare: {e}");
+            std::process::exit(2);
+        }
+    };
+    if args.endpoints.is_empty() {
+        // `cargo bench` without `--bench compare` runs this too: nothing to measure against.
+        println!(
+            "compare: no --endpoints given (or $ETCD_ENDPOINTS); skipping. \
+             Run scripts/bench-compare, or: cargo bench --bench compare -- --endpoints URL"
+        );
+        return;
+    }
+    // Watchdog: never hang, whatever happens below.
+    let timeout = args.timeout;
+    thread::spawn(move || {
+        thread::sleep(timeout);
+        eprintln!("compare: aborted after {timeout:?} (watchdog)");
+        std::process::exit(3);
+    });
+
+    println!(
+        "compare: etcd-sync against {} (n={}, contenders={}, total={}, campaigns={}, \
+         waiters={:?}, handoffs={}, sessions={})",
+        args.endpoints.join(","),
+        args.n,
+        args.contenders,
+        args.total,
+        args.campaigns,
+        args.waiters,
+        args.handoffs,
+        args.sessions
+    );
+    let mut summary = Summary::default();
+    let mut failed = Vec::new();
+    let mut run = |phase: &str, f: &dyn Fn(&Args, &mut Summary) -> Res<()>| {
+        if !args.wants(phase) {
+            return;
+        }
+        let t = Instant::now();
+        eprintln!("compare: {phase} ...");
+        if let Err(e) = f(&args, &mut summary) {
+            eprintln!("compare: {phase} failed: {e}");
+            println!("RESULT rust {phase} error={:?}", e.to_string());
+            failed.push(phase.to_string());
+        }
+        eprintln!("compare: {phase} took {:.1} s", t.elapsed().as_secs_f64());
+    };
+    run("uncontended", &uncontended::uncontended);
+    run("election", &election::election);
+    run("cost", &cost::cost);
+    run("contended", &contended::contended);
+    run("scaling", &|args, summary| {
+        for &w in &args.waiters {
+            scaling::scaling_one(args, w, summary)?;
+        }
+        Ok(())
+    });
+    run("diagnose", &contended::diagnose);
+    run("resources", &resources::resources_in_child);
+    if args.only.iter().flatten().any(|p| p == "resources-here") {
+        run("resources-here", &resources::resources);
+    }
+
+    println!();
+    println!("etcd-sync summary ({}):", args.endpoints.join(","));
+    for line in &summary.lines {
+        println!("{line}");
+    }
+    if !failed.is_empty() {
+        eprintln!("compare: failed phases: {}", failed.join(", "));
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,288 @@
+//! The command line: subcommands, their arguments, and the global connection options.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::builder::NonEmptyStringValueParser;
+use clap::{Args, Parser, Subcommand};
+use etcd_sync::{Client, ClientBuilder};
+
+use crate::exit::EXIT_CODES;
+use crate::text;
+
+/// Distributed lock and leader election on etcd v3, interoperating with `etcdctl lock` and
+/// `etcdctl elect`; CMD is stopped when the lock or leadership is lost.
+#[derive(Debug, Parser)]
+#[command(name = "etcd-sync", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options for every subcommand: where etcd is and how to talk to it. They may be given
+/// before or after the subcommand. `Debug` is written by hand: it never shows a password.
+#[derive(Args)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalOpts {
+    /// etcd endpoints, comma separated
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_ENDPOINTS",
+        hide_env_values = true,
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379",
+        value_name = "URLS"
+    )]
+    endpoints: Vec<String>,
+
+    /// Session (lease) TTL in seconds: how long etcd keeps our key after etcd-sync stops
+    /// renewing it, and about how soon a lost lock is noticed
+    #[arg(long, global = true, default_value_t = 10, value_parser = parse_ttl, value_name = "SECONDS")]
+    ttl: u64,
+
+    /// Time limit for connecting to etcd (e.g. 3s, 500ms)
+    #[arg(long, global = true, default_value = "3s", value_parser = text::parse_duration, value_name = "DURATION")]
+    dial_timeout: Duration,
+
+    /// Time limit for each etcd request (grant, release, revoke, ...)
+    #[arg(long, global = true, default_value = "5s", value_parser = text::parse_duration, value_name = "DURATION")]
+    command_timeout: Duration,
+
+    /// CA certificate (PEM) that signed etcd's certificate; turns on TLS (https)
+    #[arg(long, global = true, env = "ETCD_SYNC_CACERT", value_name = "FILE")]
+    cacert: Option<std::path::PathBuf>,
+
+    /// Client certificate (PEM) for etcd's --client-cert-auth; needs --key and --cacert
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_CERT",
+        value_name = "FILE",
+        requires = "key"
+    )]
+    cert: Option<std::path::PathBuf>,
+
+    /// Private key (PEM) of the client certificate
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_KEY",
+        value_name = "FILE",
+        requires = "cert"
+    )]
+    key: Option<std::path::PathBuf>,
+
+    /// etcd user, as NAME or NAME:PASSWORD (etcd auth)
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_USER",
+        hide_env_values = true,
+        value_name = "USER"
+    )]
+    user: Option<String>,
+
+    /// Password for --user (prefer the ETCD_SYNC_PASSWORD environment variable)
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    password: Option<String>,
+}
+
+impl std::fmt::Debug for GlobalOpts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // --user may be NAME:PASSWORD: show only the name.
+        let user = self
+            .user
+            .as_deref()
+            .map(|u| u.split_once(':').map_or(u, |(name, _)| name));
+        f.debug_struct("GlobalOpts")
+            .field("endpoints", &self.endpoints)
+            .field("ttl", &self.ttl)
+            .field("dial_timeout", &self.dial_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("cacert", &self.cacert)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("user", &user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl GlobalOpts {
+    /// The client configuration these options describe. Connection options added later
+    /// (TLS, authentication) go here.
+    pub fn client_builder(&self) -> etcd_sync::Result<ClientBuilder> {
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|e| e.trim())
+            .filter(|e| !e.is_empty());
+        let mut builder = Client::builder()
+            .endpoints(endpoints)
+            .connect_timeout(self.dial_timeout)
+            .request_timeout(self.command_timeout);
+        match (&self.cacert, &self.cert, &self.key) {
+            (Some(ca), cert, key) => {
+                let client = cert.as_ref().zip(key.as_ref());
+                builder = builder.tls(etcd_sync::TlsConfig::from_files(ca, client)?);
+            }
+            (None, Some(_), _) | (None, _, Some(_)) => {
+                return Err(etcd_sync::Error::InvalidArgument(
+                    "--cert/--key need --cacert (the CA that signed etcd's certificate)".into(),
+                ));
+            }
+            (None, None, None) => {}
+        }
+        if let Some(user) = &self.user {
+            let (name, password) = match (user.split_once(':'), &self.password) {
+                (Some((name, password)), _) => (name.to_string(), password.to_string()),
+                (None, Some(password)) => (user.clone(), password.clone()),
+                (None, None) => {
+                    return Err(etcd_sync::Error::InvalidArgument(
+                        "--user needs a password: NAME:PASSWORD, --password or ETCD_SYNC_PASSWORD"
+                            .into(),
+                    ));
+                }
+            };
+            builder = builder.user(name, password);
+        }
+        Ok(builder)
+    }
+
+    pub fn session_ttl(&self) -> Duration {
+        Duration::from_secs(self.ttl)
+    }
+}
+
+fn parse_ttl(text: &str) -> Result<u64, String> {
+    let ttl: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number of seconds"))?;
+    let max = etcd_sync::MAX_TTL.as_secs();
+    if ttl == 0 || ttl > max {
+        return Err(format!("must be between 1 and {max} seconds"));
+    }
+    Ok(ttl)
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Acquire a lock (shared with `etcdctl lock NAME`); hold it until a signal, or run CMD
+    /// while holding it
+    #[command(after_help = EXIT_CODES, long_about = LOCK_ABOUT)]
+    Lock(LockArgs),
+    /// Campaign for leadership (shared with `etcdctl elect NAME`); lead until a signal, or
+    /// run CMD while leading. With --listen, print every leadership change instead
+    #[command(after_help = EXIT_CODES, long_about = ELECT_ABOUT)]
+    Elect(ElectArgs),
+}
+
+const LOCK_ABOUT: &str = "\
+Acquire the lock NAME: the key NAME/<lease id in hex>, in etcd's concurrency.Mutex format, \
+so etcd-sync and `etcdctl lock NAME` exclude each other. Waiters are served in order.
+
+Without CMD: print the key once acquired, hold the lock until SIGINT, SIGTERM or SIGHUP, \
+release it and exit 0. If the lock is lost (etcd unreachable for about --ttl), exit 3.
+
+With CMD (after `--`): run CMD while holding the lock, with ETCD_LOCK_KEY (the key) and \
+ETCD_LOCK_REV (its create revision: the fencing token) in its environment, release \
+afterwards and exit with CMD's code. CMD runs in its own process group. If the lock is \
+lost, CMD's group gets SIGTERM, then SIGKILL after --kill-grace, and etcd-sync exits 3. A \
+signal to etcd-sync is passed on to CMD's group (SIGKILL after --kill-grace), then the lock \
+is released.";
+
+const ELECT_ABOUT: &str = "\
+Campaign for leadership of the election NAME with the value PROPOSAL: the key \
+NAME/<lease id in hex>, in etcd's concurrency.Election format, so etcd-sync and \
+`etcdctl elect NAME` candidates share one line.
+
+Without CMD: print the key and the value (two lines) once elected, lead until SIGINT, \
+SIGTERM or SIGHUP, resign and exit 0. If leadership is lost, exit 3.
+
+With CMD (after `--`): run CMD while leading, with ETCD_ELECT_KEY and ETCD_ELECT_REV (the \
+key's create revision) in its environment; on loss or signals, as for `etcd-sync lock`.
+
+With --listen (-l): print the current leader, then one line per change, until SIGINT, \
+SIGTERM or SIGHUP: `leader <key> <value>` or `no-leader`; with --json one object per line: \
+{\"event\":\"elected\"|\"proclaimed\",\"key\":..,\"value\":..,\"revision\":<create \
+revision>,\"mod_revision\":..,\"lease\":\"<hex>\"} or {\"event\":\"none\"}.";
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The lock's name
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
+    pub name: String,
+
+    #[command(flatten)]
+    pub hold: HoldOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// Observe the election instead of campaigning
+    #[arg(short, long, conflicts_with_all = ["proposal", "timeout", "kill_grace", "command"])]
+    pub listen: bool,
+
+    /// With --listen: print one JSON object per line
+    // `requires` alone is not enough: clap drops a requirement that conflicts with an
+    // argument given (`elect --json NAME PROPOSAL` would campaign).
+    #[arg(long, requires = "listen", conflicts_with_all = ["proposal", "timeout", "kill_grace", "command"])]
+    pub json: bool,
+
+    /// The election's name
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
+    pub name: String,
+
+    /// The value to campaign with (the leader's value while we lead); required unless --listen
+    #[arg(required_unless_present = "listen")]
+    pub proposal: Option<String>,
+
+    #[command(flatten)]
+    pub hold: HoldOpts,
+}
+
+/// Waiting, and running CMD while holding: shared by `lock` and `elect`.
+#[derive(Debug, Args)]
+pub struct HoldOpts {
+    /// Give up waiting after DURATION (exit 4, no key left behind)
+    #[arg(long, value_parser = text::parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+
+    /// How long CMD has to exit after SIGTERM (on loss) or a forwarded signal before its
+    /// process group gets SIGKILL
+    #[arg(long, default_value = "5s", value_parser = text::parse_duration, value_name = "DURATION")]
+    pub kill_grace: Duration,
+
+    /// Command to run while holding the lock or leadership, and its arguments
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn ttl_bounds() {
+        assert_eq!(parse_ttl("10"), Ok(10));
+        assert!(parse_ttl("0").is_err());
+        assert!(parse_ttl("1.5").is_err());
+        assert!(parse_ttl("99999999999").is_err());
+    }
+}

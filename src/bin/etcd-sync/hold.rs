@@ -1,0 +1,178 @@
+//! Acquiring and holding a lock or leadership, and giving it up: released, or abandoned
+//! after a loss.
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use etcd_sync::{Error, Leadership, MutexGuard, Session};
+
+use crate::args::HoldOpts;
+use crate::command::run_command;
+use crate::exit::{EXIT_ERROR, EXIT_LOST, EXIT_OK, EXIT_SIGNAL_BASE, EXIT_TIMEOUT, Exit, fail};
+use crate::signals;
+use crate::wait::{TICK, Waited, interruptible};
+
+/// A held lock or leadership.
+pub enum Held {
+    Lock(MutexGuard),
+    /// The leadership and the value we campaigned with.
+    Leadership(Leadership, String),
+}
+
+impl Held {
+    /// "lock" or "leadership", for messages.
+    pub fn what(&self) -> &'static str {
+        match self {
+            Held::Lock(_) => "lock",
+            Held::Leadership(..) => "leadership",
+        }
+    }
+
+    fn key(&self) -> String {
+        match self {
+            Held::Lock(guard) => guard.key_str().into_owned(),
+            Held::Leadership(leadership, _) => {
+                String::from_utf8_lossy(leadership.key()).into_owned()
+            }
+        }
+    }
+
+    pub fn lost(&self) -> Receiver<()> {
+        match self {
+            Held::Lock(guard) => guard.lost(),
+            Held::Leadership(leadership, _) => leadership.lost(),
+        }
+    }
+
+    /// CMD's environment: the key and its create revision (the fencing token).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Held::Lock(guard) => vec![
+                ("ETCD_LOCK_KEY", self.key()),
+                ("ETCD_LOCK_REV", guard.fencing_token().to_string()),
+            ],
+            Held::Leadership(leadership, _) => vec![
+                ("ETCD_ELECT_KEY", self.key()),
+                ("ETCD_ELECT_REV", leadership.fencing_token().to_string()),
+            ],
+        }
+    }
+
+    /// What is printed once acquired without CMD: the key (lock), or the key and the
+    /// value on two lines (elect), as etcdctl does.
+    fn announcement(&self) -> String {
+        match self {
+            Held::Lock(_) => format!("{}\n", self.key()),
+            Held::Leadership(_, value) => format!("{}\n{value}\n", self.key()),
+        }
+    }
+
+    /// Unlocks or resigns (deleting the key only if it is still ours).
+    fn release(self) -> etcd_sync::Result<()> {
+        match self {
+            Held::Lock(guard) => guard.unlock(),
+            Held::Leadership(mut leadership, _) => leadership.resign(),
+        }
+    }
+}
+
+/// Runs the blocking acquire `f` on a worker thread so that signals are seen meanwhile.
+/// On a signal the session is closed: revoking its lease deletes our queued key, and the
+/// waiting call returns with an error.
+pub fn acquire(
+    session: &Session,
+    name: &str,
+    timeout: Option<Duration>,
+    f: impl FnOnce() -> etcd_sync::Result<Held> + Send + 'static,
+) -> Result<Held, Exit> {
+    match interruptible(f)? {
+        Waited::Done(Ok(held)) => Ok(held),
+        Waited::Done(Err(Error::Timeout {
+            operation: "lock" | "campaign",
+            after,
+        })) if timeout.is_some() => {
+            eprintln!("etcd-sync: gave up waiting for {name:?} after {after:?} (--timeout)");
+            Err(EXIT_TIMEOUT)
+        }
+        Waited::Done(Err(e)) => Err(fail(&e)),
+        Waited::Signal(signo) => {
+            if let Err(e) = session.close() {
+                eprintln!(
+                    "etcd-sync: {} while waiting; could not revoke the session: {e} (our key \
+                     expires with the lease within --ttl)",
+                    signals::name(signo)
+                );
+            }
+            Err(EXIT_SIGNAL_BASE + signo)
+        }
+    }
+}
+
+pub fn hold(session: &Session, held: Held, opts: &HoldOpts) -> Exit {
+    if opts.command.is_empty() {
+        hold_until_signal(session, held)
+    } else {
+        run_command(session, held, opts)
+    }
+}
+
+/// Prints the key and holds until a signal (release, exit 0) or a loss (exit 3).
+fn hold_until_signal(session: &Session, held: Held) -> Exit {
+    {
+        // If nobody reads our output any more, keep holding all the same.
+        let mut out = io::stdout().lock();
+        let _ = out
+            .write_all(held.announcement().as_bytes())
+            .and_then(|()| out.flush());
+    }
+    let lost = held.lost();
+    loop {
+        if signals::take().is_some() {
+            return release(session, held, EXIT_OK);
+        }
+        if let Err(RecvTimeoutError::Disconnected) = lost.recv_timeout(TICK) {
+            eprintln!("etcd-sync: {} lost: {}", held.what(), loss_reason(session));
+            return abandon(held);
+        }
+    }
+}
+
+/// Releases, then revokes the session (which deletes the key in any case). `code` is the
+/// exit code if all goes well; a release that failed outright turns a 0 into 1.
+pub fn release(session: &Session, held: Held, code: Exit) -> Exit {
+    let what = held.what();
+    let released = held.release();
+    let closed = session.close();
+    match (released, closed) {
+        (_, Ok(())) => code,
+        (Ok(()), Err(e)) => {
+            eprintln!(
+                "etcd-sync: {what} released, but revoking the session failed: {e} (it expires \
+                 within --ttl)"
+            );
+            code
+        }
+        (Err(e), Err(_)) => {
+            eprintln!(
+                "etcd-sync: could not release the {what}: {e} (etcd deletes the key when the \
+                 lease expires, within --ttl)"
+            );
+            if code == EXIT_OK { EXIT_ERROR } else { code }
+        }
+    }
+}
+
+/// After a loss: do not release (etcd may be unreachable, and the key is gone or goes
+/// with the lease); [`crate::finish`] tries a bounded revoke.
+pub fn abandon(held: Held) -> Exit {
+    // Dropping the guard would send a release bounded only by --command-timeout.
+    std::mem::forget(held);
+    EXIT_LOST
+}
+
+pub fn loss_reason(session: &Session) -> String {
+    session
+        .loss_reason()
+        .map_or_else(|| "unknown reason".into(), |reason| reason.to_string())
+}

@@ -1,0 +1,166 @@
+//! `etcd-sync`: the command-line tool of the etcd-sync crate.
+//!
+//! `etcd-sync lock NAME [-- CMD...]` and `etcd-sync elect NAME PROPOSAL [-- CMD...]` take a
+//! lock or leadership that `etcdctl lock` / `etcdctl elect` share (same keys, same order),
+//! and either hold it until SIGINT/SIGTERM/SIGHUP or run CMD while holding it. Unlike
+//! etcdctl, when the lock or leadership is lost while CMD runs, CMD is stopped (SIGTERM to
+//! its process group, SIGKILL after `--kill-grace`), as `consul lock` does.
+//! `etcd-sync elect --listen NAME` prints every leadership change.
+//!
+//! The library is blocking; the tool is plain threads. A blocking acquire runs on a worker
+//! thread while the main thread polls for signals; a signal while waiting closes the
+//! session (revoking its lease removes our queued key) and the waiting call returns.
+//! Exit codes are listed in [`exit::EXIT_CODES`].
+//!
+//! Modules: [`args`] (the command line), [`exit`] (exit codes), [`wait`] (blocking calls on
+//! worker threads while signals are watched), [`hold`] (acquire, hold, release or abandon),
+//! [`command`] (CMD while holding), [`child`] (CMD's process group), [`signals`], [`text`]
+//! (durations in, leadership events out).
+
+mod args;
+mod child;
+mod command;
+mod exit;
+mod hold;
+mod signals;
+mod text;
+mod wait;
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use clap::Parser;
+use etcd_sync::{LossReason, Session};
+
+use args::{Cli, Command, ElectArgs, GlobalOpts, LockArgs};
+use exit::{EXIT_ERROR, EXIT_OK, EXIT_SIGNAL_BASE, Exit, fail};
+use hold::{Held, acquire, hold};
+use wait::{TICK, Waited, bounded, interruptible};
+
+/// How long to try revoking the lease after a loss before exiting anyway (etcd may be
+/// unreachable; the lease then expires on its own).
+const LOST_CLEANUP: Duration = Duration::from_secs(1);
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match signals::install() {
+        Ok(()) => run(&cli),
+        Err(e) => {
+            eprintln!("etcd-sync: cannot install signal handlers: {e}");
+            EXIT_ERROR
+        }
+    };
+    let _ = io::stdout().flush();
+    // Exit without joining the client's threads: a loss path may have left a bounded
+    // cleanup request running against an unreachable etcd.
+    std::process::exit(code);
+}
+
+fn run(cli: &Cli) -> Exit {
+    let session = match connect(&cli.global) {
+        Ok(session) => session,
+        Err(code) => return code,
+    };
+    let code = match &cli.command {
+        Command::Lock(args) => lock(&session, args),
+        Command::Elect(args) if args.listen => listen(&session, args),
+        Command::Elect(args) => elect(&session, args),
+    };
+    finish(&session);
+    code
+}
+
+/// Connects and starts the session, interruptibly.
+fn connect(global: &GlobalOpts) -> Result<Session, Exit> {
+    let builder = global.client_builder().map_err(|e| fail(&e))?;
+    let ttl = global.session_ttl();
+    match interruptible(move || builder.connect()?.session_builder().ttl(ttl).start())? {
+        Waited::Done(Ok(session)) => Ok(session),
+        Waited::Done(Err(e)) => Err(fail(&e)),
+        Waited::Signal(signo) => Err(EXIT_SIGNAL_BASE + signo),
+    }
+}
+
+/// Revokes the session's lease at the end, unless that already happened. After a loss,
+/// etcd may be unreachable: try for at most [`LOST_CLEANUP`].
+fn finish(session: &Session) {
+    match session.loss_reason() {
+        None => {
+            let _ = session.close();
+        }
+        Some(LossReason::Closed) => {}
+        Some(_) => {
+            let session = session.clone();
+            let _ = bounded(LOST_CLEANUP, move || session.close());
+        }
+    }
+}
+
+fn lock(session: &Session, args: &LockArgs) -> Exit {
+    let mutex = match session.mutex(&args.name) {
+        Ok(mutex) => mutex,
+        Err(e) => return fail(&e),
+    };
+    let timeout = args.hold.timeout;
+    let acquired = acquire(session, &args.name, timeout, move || {
+        match timeout {
+            Some(timeout) => mutex.lock_timeout(timeout),
+            None => mutex.lock(),
+        }
+        .map(Held::Lock)
+    });
+    match acquired {
+        Ok(held) => hold(session, held, &args.hold),
+        Err(code) => code,
+    }
+}
+
+fn elect(session: &Session, args: &ElectArgs) -> Exit {
+    let election = match session.election(&args.name) {
+        Ok(election) => election,
+        Err(e) => return fail(&e),
+    };
+    let proposal = args.proposal.clone().unwrap_or_default();
+    let timeout = args.hold.timeout;
+    let acquired = acquire(session, &args.name, timeout, move || {
+        match timeout {
+            Some(timeout) => election.campaign_timeout(&proposal, timeout),
+            None => election.campaign(&proposal),
+        }
+        .map(|leadership| Held::Leadership(leadership, proposal))
+    });
+    match acquired {
+        Ok(held) => hold(session, held, &args.hold),
+        Err(code) => code,
+    }
+}
+
+fn listen(session: &Session, args: &ElectArgs) -> Exit {
+    let observer = match session.election(&args.name).and_then(|e| e.observe()) {
+        Ok(observer) => observer,
+        Err(e) => return fail(&e),
+    };
+    loop {
+        if signals::take().is_some() {
+            return EXIT_OK;
+        }
+        let event = match observer.recv_timeout(TICK) {
+            Ok(Some(event)) => event,
+            Ok(None) => continue,
+            Err(e) => return fail(&e),
+        };
+        let line = if args.json {
+            text::event_json(&event)
+        } else {
+            text::event_line(&event)
+        };
+        let mut out = io::stdout().lock();
+        if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+            if e.kind() == io::ErrorKind::BrokenPipe {
+                return EXIT_OK; // whoever read our output is done
+            }
+            eprintln!("etcd-sync: cannot write to stdout: {e}");
+            return EXIT_ERROR;
+        }
+    }
+}
