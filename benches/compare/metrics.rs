@@ -1,12 +1,10 @@
-//! etcd's /metrics over plain HTTP: a minimal HTTP/1.0 GET and the few Prometheus text
-//! series this driver reads (gRPC request counters, the unsynced-watcher gauge).
-//!
-//! Kept in this one file on purpose: it is to be replaced by a shared /metrics parser.
+//! The few series of etcd's /metrics this driver reads (gRPC request counters, the
+//! unsynced-watcher gauge), through the crate's one /metrics reader and parser
+//! (`etcd_sync::testing::metrics`).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+
+use etcd_sync::testing::metrics::{self, Metrics};
 
 use crate::Res;
 
@@ -68,36 +66,17 @@ impl Counters {
     }
 }
 
-/// The value of label `name` in a Prometheus label set `{a="x",b="y"}`.
-fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
-    let pat = format!("{name}=\"");
-    let start = labels.find(&pat)? + pat.len();
-    let end = labels[start..].find('"')?;
-    Some(&labels[start..start + end])
-}
-
-fn parse_counters(text: &str) -> Counters {
+/// Adds up the gRPC server counters this driver reads, by method.
+fn parse_counters(metrics: &Metrics) -> Counters {
     let mut c = Counters::default();
-    for line in text.lines() {
-        if line.starts_with('#') {
-            continue;
-        }
-        let Some((series, value)) = line.rsplit_once(' ') else {
+    for sample in metrics.samples() {
+        let Some(method) = sample.label("grpc_method") else {
             continue;
         };
-        let Ok(value) = value.trim().parse::<f64>() else {
-            continue;
-        };
-        let Some((name, labels)) = series.split_once('{') else {
-            continue;
-        };
-        let Some(method) = label(labels, "grpc_method") else {
-            continue;
-        };
-        let map = match name {
+        let map = match sample.name.as_str() {
             "grpc_server_handled_total" => {
-                if label(labels, "grpc_type") == Some("unary") {
-                    c.handled_unary_total += value;
+                if sample.label("grpc_type") == Some("unary") {
+                    c.handled_unary_total += sample.value;
                 }
                 &mut c.handled
             }
@@ -105,51 +84,17 @@ fn parse_counters(text: &str) -> Counters {
             "grpc_server_msg_received_total" => &mut c.msg_received,
             _ => continue,
         };
-        *map.entry(method.to_string()).or_default() += value;
+        *map.entry(method.to_string()).or_default() += sample.value;
     }
     c
 }
 
-/// `GET path` on the first endpoint (etcd serves /metrics on its client URL), bounded.
-fn http_get(endpoint: &str, path: &str) -> Res<String> {
-    let authority = endpoint
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string();
-    let addr = authority
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| format!("cannot resolve {authority}"))?;
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: {authority}\r\nAccept: text/plain\r\n\r\n"
-    )?;
-    let mut body = Vec::new();
-    stream.read_to_end(&mut body)?;
-    let text = String::from_utf8_lossy(&body).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or("malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        return Err(format!("GET {path}: {}", head.lines().next().unwrap_or_default()).into());
-    }
-    Ok(body.to_string())
-}
-
 /// etcd's gRPC request counters as of now.
 pub fn counters(endpoint: &str) -> Res<Counters> {
-    Ok(parse_counters(&http_get(endpoint, "/metrics")?))
+    Ok(parse_counters(&metrics::fetch(endpoint)?))
 }
 
 /// etcd's gauge of unsynced ("slow") watchers, if /metrics has it.
 pub fn unsynced_watchers(endpoint: &str) -> Res<Option<f64>> {
-    let text = http_get(endpoint, "/metrics")?;
-    Ok(text
-        .lines()
-        .find(|l| l.starts_with("etcd_debugging_mvcc_slow_watcher_total "))
-        .and_then(|l| l.rsplit_once(' '))
-        .and_then(|(_, v)| v.trim().parse::<f64>().ok()))
+    Ok(metrics::fetch(endpoint)?.get("etcd_debugging_mvcc_slow_watcher_total", &[]))
 }

@@ -14,6 +14,35 @@
 //! ```
 
 use std::io;
+use std::net::ToSocketAddrs;
+
+/// Reads and parses `/metrics` from an etcd client URL such as `http://127.0.0.1:2379`
+/// (etcd serves it on its client listener too), for drivers that did not start the server.
+///
+/// # Example
+///
+/// ```no_run
+/// let metrics = etcd_sync::testing::metrics::fetch("http://127.0.0.1:2379")?;
+/// println!("{:?}", metrics.get("etcd_server_has_leader", &[]));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn fetch(endpoint: &str) -> io::Result<Metrics> {
+    let authority = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let addr = authority.to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cannot resolve {authority}"),
+        )
+    })?;
+    let response = super::http::get(addr, "/metrics")?;
+    if response.status != 200 {
+        return Err(io::Error::other(format!(
+            "GET {endpoint}/metrics: HTTP {}",
+            response.status
+        )));
+    }
+    parse(&response.body)
+}
 
 /// Parses Prometheus text: one [`Sample`] per line that is neither blank nor a comment
 /// (`# HELP`, `# TYPE` and other `#` lines are skipped). Timestamps are accepted and
