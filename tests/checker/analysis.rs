@@ -25,6 +25,8 @@ pub(crate) struct Totals {
     pub(crate) waits: u64,
     pub(crate) slow_waits: Vec<String>,
     pub(crate) errors: HashMap<String, u64>,
+    /// The text of every error of no known kind, for the summary.
+    pub(crate) other_errors: Vec<String>,
 }
 
 pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
@@ -74,6 +76,7 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
                     }
                 }
                 (Some(&"ERR"), 2) => *totals.errors.entry(f[1].to_string()).or_default() += 1,
+                (Some(&"NOTE"), _) => totals.other_errors.push(line[5..].to_string()),
                 _ => {} // a line cut by SIGKILL
             }
         }

@@ -502,6 +502,9 @@ fn randomized_checker() {
         totals.stale_attempts,
         violations.len()
     );
+    for note in &totals.other_errors {
+        println!("CHECKER error of no known kind: {note}");
+    }
     assert!(
         violations.is_empty(),
         "seed {seed}: violations:\n{}",
