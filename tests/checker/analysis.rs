@@ -76,7 +76,9 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
                     }
                 }
                 (Some(&"ERR"), 2) => *totals.errors.entry(f[1].to_string()).or_default() += 1,
-                (Some(&"NOTE"), _) => totals.other_errors.push(line[5..].to_string()),
+                (Some(&"NOTE"), _) => totals
+                    .other_errors
+                    .push(line.get(5..).unwrap_or_default().to_string()),
                 _ => {} // a line cut by SIGKILL
             }
         }
