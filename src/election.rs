@@ -35,34 +35,9 @@ use crate::session::Session;
 /// drop(leadership); // resigns
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Election {
     line: Arc<Line>,
-}
-
-impl std::fmt::Debug for Election {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Election")
-            .field("key", &text(self.line.key()))
-            .finish()
-    }
-}
-
-impl Session {
-    /// An election named `name` on this session. No request is sent until you use it.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let election = session.election("scheduler")?;
-    /// # let _ = election;
-    /// # Ok(()) }
-    /// ```
-    pub fn election(&self, name: impl AsRef<[u8]>) -> Result<Election> {
-        Ok(Election {
-            line: Line::of(self, name.as_ref())?,
-        })
-    }
 }
 
 impl Election {
@@ -392,5 +367,22 @@ impl Leadership {
         crate::runtime::ensure_blocking_allowed()?;
         let wait = self.held.line().session().client().rpc().request_timeout();
         self.held.release(Some(wait)).map(|_| ())
+    }
+}
+
+impl Session {
+    /// An election named `name` on this session. No request is sent until you use it.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let election = session.election("scheduler")?;
+    /// # let _ = election;
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl AsRef<[u8]>) -> Result<Election> {
+        Ok(Election {
+            line: Line::of(self, name.as_ref())?,
+        })
     }
 }

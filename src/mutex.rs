@@ -41,17 +41,9 @@ use crate::session::Session;
 /// } // released here
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Mutex {
     line: Arc<Line>,
-}
-
-impl std::fmt::Debug for Mutex {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mutex")
-            .field("key", &text(self.line.key()))
-            .finish()
-    }
 }
 
 impl Session {

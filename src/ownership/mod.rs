@@ -98,6 +98,14 @@ struct Slot {
     turn: Weak<tokio::sync::Mutex<()>>,
 }
 
+impl std::fmt::Debug for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Line")
+            .field("key", &crate::kv::text(&self.key))
+            .finish_non_exhaustive()
+    }
+}
+
 impl Line {
     /// The session's line under `name`, shared by every recipe of that session and name
     /// (so a Mutex and an Election of one name on one session take turns on one key).
