@@ -11,6 +11,7 @@ use crate::kv::{KeyValue, Range, Txn, TxnResponse};
 use crate::lease::LeaseState;
 use crate::runtime::Runtime;
 use crate::transport::{Retry, Rpc, RpcConfig, parse_endpoint};
+use crate::watches::Watches;
 
 /// Default limit for establishing a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -51,8 +52,10 @@ pub struct Client {
 // is shut down.
 struct ClientInner {
     rpc: Rpc,
-    /// The task that follows live guards' keys (one watch stream for the client).
+    /// The task that follows live guards' keys.
     follower: Follower,
+    /// The client's one watch stream, shared by waiters, guards and observers.
+    watches: Watches,
     /// Leases with a live session in this client: resuming one of them again would give
     /// two sessions one lease, and the first would never hear of its loss.
     live_leases: std::sync::Mutex<std::collections::HashMap<i64, std::sync::Weak<LeaseState>>>,
@@ -266,6 +269,10 @@ impl Client {
 
     pub(crate) fn follower(&self) -> &Follower {
         &self.inner.follower
+    }
+
+    pub(crate) fn watches(&self) -> &Watches {
+        &self.inner.watches
     }
 
     pub(crate) fn keepalive_register(&self, session: Arc<LeaseState>) -> Result<()> {
@@ -511,11 +518,13 @@ impl ClientBuilder {
         let runtime = Runtime::new()?;
         let rpc = runtime.block_on(Rpc::connect(&config))?;
         let keepalive = KeepAlive::start(runtime.handle()?.clone(), rpc.clone())?;
-        let follower = Follower::start(runtime.handle()?, rpc.clone());
+        let watches = Watches::start(runtime.handle()?, rpc.clone());
+        let follower = Follower::start(runtime.handle()?, rpc.clone(), watches.clone());
         Ok(Client {
             inner: Arc::new(ClientInner {
                 rpc,
                 follower,
+                watches,
                 live_leases: std::sync::Mutex::default(),
                 keepalive,
                 runtime,

@@ -1,21 +1,21 @@
-//! Guards follow their key: one watch stream per client, multiplexing one watcher per live
-//! guard (and per line being swept), run by one task on the client's runtime. No thread
-//! and no stream per guard.
+//! Guards follow their key: one task per client subscribes, on the client's one watch
+//! stream (`watches.rs`), for every live guard and every line being swept. No thread and
+//! no stream per guard.
 //!
 //! * **Guard**: once a guard has been held for 200 ms (most holds are shorter and cost etcd
-//!   nothing), watch its key for deletes from *now*. If etcd's "now" at creation is later
-//!   than the revision at which the caller last saw the key, one read of the key closes
-//!   the gap. A delete by anyone (our own cleanup, `etcdctl del`, a lease revoked
-//!   elsewhere) ends the hold: `is_held()` turns false and `lost()` fires, well within a
-//!   second.
+//!   nothing), subscribe to the deletes under its name (the watcher its waiters share, so
+//!   often already there). If the watcher starts after the revision at which the caller
+//!   last saw the key, one read of the key closes the gap. A delete by anyone (our own
+//!   cleanup, `etcdctl del`, a lease revoked elsewhere) ends the hold: `is_held()` turns
+//!   false and `lost()` fires, well within a second.
 //! * **Sweep**: after an ambiguous enqueue, watch our key for puts. A put there while the
 //!   line's turn is free is the old attempt applied late by a member that held it (etcd
 //!   has no idempotency keys): take the turn and delete it, so it cannot block the line
 //!   for the rest of the session.
 //!
-//! The stream follows the client's current endpoint (a frozen member sends nothing), and
-//! after a break every watcher is re-created from the revision after the last one it saw;
-//! if that was compacted, one read of the key decides instead.
+//! Failover, re-creation after a break and compaction are the watch stream's business: a
+//! subscription reports every event after the revision it names, or says where it starts
+//! again, and then one read of the key decides.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -23,14 +23,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::kv::Range;
 use crate::kv::text;
 use crate::lease::LeaseState;
 use crate::queue::{self, Owned};
 use crate::transport::Rpc;
-use crate::transport::watch::{Event, EventKind, Only, Watch, WatchStream};
+use crate::transport::watch::{Event, EventKind, Only};
+use crate::watches::{Delivery, Sink, Spec, Subscribed, Watches};
 
 /// A guard as the follow task sees it (the ownership core implements it): the task only
 /// needs to end it, and to know when it ended by itself.
@@ -42,8 +42,10 @@ pub(crate) trait Followed: Send + Sync {
 
 /// What to follow.
 pub(crate) enum Follow {
-    /// End `hold` when `key` (created at `rev`, known to exist at `alive_at`) is deleted.
+    /// End `hold` when `key` (under `prefix`, created at `rev`, known to exist at
+    /// `alive_at`) is deleted.
     Guard {
+        prefix: Vec<u8>,
         key: Vec<u8>,
         rev: i64,
         alive_at: i64,
@@ -98,11 +100,11 @@ impl Follow {
         }
     }
 
-    fn create(&self, from: i64) -> Watch {
+    fn spec(&self) -> Spec {
         match self {
             // Deletes only: a put with our create revision is a proclamation.
-            Follow::Guard { key, .. } => Watch::key(key, from, Only::Deletes),
-            Follow::Sweep { key, .. } => Watch::key(key, from, Only::Puts),
+            Follow::Guard { prefix, .. } => Spec::prefix(prefix, Only::Deletes),
+            Follow::Sweep { key, .. } => Spec::key(key, Only::Puts),
         }
     }
 }
@@ -114,10 +116,10 @@ pub(crate) struct Follower {
 }
 
 impl Follower {
-    /// Starts the task on the current runtime (call from inside it, or with a handle).
-    pub(crate) fn start(handle: &tokio::runtime::Handle, rpc: Rpc) -> Follower {
+    /// Starts the task on the runtime of `handle`.
+    pub(crate) fn start(handle: &tokio::runtime::Handle, rpc: Rpc, watches: Watches) -> Follower {
         let (commands, receiver) = unbounded_channel();
-        drop(handle.spawn(run(rpc, receiver)));
+        drop(handle.spawn(run(rpc, watches, receiver)));
         Follower { commands }
     }
 
@@ -127,19 +129,20 @@ impl Follower {
     }
 }
 
+/// One thing followed, with its subscription.
 struct Entry {
     what: Follow,
-    /// Where a re-created watcher starts: the revision after the last one seen.
-    from: i64,
+    /// Everything up to this revision is settled: events at or before it are old news.
+    known: i64,
+    _subscribed: Subscribed,
 }
 
-/// How often the task prunes ended guards and checks that its stream is on the endpoint
-/// the client uses.
+/// How often the task drops ended guards (and so their subscriptions).
 const TICK: Duration = Duration::from_millis(250);
 
-/// How long a guard is held before its key gets a watcher. Most holds are shorter and
-/// then cost etcd nothing; a deletion in the meantime is found by the read that closes the
-/// gap when the watcher is created, so it is still reported well within a second.
+/// How long a guard is held before it subscribes. Most holds are shorter and then cost
+/// etcd nothing; a deletion in the meantime is found by the read that closes the gap when
+/// the subscription starts after it, so it is still reported well within a second.
 const DEFER: Duration = Duration::from_millis(200);
 
 /// Commands waiting for their time, oldest first.
@@ -180,43 +183,34 @@ impl Deferred {
     }
 }
 
-async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Follow>) {
+async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>) {
     let mut entries: HashMap<u64, Entry> = HashMap::new();
     let mut deferred = Deferred::default();
-    let mut next_local = 0u64;
-    let mut backoff = Backoff::quick();
+    let mut next_tag = 0u64;
+    let (sink, mut deliveries) = unbounded_channel();
+    let mut prune = tokio::time::interval(TICK);
     loop {
-        entries.retain(|_, entry| entry.what.is_live());
-        if entries.is_empty() {
-            // A stream needs a first watcher (etcd answers headers with the first
-            // response), so an idle client keeps none.
-            tokio::select! {
-                command = commands.recv() => match command {
-                    Some(what) => accept(&entries, &mut deferred, what),
-                    None => return, // the client is gone
-                },
-                _ = tokio::time::sleep_until(deferred.next_due().into()) => {
-                    for what in deferred.take_due() {
-                        let entry = Entry { from: what.known_through() + 1, what };
-                        entries.insert(next_local, entry);
-                        next_local += 1;
-                    }
+        tokio::select! {
+            command = commands.recv() => match command {
+                Some(what) => accept(&entries, &mut deferred, what),
+                None => return, // the client is gone
+            },
+            _ = tokio::time::sleep_until(deferred.next_due().into()) => {
+                for what in deferred.take_due() {
+                    next_tag += 1;
+                    let subscribed = watches.subscribe_to(what.spec(), Sink::new(next_tag, sink.clone()));
+                    let entry = Entry { known: what.known_through(), what, _subscribed: subscribed };
+                    entries.insert(next_tag, entry);
                 }
             }
-            continue;
-        }
-        let stream = Stream {
-            entries: &mut entries,
-            deferred: &mut deferred,
-            next_local: &mut next_local,
-        };
-        match stream.follow(&rpc, &mut commands).await {
-            Ok(Closed::Commands) => return,
-            Ok(Closed::Stream) => backoff.reset(),
-            Err(e) => {
-                tracing::debug!(error = %e, "follow stream failed; reopening");
-                backoff.sleep().await;
+            delivery = deliveries.recv() => {
+                let Some((tag, delivery)) = delivery else { return };
+                let Some(entry) = entries.get_mut(&tag) else { continue };
+                if !deliver(&rpc, entry, delivery).await {
+                    entries.remove(&tag);
+                }
             }
+            _ = prune.tick() => entries.retain(|_, entry| entry.what.is_live()),
         }
     }
 }
@@ -235,150 +229,59 @@ fn accept(entries: &HashMap<u64, Entry>, deferred: &mut Deferred, what: Follow) 
     }
 }
 
-/// The task's state while a stream runs.
-struct Stream<'a> {
-    entries: &'a mut HashMap<u64, Entry>,
-    deferred: &'a mut Deferred,
-    next_local: &'a mut u64,
-}
-
-enum Closed {
-    /// The stream went stale, or a watcher must start elsewhere: open again.
-    Stream,
-    /// The client is gone.
-    Commands,
-}
-
-impl Stream<'_> {
-    /// Runs one stream until it breaks or goes stale. Watchers for new entries start from
-    /// *now* (synced: cheap for etcd); the gap between what the caller knew and etcd's
-    /// "now" at creation is closed by one read, only when a write happened in it.
-    async fn follow(self, rpc: &Rpc, commands: &mut UnboundedReceiver<Follow>) -> Result<Closed> {
-        let Stream {
-            entries,
-            deferred,
-            next_local,
-        } = self;
-        let order: Vec<u64> = entries.keys().copied().collect();
-        let creates = order
-            .iter()
-            .map(|local| {
-                let entry = &entries[local];
-                entry.what.create(entry.from)
-            })
-            .collect();
-        let (mut watch, created, _) = WatchStream::open_tolerant(rpc, creates).await?;
-        let mut by_id: HashMap<i64, u64> = HashMap::new();
-        let mut refused = Vec::new();
-        for (local, id) in order.into_iter().zip(created.ids) {
-            match id {
-                Some(id) => {
-                    by_id.insert(id, local);
+/// Handles one delivery; false when there is nothing left to follow.
+async fn deliver(rpc: &Rpc, entry: &mut Entry, delivery: Delivery) -> bool {
+    match delivery {
+        Delivery::From { after, .. } => {
+            if after <= entry.known {
+                return true;
+            }
+            // The subscription starts after what the caller knew: one read of the key
+            // closes the gap.
+            match settle_by_reading(rpc, &entry.what).await {
+                Ok(Some(revision)) => {
+                    entry.known = revision;
+                    true
                 }
-                None => refused.push(local),
+                Ok(None) => false,
+                Err(e) => {
+                    // The key is still followed from `after` on; only the gap is unread.
+                    tracing::warn!(key = %text(entry.what.key()), error = %e, "could not read a followed key");
+                    entry.known = after;
+                    true
+                }
             }
         }
-        // Watchers whose start was compacted away: one read decides for them.
-        let mut reopen = false;
-        for local in refused {
-            if let Some(mut entry) = entries.remove(&local)
-                && let Some(revision) = settle_by_reading(rpc, &entry.what).await?
-            {
-                entry.from = revision + 1;
-                entries.insert(local, entry);
-                reopen = true;
+        Delivery::Events(batch) => {
+            let known = entry.known;
+            for event in batch.iter().filter(|e| e.kv.mod_revision > known) {
+                if event.kv.key == entry.what.key() && !handle_event(rpc, &entry.what, event) {
+                    return false;
+                }
             }
+            true
         }
-        if reopen {
-            return Ok(Closed::Stream);
-        }
-        // New entries waiting for their `created` answer (etcd answers creates in order).
-        let mut pending: VecDeque<u64> = VecDeque::new();
-        let mut tick = tokio::time::interval(TICK);
-        loop {
-            let response = tokio::select! {
-                command = commands.recv() => {
-                    let Some(what) = command else { return Ok(Closed::Commands) };
-                    accept(entries, deferred, what);
-                    continue;
-                }
-                _ = tokio::time::sleep_until(deferred.next_due().into()) => {
-                    for what in deferred.take_due() {
-                        watch.send_create(&what.create(0))?;
-                        let local = *next_local;
-                        *next_local += 1;
-                        entries.insert(local, Entry { from: what.known_through() + 1, what });
-                        pending.push_back(local);
-                    }
-                    continue;
-                }
-                response = watch.next() => response?,
-                _ = tick.tick() => {
-                    if watch.is_stale(rpc) {
-                        return Ok(Closed::Stream);
-                    }
-                    let ended: Vec<(i64, u64)> = by_id
-                        .iter()
-                        .filter(|(_, local)| !entries[*local].what.is_live())
-                        .map(|(id, local)| (*id, *local))
-                        .collect();
-                    for (id, local) in ended {
-                        watch.send_cancel(id)?;
-                        by_id.remove(&id);
-                        entries.remove(&local);
-                    }
-                    continue;
-                }
-            };
-            let revision = response.revision;
-            if response.created {
-                let Some(local) = pending.pop_front() else {
-                    continue;
-                };
-                let Some(entry) = entries.get_mut(&local) else {
-                    continue;
-                };
-                if response.canceled {
-                    return Ok(Closed::Stream); // re-open: it starts from its revision then
-                }
-                by_id.insert(response.watch_id, local);
-                let known_through = entry.what.known_through();
-                entry.from = revision + 1;
-                if revision > known_through && entry.what.is_live() {
-                    // Something was written between what the caller saw and etcd's "now"
-                    // for this watcher: read the key once instead of watching the gap.
-                    settle_by_reading(rpc, &entry.what).await?;
-                }
-                continue;
-            }
-            let Some(local) = by_id.get(&response.watch_id).copied() else {
-                continue;
-            };
-            if response.canceled {
-                // Compacted or refused under us: re-open; the read-or-watch logic decides.
-                return Ok(Closed::Stream);
-            }
-            if let Some(entry) = entries.get_mut(&local) {
-                for event in &response.events {
-                    handle_event(rpc, &entry.what, event);
-                }
-                entry.from = entry.from.max(revision + 1);
-            }
+        Delivery::Failed(e) => {
+            tracing::warn!(key = %text(entry.what.key()), error = %e, "etcd refused to watch a followed key");
+            false
         }
     }
 }
 
-fn handle_event(rpc: &Rpc, what: &Follow, event: &Event) {
+/// Handles an event on the followed key; false when the guard ended.
+fn handle_event(rpc: &Rpc, what: &Follow, event: &Event) -> bool {
     let kv = &event.kv;
     let is_delete = event.kind == EventKind::Delete;
     match what {
         Follow::Guard { rev, hold, .. } => {
-            if is_delete
-                && kv.mod_revision > *rev
-                && let Some(hold) = hold.upgrade()
-            {
-                tracing::warn!(key = %text(&kv.key), fencing_token = rev, "our key was deleted: the guard is lost");
-                hold.lose_key();
+            if is_delete && kv.mod_revision > *rev {
+                if let Some(hold) = hold.upgrade()
+                    && !hold.is_ended()
+                {
+                    tracing::warn!(key = %text(&kv.key), fencing_token = rev, "our key was deleted: the guard is lost");
+                    hold.lose_key();
+                }
+                return false;
             }
         }
         Follow::Sweep {
@@ -389,6 +292,7 @@ fn handle_event(rpc: &Rpc, what: &Follow, event: &Event) {
             }
         }
     }
+    true
 }
 
 /// Takes the line's turn (so no guard or waiter of ours uses the key) and deletes whatever
@@ -416,6 +320,7 @@ fn spawn_sweep(
 /// when there is nothing left to follow.
 async fn settle_by_reading(rpc: &Rpc, what: &Follow) -> Result<Option<i64>> {
     let read = rpc.read(&Range::key(what.key())).await?;
+    tracing::debug!(key = %text(what.key()), at = read.revision, "followed key read");
     let revision = read.revision;
     let current = read.kvs.into_iter().next();
     match what {

@@ -48,6 +48,7 @@ pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
 mod transport;
+mod watches;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,

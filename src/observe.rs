@@ -8,11 +8,12 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::kv::KeyValue;
 use crate::kv::text;
-use crate::kv::{KeyValue, prefix_end};
 use crate::queue;
 use crate::transport::Rpc;
-use crate::transport::watch::{EventKind, Only, STALE_CHECK, Watch, WatchStream};
+use crate::transport::watch::{EventKind, Only, STALE_CHECK};
+use crate::watches::{Delivery, Spec, Watches};
 
 /// The current leader of an election.
 ///
@@ -138,10 +139,11 @@ pub(crate) fn observe_prefix(client: crate::Client, prefix: Vec<u8>) -> Result<O
     let (events_tx, events) = crossbeam_channel::bounded(OBSERVER_BUFFER);
     let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
     let rpc = client.rpc().clone();
+    let watches = client.watches().clone();
     client.spawn(async move {
         tokio::select! {
             _ = cancelled => {}
-            _ = observe_loop(rpc, prefix, events_tx) => {}
+            _ = observe_loop(rpc, watches, prefix, events_tx) => {}
         }
     });
     Ok(Observer {
@@ -209,99 +211,99 @@ impl Outbox {
     }
 }
 
-/// The observer task: watch the prefix from now, re-read the leader whenever leadership
-/// may have changed, and emit only differences.
-async fn observe_loop(rpc: Rpc, prefix: Vec<u8>, events: Sender<Result<LeaderEvent>>) {
+/// The observer task: subscribe to every change under the prefix (on the client's one
+/// watch stream), read the leader whenever the subscription starts after what we know or
+/// leadership may have changed, and emit only differences.
+async fn observe_loop(
+    rpc: Rpc,
+    watches: Watches,
+    prefix: Vec<u8>,
+    events: Sender<Result<LeaderEvent>>,
+) {
     let mut last: Option<Option<Leader>> = None;
+    // Revision of our last read: events at or before it are already reflected in `last`.
+    let mut read_at = 0i64;
     let mut backoff = Backoff::quick();
     let mut outbox = Outbox {
         events,
         delivered: None,
         behind: false,
     };
+    let mut changes = watches.subscribe(Spec::prefix(&prefix, Only::All));
+    let mut reread = false;
     loop {
-        let creates = vec![Watch {
-            key: prefix.clone(),
-            range_end: prefix_end(&prefix),
-            start_revision: 0,
-            only: Only::All,
-        }];
-        let mut watch = match WatchStream::open(&rpc, creates).await {
-            Ok((watch, _)) => watch,
-            Err(e) if e.is_transient() => {
-                backoff.sleep().await;
-                continue;
-            }
-            Err(e) => {
-                outbox.fail(e);
-                return;
-            }
-        };
-        // Read after the watcher exists: nothing between the read and the events is missed.
-        let mut reread = true;
-        loop {
-            if reread {
-                let current = match current_leader(&rpc, &prefix).await {
-                    Ok((current, _)) => current,
-                    Err(e) if e.is_transient() => break,
-                    Err(e) => {
-                        outbox.fail(e);
-                        return;
-                    }
-                };
-                if let Some(event) = diff(last.as_ref(), &current) {
-                    tracing::debug!(?event, "leadership changed");
-                    if !outbox.offer(event, &current) {
-                        return;
-                    }
-                }
-                last = Some(current);
-                reread = false;
-            }
-            let next = tokio::select! {
-                next = watch.next() => Some(next),
-                _ = tokio::time::sleep(STALE_CHECK) => None,
-            };
-            if outbox.behind && !outbox.catch_up(last.as_ref().unwrap_or(&None)) {
-                return;
-            }
-            let response = match next {
-                None if watch.is_stale(&rpc) => break,
-                None => continue,
-                Some(Ok(response)) if response.canceled => break,
-                Some(Ok(response)) => response,
-                Some(Err(_)) => break,
-            };
-            backoff.reset();
-            for event in response.events {
-                let kv = event.kv;
-                let is_put = event.kind == EventKind::Put;
-                match last.as_ref().and_then(Option::as_ref) {
-                    // A new value under the leader's own key (same create revision): the
-                    // same leader proclaimed. Reported from the event: no read needed.
-                    // Events at or before our last read are already reflected in it.
-                    Some(l)
-                        if is_put
-                            && kv.key == l.key
-                            && kv.create_revision == l.create_revision
-                            && kv.mod_revision > l.mod_revision =>
-                    {
-                        let proclaimed = Leader::from(kv);
-                        let now = Some(proclaimed.clone());
-                        if !outbox.offer(LeaderEvent::Proclaimed(proclaimed), &now) {
+        if reread {
+            match current_leader(&rpc, &prefix).await {
+                Ok((current, at)) => {
+                    backoff.reset();
+                    read_at = at;
+                    reread = false;
+                    if let Some(event) = diff(last.as_ref(), &current) {
+                        tracing::debug!(?event, "leadership changed");
+                        if !outbox.offer(event, &current) {
                             return;
                         }
-                        last = Some(now);
                     }
-                    // The leader's key went away: someone else (or nobody) leads now.
-                    Some(l) if !is_put && kv.key == l.key => reread = true,
-                    // A candidate joined an empty election.
-                    None if is_put => reread = true,
-                    _ => {}
+                    last = Some(current);
+                }
+                Err(e) if e.is_transient() => {
+                    backoff.sleep().await;
+                    continue;
+                }
+                Err(e) => {
+                    outbox.fail(e);
+                    return;
                 }
             }
         }
-        backoff.sleep().await;
+        let delivery = tokio::select! {
+            delivery = changes.next() => Some(delivery),
+            // A consumer that was behind may have room again.
+            _ = tokio::time::sleep(STALE_CHECK), if outbox.behind => None,
+        };
+        if outbox.behind && !outbox.catch_up(last.as_ref().unwrap_or(&None)) {
+            return;
+        }
+        match delivery {
+            None => {}
+            Some(Delivery::From { after, .. }) => {
+                if last.is_none() || after > read_at {
+                    reread = true;
+                }
+            }
+            Some(Delivery::Events(batch)) => {
+                for event in batch.iter().filter(|e| e.kv.mod_revision > read_at) {
+                    let kv = &event.kv;
+                    let is_put = event.kind == EventKind::Put;
+                    match last.as_ref().and_then(Option::as_ref) {
+                        // A new value under the leader's own key (same create revision):
+                        // the same leader proclaimed. Reported from the event: no read.
+                        Some(l)
+                            if is_put
+                                && kv.key == l.key
+                                && kv.create_revision == l.create_revision
+                                && kv.mod_revision > l.mod_revision =>
+                        {
+                            let proclaimed = Leader::from(kv.clone());
+                            let now = Some(proclaimed.clone());
+                            if !outbox.offer(LeaderEvent::Proclaimed(proclaimed), &now) {
+                                return;
+                            }
+                            last = Some(now);
+                        }
+                        // The leader's key went away: someone else (or nobody) leads now.
+                        Some(l) if !is_put && kv.key == l.key => reread = true,
+                        // A candidate joined an empty election.
+                        None if is_put => reread = true,
+                        _ => {}
+                    }
+                }
+            }
+            Some(Delivery::Failed(e)) => {
+                outbox.fail(e);
+                return;
+            }
+        }
     }
 }
 

@@ -1,20 +1,23 @@
 //! The waiting line shared by [`Mutex`](crate::Mutex) and [`Election`](crate::Election):
 //! keys `<name>/<lease hex>` ordered by create revision, where the oldest key owns.
 //!
-//! One implementation of "wait for my predecessor": watch only the immediate predecessor
-//! (no herd effect) and our own key, from *now* (never on etcd's 100 ms unsynced-watcher
-//! loop), re-read after the watchers exist, and stop at once if our session is lost or our
-//! key disappears (upstream Go keeps waiting, etcd #19597).
+//! One implementation of "wait for the keys before mine": the enqueue Txn returns them
+//! (keys only); one watcher of deletes under the name, shared by every waiter of the name
+//! on the client (see `watches.rs`), reports them leaving in revision order, and the last
+//! one leaving *is* the proof of ownership, with no read on the handoff path. The wait
+//! stops at once if our session is lost or our key disappears (upstream Go keeps waiting,
+//! etcd #19597).
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::kv::text;
 use crate::kv::{Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOpResponse};
 use crate::lease::LeaseState;
-use crate::transport::watch::{Only, STALE_CHECK, Watch, WatchStream};
+use crate::transport::watch::{EventKind, Only};
 use crate::transport::{Retry, Rpc};
+use crate::watches::{Delivery, Spec, UNSYNCED_WINDOW, Watches};
 
 /// Longest name accepted for a lock or an election.
 pub(crate) const MAX_NAME_LEN: usize = 4096;
@@ -49,14 +52,37 @@ pub(crate) enum Position {
     Gone,
     /// Ours is the oldest key: we own.
     Owner,
-    /// The key created just before ours.
-    Behind(KeyValue),
+    /// Keys created before ours exist.
+    Behind(Ahead),
 }
 
-/// Range over `prefix` newest-first, limited to create revisions up to `max_create`.
-fn newest_up_to(prefix: &[u8], max_create: i64, limit: i64) -> Range {
+/// The keys created before ours. No key can join them (create revisions only grow), so a
+/// waiter that sees each of them deleted, on one watcher that also covers its own key, knows
+/// it owns without reading again.
+#[derive(Debug, Clone)]
+pub(crate) struct Ahead {
+    keys: HashSet<Vec<u8>>,
+    /// Whether `keys` is every key before ours, or only the newest [`TRACKED`] of them (a
+    /// very long line): then a read finds the rest when these are gone.
+    complete: bool,
+}
+
+impl Ahead {
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+/// How many keys before ours a waiter tracks. The enqueue Txn returns them (keys only), so
+/// a longer line costs bytes in one answer, not extra requests; past this, a waiter reads
+/// again when the ones it tracks are gone.
+const TRACKED: i64 = 1024;
+
+/// Range over `prefix` newest-first, keys only, limited to create revisions up to
+/// `max_create`: our key and the [`TRACKED`] keys before it.
+fn newest_up_to(prefix: &[u8], max_create: i64) -> Range {
     Range {
-        limit,
+        limit: TRACKED + 1,
         by_create_revision: Some(false),
         max_create_revision: max_create,
         // Only keys and revisions matter here; election values can be large.
@@ -74,14 +100,27 @@ pub(crate) fn first_created(prefix: &[u8]) -> Range {
     }
 }
 
-/// Interprets "our key and the one before it" (newest first, at most two keys).
-fn position_of(kvs: Vec<KeyValue>, key: &[u8], rev: i64) -> Position {
+/// Interprets "our key and the ones before it" (newest first, from [`newest_up_to`]), with
+/// the owner if the same answer had it.
+fn position_of(kvs: Vec<KeyValue>, key: &[u8], rev: i64, owner: Option<&KeyValue>) -> Position {
     let mut kvs = kvs.into_iter();
     match kvs.next() {
-        Some(first) if first.key == key && first.create_revision == rev => match kvs.next() {
-            Some(pred) => Position::Behind(pred),
-            None => Position::Owner,
-        },
+        Some(first) if first.key == key && first.create_revision == rev => {
+            let before: Vec<KeyValue> = kvs.collect();
+            if before.is_empty() {
+                return Position::Owner;
+            }
+            let has_owner = owner.is_some_and(|owner| {
+                before
+                    .iter()
+                    .any(|kv| kv.key == owner.key && kv.create_revision == owner.create_revision)
+            });
+            let complete = has_owner || (before.len() as i64) < TRACKED;
+            Position::Behind(Ahead {
+                keys: before.into_iter().map(|kv| kv.key).collect(),
+                complete,
+            })
+        }
         _ => Position::Gone,
     }
 }
@@ -98,23 +137,17 @@ pub(crate) struct Ours<'a> {
 /// it? With the store revision of the read.
 async fn read_position_at(rpc: &Rpc, ours: Ours<'_>) -> Result<(Position, i64)> {
     let Ours { prefix, key, rev } = ours;
-    let read = rpc.read(&newest_up_to(prefix, rev, 2)).await?;
+    let read = rpc.read(&newest_up_to(prefix, rev)).await?;
     tracing::debug!(
         key = %text(key),
         rev,
         at = read.revision,
-        found = ?read.kvs.iter().map(|kv| (text(&kv.key).into_owned(), kv.create_revision)).collect::<Vec<_>>(),
+        found = ?read.kvs.iter().take(3).map(|kv| (text(&kv.key).into_owned(), kv.create_revision)).collect::<Vec<_>>(),
+        keys = read.kvs.len(),
         "position read"
     );
-    Ok((position_of(read.kvs, key, rev), read.revision))
+    Ok((position_of(read.kvs, key, rev, None), read.revision))
 }
-
-/// How long after creating its watchers a waiter double-checks by reading, when etcd may
-/// have registered them as *unsynced*: etcd 3.4 turns `start_revision = 0` into "the
-/// stream's revision + 1" read just before registering, so a write landing in between makes
-/// the watcher unsynced, and its events then wait for etcd's 100 ms sync loop. After one
-/// loop (plus slack) the watcher is synced or its events delivered.
-const UNSYNCED_WINDOW: Duration = Duration::from_millis(120);
 
 /// Read interval inside [`UNSYNCED_WINDOW`].
 const UNSYNCED_POLL: Duration = Duration::from_millis(15);
@@ -153,7 +186,7 @@ pub(crate) async fn enqueue(
         .and_then([
             TxnOp::put_with_lease(key, value, lease),
             TxnOp::range(first_created(prefix)),
-            TxnOp::range(newest_up_to(prefix, 0, 2)),
+            TxnOp::range(newest_up_to(prefix, 0)),
         ])
         .or_else([
             TxnOp::range(Range::key(key)),
@@ -172,14 +205,14 @@ pub(crate) async fn enqueue(
         _ => None,
     });
     if resp.succeeded {
-        let _owner = ranges.next();
+        let owner = ranges.next().and_then(|kvs| kvs.into_iter().next());
         let newest = ranges.next().unwrap_or_default();
         return Ok(Enqueued {
             rev: txn_revision,
             existed: false,
             value: value.to_vec(),
             value_rev: txn_revision,
-            position: position_of(newest, key, txn_revision),
+            position: position_of(newest, key, txn_revision, owner.as_ref()),
             seen_at: txn_revision,
         });
     }
@@ -276,116 +309,104 @@ async fn key_gone_error(rpc: &Rpc, session: &LeaseState) -> Error {
     }
 }
 
-/// Blocks (asynchronously) until our key is the oldest under `prefix`.
+/// Blocks (asynchronously) until our key is the oldest under `prefix`, and returns the
+/// revision that proves it.
+///
+/// The proof (ARCHITECTURE.md, "Handoff without a read"): `ahead` is exact at revision
+/// `seen_at`, and no key can join it later. One watcher of deletes under the prefix —
+/// shared by every waiter of this name on the client — reports, in revision order, every
+/// delete after `seen_at`, including one of our own key. So when the last key ahead is
+/// reported deleted at revision R, with no delete of ours before it, we own at R: no read.
+/// A read is needed only when the watcher cannot cover everything after what we know (it
+/// had to start after `seen_at`), or when a very long line was tracked only in part.
 ///
 /// Errors: `SessionLost` as soon as the session is lost, `LockLost` if our key is deleted
 /// by someone else, or an etcd error that retrying cannot fix. The caller removes the key.
 pub(crate) async fn wait_turn(
     rpc: &Rpc,
+    watches: &Watches,
     session: &LeaseState,
     ours: Ours<'_>,
-    (mut position, mut seen_at): (Position, i64),
+    (position, seen_at): (Position, i64),
 ) -> Result<i64> {
     let key = ours.key;
-    let mut backoff = Backoff::quick();
+    let mut known = seen_at;
+    let mut ahead = match position {
+        // The revision of the read that showed us first: the key exists there.
+        Position::Owner => return Ok(seen_at),
+        Position::Gone => return Err(key_gone_error(rpc, session).await),
+        Position::Behind(ahead) => ahead,
+    };
+    tracing::debug!(key = %text(key), ahead = ahead.len(), complete = ahead.complete, "waiting");
+    let mut deletes = watches.subscribe(Spec::prefix(ours.prefix, Only::Deletes));
+    // Until then, etcd may have registered a just-created watcher as unsynced: read now and
+    // then, so a handoff in that window does not wait for etcd's 100 ms sync loop.
+    let mut poll_until: Option<Instant> = None;
     loop {
         session.check()?;
-        let predecessor = match position {
-            // The revision of the read that showed us first: the key exists there.
-            Position::Owner => return Ok(seen_at),
-            Position::Gone => return Err(key_gone_error(rpc, session).await),
-            Position::Behind(pred) => pred,
-        };
-        tracing::debug!(
-            key = %text(key),
-            predecessor = %text(&predecessor.key),
-            "waiting for predecessor"
-        );
-        let creates = vec![
-            Watch::key(&predecessor.key, 0, Only::Deletes),
-            Watch::key(key, 0, Only::Deletes),
-        ];
-        let opened = tokio::select! {
-            opened = WatchStream::open(rpc, creates) => opened,
+        let poll = poll_until.filter(|until| Instant::now() < *until);
+        let delivery = tokio::select! {
+            delivery = deletes.next() => delivery,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
-        };
-        let (mut watch, created) = match opened {
-            Ok(opened) => opened,
-            Err(e) if e.is_transient() => {
-                // Another endpoint may serve us: re-read, then watch again.
-                backoff.sleep().await;
-                (position, seen_at) = read_position_at(rpc, ours).await?;
+            _ = tokio::time::sleep(UNSYNCED_POLL), if poll.is_some() => {
+                match read_position_at(rpc, ours).await? {
+                    (Position::Owner, at) => return Ok(at),
+                    (Position::Gone, _) => return Err(key_gone_error(rpc, session).await),
+                    (Position::Behind(now), at) => (ahead, known) = (now, at),
+                }
                 continue;
             }
-            Err(e) => return Err(e),
         };
-        // Anything that happened before the watchers existed shows in this read.
-        let watched_at = Instant::now();
-        let (now, read_revision) = read_position_at(rpc, ours).await?;
-        seen_at = read_revision;
-        match now {
-            Position::Behind(now) if now.key == predecessor.key => {}
-            other => {
-                position = other;
-                continue;
-            }
-        }
-        // No write since etcd's "now" for our watchers means they are synced; otherwise
-        // they may be unsynced, so double-check by reading for one sync period.
-        let suspect_until =
-            (read_revision > created.revision).then(|| watched_at + UNSYNCED_WINDOW);
-        let mut next_position = None;
-        loop {
-            let polling = suspect_until.filter(|until| Instant::now() < *until);
-            let tick = if polling.is_some() {
-                UNSYNCED_POLL
-            } else {
-                STALE_CHECK
-            };
-            let response = tokio::select! {
-                response = watch.next() => response,
-                reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
-                _ = tokio::time::sleep(tick) => {
-                    if watch.is_stale(rpc) {
-                        break; // re-read and watch again on the endpoint now in use
-                    }
-                    if polling.is_some() {
-                        match read_position_at(rpc, ours).await? {
-                            (Position::Behind(now), _) if now.key == predecessor.key => {}
-                            (other, at) => {
-                                next_position = Some((other, at));
-                                break;
-                            }
-                        }
-                    }
+        match delivery {
+            Delivery::From { after, fresh } => {
+                // Everything after what we know follows, unless the watcher starts later:
+                // then deletes in (known, after] are not on it, and one read covers them.
+                // A just-created watcher is read for once too, to see whether a write raced
+                // its creation (then it may be unsynced for up to 100 ms).
+                if after <= known && !fresh {
                     continue;
                 }
-            };
-            match response {
-                Ok(response) if response.canceled => {
-                    // Re-read and watch again; a cancelled "from now" watcher lost nothing.
-                    break;
+                match read_position_at(rpc, ours).await? {
+                    (Position::Owner, at) => return Ok(at),
+                    (Position::Gone, _) => return Err(key_gone_error(rpc, session).await),
+                    (Position::Behind(now), at) => {
+                        (ahead, known) = (now, at);
+                        if fresh && at > after {
+                            poll_until = Some(Instant::now() + UNSYNCED_WINDOW);
+                        }
+                    }
                 }
-                Ok(response) if response.deletes(key) => {
-                    return Err(key_gone_error(rpc, session).await);
-                }
-                Ok(response) if response.deletes(&predecessor.key) => {
-                    backoff.reset();
-                    break;
-                }
-                Ok(_) => {}
-                Err(e) if e.is_transient() => {
-                    backoff.sleep().await;
-                    break;
-                }
-                Err(e) => return Err(e),
             }
+            Delivery::Events(batch) => {
+                // A batch can span revisions (etcd's catch-up): apply all of it first.
+                let mut through = known;
+                for event in batch.iter().filter(|e| e.kv.mod_revision > known) {
+                    if event.kind != EventKind::Delete {
+                        continue;
+                    }
+                    if event.kv.key == key {
+                        return Err(key_gone_error(rpc, session).await);
+                    }
+                    ahead.keys.remove(&event.kv.key);
+                    through = through.max(event.kv.mod_revision);
+                }
+                known = through;
+                if !ahead.keys.is_empty() {
+                    continue;
+                }
+                if ahead.complete {
+                    tracing::debug!(key = %text(key), at = known, "owner by event order");
+                    return Ok(known);
+                }
+                // Only part of a long line was tracked: find the rest.
+                match read_position_at(rpc, ours).await? {
+                    (Position::Owner, at) => return Ok(at),
+                    (Position::Gone, _) => return Err(key_gone_error(rpc, session).await),
+                    (Position::Behind(now), at) => (ahead, known) = (now, at),
+                }
+            }
+            Delivery::Failed(e) => return Err(e),
         }
-        // The one read after a handoff: are we first now, or who is before us?
-        (position, seen_at) = match next_position {
-            Some(known) => known,
-            None => read_position_at(rpc, ours).await?,
-        };
     }
 }
 

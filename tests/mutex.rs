@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{client, etcd, eventually, handled, keys, session};
+use common::{client, etcd, eventually, handled, keys, session, streams_started};
 use etcd_sync::{Client, Error, TryLockError};
 
 /// A counter kept in etcd, incremented with a plain get + put: only correct under the lock.
@@ -339,14 +339,16 @@ fn guard_is_released_when_the_holding_thread_panics() {
 
 /// Cost per operation, from etcd's own request counters.
 #[test]
-fn acquire_and_release_cost_one_request_and_handoff_one_read() {
+fn acquire_and_release_cost_one_request_and_handoff_no_read() {
     let server = etcd();
     let c = client(&server.endpoints());
     let s1 = session(&c, 30);
     let s2 = session(&c, 30);
     let m1 = s1.mutex("cost").unwrap();
     let m2 = s2.mutex("cost").unwrap();
-    let count = |method| handled(&server.metrics().unwrap(), method);
+    let metrics = || server.metrics().unwrap();
+    let count = |method| handled(&metrics(), method);
+    let watches = || streams_started(&metrics(), "Watch");
 
     let (txn0, range0) = (count("Txn"), count("Range"));
     let g = m1.lock().unwrap();
@@ -356,21 +358,42 @@ fn acquire_and_release_cost_one_request_and_handoff_one_read() {
     assert_eq!(count("Txn") - txn0, 2, "release = 1 request");
     assert_eq!(count("Range") - range0, 0);
 
+    // The first wait on a name creates the client's watcher of deletes under it.
     let g = m1.lock().unwrap();
-    let waiter = std::thread::spawn(move || m2.lock());
+    let waiter = std::thread::spawn(move || m2.lock().map(|g| (g, m2)));
     assert!(eventually(Duration::from_secs(2), || keys(&c, "cost/")
         .len()
         == 2));
-    // The waiter's watch is set up, and its double-check window (120 ms) is over.
+    // The waiter's watcher is set up, and its double-check window (120 ms) is over.
     std::thread::sleep(Duration::from_millis(600));
     let (txn1, range1) = (count("Txn"), count("Range"));
     drop(g);
-    let guard = waiter.join().unwrap().unwrap();
+    let (guard, m2) = waiter.join().unwrap().unwrap();
     assert_eq!(count("Txn") - txn1, 1, "only the release");
     assert_eq!(
         count("Range") - range1,
-        1,
-        "handoff = one read after the watch event"
+        0,
+        "handoff: the delete event proves ownership, no read"
     );
+
+    // Now m1 waits behind m2: the watcher exists (pinned by m2's line) and is shared, so
+    // the whole contended acquisition is the enqueue Txn: no read, no new watch stream.
+    let (txn2, range2, watch2) = (count("Txn"), count("Range"), watches());
+    let waiter = std::thread::spawn(move || m1.lock());
+    std::thread::sleep(Duration::from_millis(300));
+    // This check is one Range of its own, subtracted below.
+    assert_eq!(keys(&c, "cost/").len(), 2, "m1 queued");
+    let released_token = guard.fencing_token();
     drop(guard);
+    let g1 = waiter.join().unwrap().unwrap();
+    assert!(g1.is_held());
+    assert!(g1.fencing_token() > released_token);
+    assert_eq!(count("Txn") - txn2, 2, "enqueue + release");
+    assert_eq!(
+        count("Range") - range2 - 1,
+        0,
+        "no read in a warm contended acquisition"
+    );
+    assert_eq!(watches() - watch2, 0, "no watch stream opened");
+    drop(m2);
 }

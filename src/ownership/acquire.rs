@@ -98,6 +98,7 @@ pub(crate) fn acquire(
                 kind.operation(),
                 queue::wait_turn(
                     &rpc,
+                    line.pin_deletes(),
                     &session,
                     Ours {
                         prefix: &line.prefix,
@@ -142,6 +143,7 @@ pub(crate) fn acquire(
     });
     *line.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&hold);
     client.follower().follow(Follow::Guard {
+        prefix: line.prefix.clone(),
         key: line.key.clone(),
         rev: enqueued.rev,
         alive_at,

@@ -20,12 +20,14 @@
 //!   release, so a successor never finds (and adopts) a key that is about to be deleted.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::queue;
 use crate::session::Session;
+use crate::transport::watch::Only;
+use crate::watches::{Pin, Spec, Watches};
 
 mod acquire;
 mod hold;
@@ -83,6 +85,9 @@ pub(crate) struct Line {
     turn: Arc<tokio::sync::Mutex<()>>,
     /// The hold that owns the turn now, if any.
     current: StdMutex<Weak<Hold>>,
+    /// Keeps the client's watcher of deletes under the name once this line has waited, so
+    /// the next wait finds it running, with its history: no create and no read.
+    deletes_pinned: OnceLock<Pin>,
 }
 
 /// The lines of every session of this process, by session and name. It lives here, not in
@@ -142,6 +147,7 @@ impl Line {
             key,
             turn,
             current: StdMutex::new(Weak::new()),
+            deletes_pinned: OnceLock::new(),
         })
     }
 
@@ -159,6 +165,15 @@ impl Line {
 
     pub(crate) fn key(&self) -> &[u8] {
         &self.key
+    }
+
+    /// The client's watches, with the watcher of deletes under the name pinned for the
+    /// life of this line (waiters subscribe to it).
+    pub(crate) fn pin_deletes(&self) -> &Watches {
+        let watches = self.session.client().watches();
+        self.deletes_pinned
+            .get_or_init(|| watches.pin(Spec::prefix(&self.prefix, Only::Deletes)));
+        watches
     }
 
     /// The hold that owns this line's turn, if it has not ended.

@@ -20,7 +20,7 @@ use crate::kv::KeyValue;
 pub(crate) const STALE_CHECK: Duration = Duration::from_millis(250);
 
 /// Which events a watcher reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Only {
     All,
     Deletes,
@@ -34,6 +34,9 @@ pub(crate) struct Watch {
     pub(crate) range_end: Vec<u8>,
     pub(crate) start_revision: i64,
     pub(crate) only: Only,
+    /// The watch id to give it on its stream (etcd 3.4+), or 0 for one etcd chooses. A
+    /// stream whose watchers all have our ids never sees an id etcd chose.
+    pub(crate) id: i64,
 }
 
 impl Watch {
@@ -43,6 +46,7 @@ impl Watch {
             range_end: Vec::new(),
             start_revision,
             only,
+            id: 0,
         }
     }
 
@@ -57,6 +61,7 @@ impl Watch {
                 Only::Deletes => vec![FilterType::Noput as i32],
                 Only::Puts => vec![FilterType::Nodelete as i32],
             },
+            watch_id: self.id,
             ..Default::default()
         }
     }
@@ -87,15 +92,6 @@ pub(crate) struct WatchResponse {
     pub(crate) compact_revision: i64,
     pub(crate) cancel_reason: String,
     pub(crate) events: Vec<Event>,
-}
-
-impl WatchResponse {
-    /// Whether this response deletes `key`.
-    pub(crate) fn deletes(&self, key: &[u8]) -> bool {
-        self.events
-            .iter()
-            .any(|event| event.kind == EventKind::Delete && event.kv.key == key)
-    }
 }
 
 impl From<pb::WatchResponse> for WatchResponse {
@@ -144,6 +140,9 @@ pub(crate) struct WatchStream {
 pub(crate) struct Created {
     pub(crate) ids: Vec<Option<i64>>,
     pub(crate) revision: i64,
+    /// etcd's answer to each create request, in order: its header revision is etcd's
+    /// "now" for that watcher (it reports every event after it), and a refusal says why.
+    pub(crate) answers: Vec<WatchResponse>,
 }
 
 impl WatchStream {
@@ -215,6 +214,7 @@ impl WatchStream {
         let mut created = Created {
             ids: Vec::with_capacity(wanted),
             revision: 0,
+            answers: Vec::with_capacity(wanted),
         };
         let mut refusal = None;
         while created.ids.len() < wanted {
@@ -227,11 +227,13 @@ impl WatchStream {
                         return Err(error);
                     }
                     created.ids.push(None);
+                    created.answers.push(response.clone());
                     refusal.get_or_insert(response);
                     continue;
                 }
                 created.ids.push(Some(response.watch_id));
                 let revision = response.revision;
+                created.answers.push(response);
                 created.revision = if created.revision == 0 {
                     revision
                 } else {

@@ -88,6 +88,12 @@ pub fn handled(metrics: &str, method: &str) -> u64 {
     metrics.sum("grpc_server_handled_total", &[("grpc_method", method)]) as u64
 }
 
+/// How many streams of gRPC method `method` etcd has started (`Watch`, `LeaseKeepAlive`).
+pub fn streams_started(metrics: &str, method: &str) -> u64 {
+    let metrics = etcd_sync::testing::metrics::parse(metrics).expect("etcd's /metrics text");
+    metrics.sum("grpc_server_started_total", &[("grpc_method", method)]) as u64
+}
+
 /// The environment variable that makes a copy of a test binary act as a child process.
 pub const CHILD_ROLE: &str = "ETCD_SYNC_TEST_CHILD_ROLE";
 
