@@ -427,28 +427,53 @@ mod tests {
     }
 
     #[test]
-    fn position_reads_own_key_then_predecessor() {
+    fn position_tracks_every_key_before_ours() {
         let kv = |key: &[u8], rev| KeyValue {
             key: key.to_vec(),
             create_revision: rev,
             ..Default::default()
         };
         assert!(matches!(
-            position_of(vec![kv(b"p/a", 5)], b"p/a", 5),
+            position_of(vec![kv(b"p/a", 5)], b"p/a", 5, None),
             Position::Owner
         ));
+        // Newest first: ours, then the keys before it.
+        let before = vec![kv(b"p/a", 5), kv(b"p/b", 3), kv(b"p/c", 2)];
+        match position_of(before, b"p/a", 5, Some(&kv(b"p/c", 2))) {
+            Position::Behind(ahead) => {
+                assert_eq!(ahead.len(), 2);
+                assert!(ahead.keys.contains(&b"p/b".to_vec()));
+                assert!(ahead.complete);
+            }
+            other => panic!("expected Behind, got {other:?}"),
+        }
+        // A full answer without the owner in it: only the newest keys are known.
+        let mut long = vec![kv(b"p/a", 5000)];
+        long.extend((0..TRACKED).map(|i| kv(format!("p/k{i}").as_bytes(), 4000 - i)));
+        match position_of(long.clone(), b"p/a", 5000, Some(&kv(b"p/first", 1))) {
+            Position::Behind(ahead) => assert!(!ahead.complete),
+            other => panic!("expected Behind, got {other:?}"),
+        }
+        // The same answer, when its oldest key is the owner: complete.
+        let oldest = kv(
+            format!("p/k{}", TRACKED - 1).as_bytes(),
+            4000 - (TRACKED - 1),
+        );
+        match position_of(long, b"p/a", 5000, Some(&oldest)) {
+            Position::Behind(ahead) => assert!(ahead.complete),
+            other => panic!("expected Behind, got {other:?}"),
+        }
         assert!(matches!(
-            position_of(vec![kv(b"p/a", 5), kv(b"p/b", 3)], b"p/a", 5),
-            Position::Behind(pred) if pred.key == b"p/b"
-        ));
-        assert!(matches!(
-            position_of(vec![kv(b"p/b", 3)], b"p/a", 5),
+            position_of(vec![kv(b"p/b", 3)], b"p/a", 5, None),
             Position::Gone
         ));
         assert!(matches!(
-            position_of(vec![kv(b"p/a", 9)], b"p/a", 5),
+            position_of(vec![kv(b"p/a", 9)], b"p/a", 5, None),
             Position::Gone
         ));
-        assert!(matches!(position_of(vec![], b"p/a", 5), Position::Gone));
+        assert!(matches!(
+            position_of(vec![], b"p/a", 5, None),
+            Position::Gone
+        ));
     }
 }
