@@ -266,11 +266,10 @@ async fn observe_loop(
         }
         match delivery {
             None => {}
-            Some(Delivery::From { after, .. }) => {
-                if last.is_none() || after > read_at {
-                    reread = true;
-                }
+            Some(Delivery::From { after, .. }) if last.is_none() || after > read_at => {
+                reread = true;
             }
+            Some(Delivery::From { .. }) => {}
             Some(Delivery::Events(batch)) => {
                 for event in batch.iter().filter(|e| e.kv.mod_revision > read_at) {
                     let kv = &event.kv;

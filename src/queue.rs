@@ -442,7 +442,7 @@ mod tests {
         match position_of(before, b"p/a", 5, Some(&kv(b"p/c", 2))) {
             Position::Behind(ahead) => {
                 assert_eq!(ahead.len(), 2);
-                assert!(ahead.keys.contains(&b"p/b".to_vec()));
+                assert!(ahead.keys.contains(b"p/b".as_slice()));
                 assert!(ahead.complete);
             }
             other => panic!("expected Behind, got {other:?}"),

@@ -40,6 +40,9 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
+    /// One key (the raw watch of `testing` uses it; the client's own watchers are built
+    /// by `watches.rs`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn key(key: &[u8], start_revision: i64, only: Only) -> Watch {
         Watch {
             key: key.to_vec(),
@@ -148,6 +151,7 @@ pub(crate) struct Created {
 impl WatchStream {
     /// Opens a stream with all `creates` queued and returns once etcd confirmed each of
     /// them. On a transient failure the client moves on to its next endpoint.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) async fn open(rpc: &Rpc, creates: Vec<Watch>) -> Result<(WatchStream, Created)> {
         let (watch, created, refusal) = Self::open_tolerant(rpc, creates).await?;
         match refusal {

@@ -1,0 +1,206 @@
+//! The handoff without a read (#12): a waiter owns when every key created before its own
+//! is reported deleted on the client's one watcher of deletes under the name. These tests
+//! check the cases where that could go wrong (keys ahead leaving out of order, keys that
+//! are not lock keys, a waiter's own key deleted) and that waiters and observers of one
+//! client share one watch stream and one watcher per name.
+
+#![cfg(feature = "testing")]
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{client, etcd, eventually, handled, keys, session};
+use etcd_sync::{Error, LeaderEvent};
+
+fn metric(server: &etcd_sync::testing::EtcdServer, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let text = server.metrics().expect("etcd's /metrics");
+    etcd_sync::testing::metrics::parse(&text)
+        .expect("etcd's /metrics text")
+        .sum(name, labels)
+}
+
+#[test]
+fn a_waiter_owns_only_when_every_key_before_it_is_gone() {
+    let server = etcd();
+    let (c1, c2, c3) = (
+        client(&server.endpoints()),
+        client(&server.endpoints()),
+        client(&server.endpoints()),
+    );
+    let (s1, s2, s3) = (session(&c1, 30), session(&c2, 30), session(&c3, 30));
+    let holder = s1.mutex("line").unwrap().lock().unwrap();
+    // A key that is not a lock key counts as a holder too (Go's Mutex treats it so).
+    c1.put("line/data", "x").unwrap();
+    // The key just before the last waiter leaves early (timeout): the last waiter must
+    // not take that as its turn while the holder and the data key are still there.
+    let m2 = s2.mutex("line").unwrap();
+    let early = std::thread::spawn(move || m2.lock_timeout(Duration::from_millis(800)).map(drop));
+    assert!(eventually(Duration::from_secs(2), || keys(&c1, "line/")
+        .len()
+        == 3));
+    let m3 = s3.mutex("line").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let last = std::thread::spawn(move || {
+        let guard = m3.lock();
+        let _ = tx.send(Instant::now());
+        guard.map(|g| (g, m3))
+    });
+    assert!(eventually(Duration::from_secs(2), || keys(&c1, "line/")
+        .len()
+        == 4));
+    assert!(matches!(early.join().unwrap(), Err(Error::Timeout { .. })));
+    assert!(
+        rx.recv_timeout(Duration::from_millis(700)).is_err(),
+        "the last waiter took the lock while two keys were before it"
+    );
+    c1.delete("line/data").unwrap();
+    assert!(
+        rx.recv_timeout(Duration::from_millis(700)).is_err(),
+        "the last waiter took the lock while the holder held it"
+    );
+    let released = Instant::now();
+    drop(holder);
+    let acquired = rx.recv_timeout(Duration::from_secs(5)).expect("handoff");
+    assert!(acquired >= released);
+    let (guard, _m3) = last.join().unwrap().unwrap();
+    assert!(guard.is_held());
+    assert_eq!(keys(&c1, "line/"), vec![guard.key_str().into_owned()]);
+}
+
+#[test]
+fn a_waiter_whose_own_key_is_deleted_gets_lock_lost_not_the_lock() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (s1, s2) = (session(&c, 30), session(&c, 30));
+    let holder = s1.mutex("gone").unwrap().lock().unwrap();
+    let m2 = s2.mutex("gone").unwrap();
+    let waiter = std::thread::spawn(move || m2.lock().map(drop));
+    assert!(eventually(Duration::from_secs(2), || keys(&c, "gone/")
+        .len()
+        == 2));
+    let theirs = keys(&c, "gone/")
+        .into_iter()
+        .find(|k| *k != holder.key_str())
+        .expect("the waiter's key");
+    // Our key goes first, then the holder's: the waiter must see its own delete first.
+    assert_eq!(c.delete(&theirs).unwrap(), 1);
+    drop(holder);
+    assert!(matches!(waiter.join().unwrap(), Err(Error::LockLost)));
+    assert!(keys(&c, "gone/").is_empty());
+}
+
+#[test]
+fn waiters_of_one_client_share_one_stream_and_take_turns_in_order() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let gate_session = session(&c, 30);
+    let gate = gate_session.mutex("fifo").unwrap().lock().unwrap();
+    let streams_before = metric(
+        &server,
+        "grpc_server_started_total",
+        &[("grpc_method", "Watch")],
+    );
+    const WAITERS: usize = 12;
+    let sessions: Vec<_> = (0..WAITERS).map(|_| session(&c, 30)).collect();
+    let (tx, rx) = mpsc::channel();
+    let mut threads = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        let m = s.mutex("fifo").unwrap();
+        let tx = tx.clone();
+        threads.push(std::thread::spawn(move || {
+            let g = m.lock().unwrap();
+            let _ = tx.send((i, g.fencing_token()));
+            std::thread::sleep(Duration::from_millis(20));
+            drop(g);
+        }));
+        // Join the line one after the other: the order to check.
+        assert!(eventually(Duration::from_secs(2), || keys(&c, "fifo/")
+            .len()
+            == i + 2));
+    }
+    // One watcher of deletes under the name serves every waiter (the guard follows its
+    // key through the same one): etcd counts one watcher, on one stream.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        metric(
+            &server,
+            "grpc_server_started_total",
+            &[("grpc_method", "Watch")]
+        ) - streams_before,
+        1.0,
+        "one watch stream for the client"
+    );
+    assert_eq!(
+        metric(&server, "etcd_debugging_mvcc_watcher_total", &[]),
+        1.0
+    );
+    let range_before = handled(&server.metrics().unwrap(), "Range");
+    drop(gate);
+    let order: Vec<(usize, i64)> = (0..WAITERS)
+        .map(|_| {
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("every waiter's turn")
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let who: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        who,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "first come, first served"
+    );
+    assert!(
+        order.windows(2).all(|w| w[0].1 < w[1].1),
+        "fencing tokens grow"
+    );
+    assert_eq!(
+        handled(&server.metrics().unwrap(), "Range") - range_before,
+        0,
+        "no read in {WAITERS} handoffs"
+    );
+}
+
+#[test]
+fn observers_and_waiters_of_one_client_share_its_stream() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let streams_before = metric(
+        &server,
+        "grpc_server_started_total",
+        &[("grpc_method", "Watch")],
+    );
+    let observers: Vec<_> = (0..3).map(|_| c.observe("shared-e").unwrap()).collect();
+    for o in &observers {
+        assert_eq!(o.recv().unwrap(), LeaderEvent::NoLeader);
+    }
+    let (s1, s2) = (session(&c, 30), session(&c, 30));
+    let holder = s1.mutex("shared-l").unwrap().lock().unwrap();
+    let m2 = s2.mutex("shared-l").unwrap();
+    let waiter = std::thread::spawn(move || m2.lock().map(|g| g.fencing_token()));
+    assert!(eventually(Duration::from_secs(2), || keys(&c, "shared-l/")
+        .len()
+        == 2));
+    let leader = s1.election("shared-e").unwrap().campaign("v1").unwrap();
+    for o in &observers {
+        match o.recv_timeout(Duration::from_secs(5)).unwrap() {
+            Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"v1"),
+            other => panic!("expected Elected, got {other:?}"),
+        }
+    }
+    drop(holder);
+    assert!(waiter.join().unwrap().unwrap() > 0);
+    assert_eq!(
+        metric(
+            &server,
+            "grpc_server_started_total",
+            &[("grpc_method", "Watch")]
+        ) - streams_before,
+        1.0,
+        "observers, waiters and guards: one watch stream"
+    );
+    drop(leader);
+}
