@@ -17,7 +17,8 @@ use crate::session::Session;
 /// The lock key is `<name>/<session lease id in lowercase hex>` and acquisition uses the
 /// transaction of etcd's Go `concurrency.Mutex`, so this lock, `etcdctl lock <name>` and
 /// etcd's server-side Lock service exclude each other. Waiters are served first come,
-/// first served (by the key's create revision) and each one watches only its predecessor.
+/// first served (by the key's create revision); a waiter owns when every key ahead of it
+/// is reported deleted, with no read after the release it waited for.
 ///
 /// `Mutex` is `Send + Sync` and cheap to clone. Any number of threads may share one
 /// session and one name: they take turns (a process-local queue sits in front of the

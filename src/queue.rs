@@ -169,8 +169,9 @@ pub(crate) struct Enqueued {
 
 /// Joins the line in one transaction, with the shape of Go's `Mutex.tryAcquire` /
 /// `Election.Campaign`: if our key does not exist, put it with our lease; else read it.
-/// Both branches also read the owner (Go's shape) and, on the put branch, the newest two
-/// keys, which are ours and our predecessor's: so an uncontended acquire is one request.
+/// Both branches also read the owner (Go's shape) and, on the put branch, the keys up to
+/// ours, newest first and keys only: ours and the ones ahead of it (at most [`TRACKED`]).
+/// So an uncontended acquire is one request, and a waiter knows what to wait for.
 /// Retry-safe: a second run finds the key and takes the read branch. It is sent to one
 /// endpoint only: the caller retries, because it must know that an attempt was ambiguous
 /// (it may still be applied late, after the key is gone again).

@@ -1,5 +1,5 @@
 //! The one path from "I want this name" to a guard: take the turn, join the line in etcd,
-//! wait for the predecessor, and clean up on every failure while still owning the turn.
+//! wait until every key ahead is gone, and clean up on every failure while still owning the turn.
 
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
