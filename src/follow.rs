@@ -187,7 +187,7 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
     let mut entries: HashMap<u64, Entry> = HashMap::new();
     let mut deferred = Deferred::default();
     let mut next_tag = 0u64;
-    let (sink, mut deliveries) = unbounded_channel();
+    let (delivered, mut deliveries) = unbounded_channel();
     let mut prune = tokio::time::interval(TICK);
     loop {
         tokio::select! {
@@ -198,7 +198,8 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
             _ = tokio::time::sleep_until(deferred.next_due().into()) => {
                 for what in deferred.take_due() {
                     next_tag += 1;
-                    let subscribed = watches.subscribe_to(what.spec(), Sink::new(next_tag, sink.clone()));
+                    let sink = Sink::new(next_tag, delivered.clone());
+                    let subscribed = watches.subscribe_to(what.spec(), what.known_through(), sink);
                     let entry = Entry { known: what.known_through(), what, _subscribed: subscribed };
                     entries.insert(next_tag, entry);
                 }

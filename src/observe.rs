@@ -229,7 +229,7 @@ async fn observe_loop(
         delivered: None,
         behind: false,
     };
-    let mut changes = watches.subscribe(Spec::prefix(&prefix, Only::All));
+    let mut changes = watches.subscribe(Spec::prefix(&prefix, Only::All), 0);
     let mut reread = false;
     loop {
         if reread {

@@ -339,7 +339,7 @@ pub(crate) async fn wait_turn(
         Position::Behind(ahead) => ahead,
     };
     tracing::debug!(key = %text(key), ahead = ahead.len(), complete = ahead.complete, "waiting");
-    let mut deletes = watches.subscribe(Spec::prefix(ours.prefix, Only::Deletes));
+    let mut deletes = watches.subscribe(Spec::prefix(ours.prefix, Only::Deletes), seen_at);
     // Until then, etcd may have registered a just-created watcher as unsynced: read now and
     // then, so a handoff in that window does not wait for etcd's 100 ms sync loop.
     let mut poll_until: Option<Instant> = None;

@@ -96,8 +96,16 @@ pub(crate) struct Watches {
 }
 
 enum Command {
-    Subscribe { spec: Spec, id: u64, sink: Sink },
-    Unsubscribe { spec: Spec, id: u64 },
+    Subscribe {
+        spec: Spec,
+        id: u64,
+        known: i64,
+        sink: Sink,
+    },
+    Unsubscribe {
+        spec: Spec,
+        id: u64,
+    },
     Pin(Spec),
     Unpin(Spec),
 }
@@ -131,10 +139,12 @@ impl Watches {
         }
     }
 
-    /// Subscribes to `spec` on its own channel.
-    pub(crate) fn subscribe(&self, spec: Spec) -> Subscription {
+    /// Subscribes to `spec` on its own channel; `known` is the revision through which the
+    /// subscriber knows the state already (0: nothing), so that only newer history is
+    /// replayed to it.
+    pub(crate) fn subscribe(&self, spec: Spec, known: i64) -> Subscription {
         let (sender, receiver) = unbounded_channel();
-        let handle = self.subscribe_to(spec, Sink::new(0, sender));
+        let handle = self.subscribe_to(spec, known, Sink::new(0, sender));
         Subscription {
             _handle: handle,
             receiver,
@@ -143,12 +153,13 @@ impl Watches {
 
     /// Subscribes to `spec`, delivering into `sink`; the subscription lasts as long as the
     /// returned handle.
-    pub(crate) fn subscribe_to(&self, spec: Spec, sink: Sink) -> Subscribed {
+    pub(crate) fn subscribe_to(&self, spec: Spec, known: i64, sink: Sink) -> Subscribed {
         let id = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
         // Fails only when the runtime shuts down; the subscriber then sees `Closed`.
         let _ = self.commands.send(Command::Subscribe {
             spec: spec.clone(),
             id,
+            known,
             sink,
         });
         Subscribed {
@@ -256,15 +267,24 @@ impl Watcher {
         spec.create(id, self.through.map_or(0, |through| through + 1))
     }
 
-    /// Tells one subscriber where the watcher stands and replays its history.
-    fn welcome(&self, sink: &Sink) {
+    /// Tells one subscriber where the watcher stands and replays the history it lacks: the
+    /// batches after `known`, if the history reaches back that far (if not, the subscriber
+    /// reads, and everything in the history is older than its read).
+    fn welcome(&self, sink: &Sink, known: i64) {
         sink.send(Delivery::From {
             after: self.history_from,
             fresh: self
                 .started_at
                 .is_some_and(|at| at.elapsed() < UNSYNCED_WINDOW),
         });
-        for batch in &self.history {
+        if known < self.history_from {
+            return;
+        }
+        let newer = self
+            .history
+            .iter()
+            .filter(|batch| batch.iter().any(|event| event.kv.mod_revision > known));
+        for batch in newer {
             sink.send(Delivery::Events(batch.clone()));
         }
     }
@@ -392,13 +412,18 @@ impl Hub {
     /// Applies a command; `stream` is the live stream, if one runs.
     fn apply(&mut self, command: Command, stream: Option<&WatchStream>) {
         match command {
-            Command::Subscribe { spec, id, sink } => {
+            Command::Subscribe {
+                spec,
+                id,
+                known,
+                sink,
+            } => {
                 let watcher = self.watchers.entry(spec.clone()).or_default();
                 // A watcher that started once covers everything after `through`, also
                 // between streams (it is re-created from there); one that has not started
                 // yet tells its subscribers where it starts when etcd confirms it.
                 if watcher.through.is_some() {
-                    watcher.welcome(&sink);
+                    watcher.welcome(&sink, known);
                 }
                 watcher.subscribers.insert(id, sink);
                 self.ensure_created(&spec, stream);
