@@ -52,9 +52,14 @@ struct Cli {
     #[arg(long, default_value_t = 1000)]
     sessions: usize,
 
-    /// Run only some phases, comma separated: uncontended, election, cost, contended,
-    /// scaling, diagnose (a shorter contended run while sampling etcd's unsynced-watcher
-    /// gauge), resources (threads and memory, measured in a fresh child process)
+    /// Rounds of the handoff floor (release Txn → a raw watcher's delete event)
+    #[arg(long, default_value_t = 500)]
+    floor_n: usize,
+
+    /// Run only some phases, comma separated: uncontended, election, cost, floor (the
+    /// handoff floor; also run before contended and scaling), contended, scaling, diagnose
+    /// (a shorter contended run while sampling etcd's unsynced-watcher gauge), resources
+    /// (threads and memory, measured in a fresh child process)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 
@@ -79,6 +84,7 @@ pub struct Args {
     pub handoffs: usize,
     pub hold: Duration,
     pub sessions: usize,
+    pub floor_n: usize,
     pub only: Option<Vec<String>>,
     pub timeout: Duration,
     pub prefix: String,
@@ -116,6 +122,7 @@ impl Args {
             handoffs: cli.handoffs.max(1),
             hold: Duration::from_millis(cli.hold_ms),
             sessions: cli.sessions.max(2),
+            floor_n: cli.floor_n.max(1),
             only: cli.only.as_deref().map(split_list),
             timeout: Duration::from_secs(cli.timeout_secs),
             prefix: cli
