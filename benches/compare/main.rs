@@ -13,7 +13,7 @@
 //! one module per phase: [`uncontended`] (a, d), [`election`] (c), [`cost`] (f),
 //! [`handoff_floor`] (the handoff floor, measured before the handoff phases of the same
 //! run), [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`resources`]
-//! (g). The summary ends with the figures of issue #12.
+//! (g, and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
 mod contended;
@@ -77,6 +77,7 @@ fn join_bounded_value<T>(handle: JoinHandle<T>, deadline: Instant) -> Option<T> 
 pub const TARGETS_HEADER: &str = "etcd-sync issue #12 figures (this run):";
 
 /// The closing block: the figures issue #12 sets targets for, from whatever phases ran.
+/// A child process (the held-locks phase) passes its lines up as they are.
 fn issue_12(args: &Args, summary: &Summary) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(t) = summary.value("contended_throughput") {
@@ -213,10 +214,16 @@ fn main() {
         &resources::resources_in_child,
     );
     run(
+        "held",
+        wants("held") && !wants("resources"),
+        &resources::held_in_child,
+    );
+    run(
         "resources-here",
         named("resources-here"),
         &resources::resources,
     );
+    run("held-here", named("held-here"), &resources::held);
 
     println!();
     println!("etcd-sync summary ({}):", args.endpoints.join(","));
