@@ -52,9 +52,23 @@ struct Cli {
     #[arg(long, default_value_t = 1000)]
     sessions: usize,
 
-    /// Run only some phases, comma separated: uncontended, election, cost, contended,
-    /// scaling, diagnose (a shorter contended run while sampling etcd's unsynced-watcher
-    /// gauge), resources (threads and memory, measured in a fresh child process)
+    /// Rounds of the handoff floor (release Txn → a raw watcher's delete event)
+    #[arg(long, default_value_t = 500)]
+    floor_n: usize,
+
+    /// Locks one client holds at once (distinct names) for the held-locks figures
+    #[arg(long, default_value_t = 10_000)]
+    held: usize,
+
+    /// Sessions those locks are spread over (round robin; the latency probes use the first)
+    #[arg(long, default_value_t = 1)]
+    held_sessions: usize,
+
+    /// Run only some phases, comma separated: uncontended, election, cost, floor (the
+    /// handoff floor; also run before contended and scaling), contended, scaling, diagnose
+    /// (a shorter contended run while sampling etcd's unsynced-watcher gauge), resources
+    /// (threads and memory with many sessions, then with --held locks held, each measured in
+    /// a fresh child process), held (only the second of those)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 
@@ -79,6 +93,9 @@ pub struct Args {
     pub handoffs: usize,
     pub hold: Duration,
     pub sessions: usize,
+    pub floor_n: usize,
+    pub held: usize,
+    pub held_sessions: usize,
     pub only: Option<Vec<String>>,
     pub timeout: Duration,
     pub prefix: String,
@@ -116,6 +133,9 @@ impl Args {
             handoffs: cli.handoffs.max(1),
             hold: Duration::from_millis(cli.hold_ms),
             sessions: cli.sessions.max(2),
+            floor_n: cli.floor_n.max(1),
+            held: cli.held.max(1),
+            held_sessions: cli.held_sessions.clamp(1, cli.held.max(1)),
             only: cli.only.as_deref().map(split_list),
             timeout: Duration::from_secs(cli.timeout_secs),
             prefix: cli

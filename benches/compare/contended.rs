@@ -7,6 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::args::Args;
+use crate::handoff_floor::over_floor;
 use crate::metrics::{Counters, counters, unsynced_watchers};
 use crate::stats::{Summary, report, tail};
 use crate::turns::{Turns, locked};
@@ -170,6 +171,27 @@ pub fn contended(args: &Args, summary: &mut Summary) -> Res<()> {
         run.violations
     ));
     summary.latency("handoff (release start -> next lock returns)", h);
+    summary.keep("handoff", h);
+    summary
+        .values
+        .insert("contended_throughput".into(), run.throughput());
+    if let Some(cost) = &run.cost {
+        let per = |v: f64| v / (run.acquisitions.max(1) as f64);
+        summary.values.insert(
+            "contended_range".into(),
+            per(Counters::get(&cost.handled, "Range")),
+        );
+        summary.values.insert(
+            "contended_watch_streams".into(),
+            per(Counters::get(&cost.started, "Watch")),
+        );
+    }
+    over_floor(
+        "handoff_over_floor",
+        h,
+        &format!("contenders={}", args.contenders),
+        summary,
+    );
     if !run.errors.is_empty() {
         return Err(format!("contended run had {} errors", run.errors.len()).into());
     }

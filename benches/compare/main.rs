@@ -11,12 +11,15 @@
 //! Layout: [`args`] (options), [`stats`] (percentiles, output), [`metrics`] (etcd's
 //! /metrics over HTTP), [`turns`] (exclusion checks shared by the contended phases), and
 //! one module per phase: [`uncontended`] (a, d), [`election`] (c), [`cost`] (f),
-//! [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`resources`] (g).
+//! [`handoff_floor`] (the handoff floor, measured before the handoff phases of the same
+//! run), [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`resources`]
+//! (g, and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
 mod contended;
 mod cost;
 mod election;
+mod handoff_floor;
 mod metrics;
 mod resources;
 mod scaling;
@@ -70,6 +73,67 @@ fn join_bounded_value<T>(handle: JoinHandle<T>, deadline: Instant) -> Option<T> 
     handle.join().ok()
 }
 
+/// The heading of the closing block (a child process's block is read back under it).
+pub const TARGETS_HEADER: &str = "etcd-sync issue #12 figures (this run):";
+
+/// The closing block: the figures issue #12 sets targets for, from whatever phases ran.
+/// A child process (the held-locks phase) passes its lines up as they are.
+fn issue_12(args: &Args, summary: &Summary) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(t) = summary.value("contended_throughput") {
+        out.push(format!(
+            "contended throughput: {t:.0} acq/s with {} contenders (÷ Go: in \
+             scripts/bench-compare's table)",
+            args.contenders
+        ));
+    }
+    if let Some(f) = summary.figure("handoff_floor") {
+        let mut parts = Vec::new();
+        if let Some(h) = summary.figure("handoff") {
+            parts.push(format!(
+                "{} contenders {:.0} µs = {:.2}x",
+                args.contenders,
+                h.median,
+                h.median / f.median
+            ));
+        }
+        for &w in &args.waiters {
+            if let Some(h) = summary.figure(&format!("handoff_waiters_{w}")) {
+                parts.push(format!(
+                    "{w} waiters {:.0} µs = {:.2}x",
+                    h.median,
+                    h.median / f.median
+                ));
+            }
+        }
+        out.push(format!(
+            "handoff median ÷ handoff floor ({:.0} µs): {}",
+            f.median,
+            if parts.is_empty() {
+                "no handoff phase ran".to_string()
+            } else {
+                parts.join(", ")
+            }
+        ));
+    }
+    if let Some((from, to, ratio)) = scaling::growth_ratio(args, summary) {
+        out.push(format!(
+            "handoff median, {to} waiters ÷ {from} waiters: {ratio:.2}x"
+        ));
+    }
+    if let (Some(r), Some(w)) = (
+        summary.value("contended_range"),
+        summary.value("contended_watch_streams"),
+    ) {
+        out.push(format!(
+            "per contended acquisition (etcd's counters): {r:.2} Range, {w:.2} watch streams \
+             opened"
+        ));
+    }
+    out.extend(summary.targets.iter().cloned());
+    out
+}
+
 // ---------------------------------------------------------------------------------------
 
 fn main() {
@@ -110,8 +174,8 @@ fn main() {
     );
     let mut summary = Summary::default();
     let mut failed = Vec::new();
-    let mut run = |phase: &str, f: &dyn Fn(&Args, &mut Summary) -> Res<()>| {
-        if !args.wants(phase) {
+    let mut run = |phase: &str, wanted: bool, f: &dyn Fn(&Args, &mut Summary) -> Res<()>| {
+        if !wanted {
             return;
         }
         let t = Instant::now();
@@ -123,26 +187,56 @@ fn main() {
         }
         eprintln!("compare: {phase} took {:.1} s", t.elapsed().as_secs_f64());
     };
-    run("uncontended", &uncontended::uncontended);
-    run("election", &election::election);
-    run("cost", &cost::cost);
-    run("contended", &contended::contended);
-    run("scaling", &|args, summary| {
+    let wants = |phase: &str| args.wants(phase);
+    let named = |phase: &str| args.only.iter().flatten().any(|p| p == phase);
+    run(
+        "uncontended",
+        wants("uncontended"),
+        &uncontended::uncontended,
+    );
+    run("election", wants("election"), &election::election);
+    run("cost", wants("cost"), &cost::cost);
+    // Right before the handoffs it is the floor of, in the same process.
+    let floor = wants("floor") || wants("contended") || wants("scaling");
+    run("floor", floor, &handoff_floor::floor);
+    run("contended", wants("contended"), &contended::contended);
+    run("scaling", wants("scaling"), &|args, summary| {
         for &w in &args.waiters {
             scaling::scaling_one(args, w, summary)?;
         }
+        scaling::growth(args, summary);
         Ok(())
     });
-    run("diagnose", &contended::diagnose);
-    run("resources", &resources::resources_in_child);
-    if args.only.iter().flatten().any(|p| p == "resources-here") {
-        run("resources-here", &resources::resources);
-    }
+    run("diagnose", wants("diagnose"), &contended::diagnose);
+    run(
+        "resources",
+        wants("resources"),
+        &resources::resources_in_child,
+    );
+    run(
+        "held",
+        wants("held") && !wants("resources"),
+        &resources::held_in_child,
+    );
+    run(
+        "resources-here",
+        named("resources-here"),
+        &resources::resources,
+    );
+    run("held-here", named("held-here"), &resources::held);
 
     println!();
     println!("etcd-sync summary ({}):", args.endpoints.join(","));
     for line in &summary.lines {
         println!("{line}");
+    }
+    let targets = issue_12(&args, &summary);
+    if !targets.is_empty() {
+        println!();
+        println!("{TARGETS_HEADER}");
+        for line in targets {
+            println!("  {line}");
+        }
     }
     if !failed.is_empty() {
         eprintln!("compare: failed phases: {}", failed.join(", "));

@@ -98,3 +98,8 @@ pub fn counters(endpoint: &str) -> Res<Counters> {
 pub fn unsynced_watchers(endpoint: &str) -> Res<Option<f64>> {
     Ok(metrics::fetch(endpoint)?.get("etcd_debugging_mvcc_slow_watcher_total", &[]))
 }
+
+/// etcd's gauge of watchers (all streams, all clients), if /metrics has it.
+pub fn watchers(endpoint: &str) -> Res<Option<f64>> {
+    Ok(metrics::fetch(endpoint)?.get("etcd_debugging_mvcc_watcher_total", &[]))
+}

@@ -6,6 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::args::Args;
+use crate::handoff_floor::over_floor;
 use crate::metrics::{Counters, counters};
 use crate::stats::{Summary, report, tail};
 use crate::turns::{Turns, locked};
@@ -121,6 +122,13 @@ pub fn scaling_one(args: &Args, waiters: usize, summary: &mut Summary) -> Res<()
         ),
     );
     summary.latency(&format!("handoff, {waiters} waiters queued"), st);
+    summary.keep(&format!("handoff_waiters_{waiters}"), st);
+    over_floor(
+        &format!("handoff_waiters_{waiters}_over_floor"),
+        st,
+        &format!("waiters={waiters}"),
+        summary,
+    );
     for s in &sessions {
         let _ = s.close();
     }
@@ -129,4 +137,31 @@ pub fn scaling_one(args: &Args, waiters: usize, summary: &mut Summary) -> Res<()
         return Err(format!("scaling {waiters}: {} errors", errors.len()).into());
     }
     Ok(())
+}
+
+/// The smallest and the largest queue length measured, and the handoff median of the
+/// largest divided by that of the smallest.
+pub fn growth_ratio(args: &Args, summary: &Summary) -> Option<(usize, usize, f64)> {
+    let from = *args.waiters.iter().min()?;
+    let to = *args.waiters.iter().max()?;
+    let a = summary.figure(&format!("handoff_waiters_{from}"))?;
+    let b = summary.figure(&format!("handoff_waiters_{to}"))?;
+    (from != to).then(|| (from, to, b.median / a.median))
+}
+
+/// Prints `RESULT rust handoff_waiters_growth median_ratio=..`: the handoff median with the
+/// longest queue measured divided by that with the shortest (issue #12: 256 ÷ 2).
+pub fn growth(args: &Args, summary: &Summary) {
+    if let Some((from, to, ratio)) = growth_ratio(args, summary) {
+        let p90 = |w: usize| {
+            summary
+                .figure(&format!("handoff_waiters_{w}"))
+                .map(|s| s.p90)
+        };
+        let p90_ratio = p90(to).zip(p90(from)).map_or(0.0, |(b, a)| b / a);
+        println!(
+            "RESULT rust handoff_waiters_growth median_ratio={ratio:.3} p90_ratio={p90_ratio:.3} \
+             waiters_from={from} waiters_to={to}"
+        );
+    }
 }

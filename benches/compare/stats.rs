@@ -1,6 +1,7 @@
 //! Statistics and output: nearest-rank percentiles, the `RESULT` lines and the closing
 //! human-readable summary.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
@@ -70,10 +71,18 @@ pub fn tail(samples: &[Duration]) -> String {
     format!("over_10ms={} over_50ms={}", over(10), over(50))
 }
 
-/// Figures for the closing human-readable summary.
+/// Figures for the closing human-readable summary, and what later phases and the closing
+/// issue #12 block need from earlier ones.
 #[derive(Default)]
 pub struct Summary {
     pub lines: Vec<String>,
+    /// Latency figures by `RESULT` name (`handoff_floor`, `handoff`, `handoff_waiters_2`, ...).
+    pub figures: BTreeMap<String, Stats>,
+    /// Single numbers by name (`contended_throughput`, `contended_range`, ...).
+    pub values: BTreeMap<String, f64>,
+    /// Lines for the closing issue #12 block that a phase wrote itself (the held-locks
+    /// child process's).
+    pub targets: Vec<String>,
 }
 
 impl Summary {
@@ -87,5 +96,17 @@ impl Summary {
     }
     pub fn text(&mut self, line: String) {
         self.lines.push(format!("  {line}"));
+    }
+    /// Keeps `st` as `figure` for later phases and the closing block.
+    pub fn keep(&mut self, figure: &str, st: Option<Stats>) {
+        if let Some(st) = st {
+            self.figures.insert(figure.to_string(), st);
+        }
+    }
+    pub fn figure(&self, figure: &str) -> Option<Stats> {
+        self.figures.get(figure).copied()
+    }
+    pub fn value(&self, name: &str) -> Option<f64> {
+        self.values.get(name).copied()
     }
 }

@@ -82,6 +82,7 @@ mod process;
 mod scratch;
 mod server;
 mod start;
+mod watch;
 
 pub use auth::{AUTH_PREFIX, AUTH_ROOT, AUTH_USER};
 pub use binary::{etcd_binary, etcdctl_binary};
@@ -89,3 +90,4 @@ pub use certs::TlsCerts;
 pub use cluster::EtcdCluster;
 pub use server::{EtcdServer, EtcdServerBuilder};
 pub use start::EtcdClusterBuilder;
+pub use watch::RawWatch;
