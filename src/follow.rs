@@ -218,13 +218,15 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
 
 /// Queues `what` unless an equal sweep already runs or waits.
 fn accept(entries: &HashMap<u64, Entry>, deferred: &mut Deferred, what: Follow) {
-    let duplicate = entries
-        .values()
-        .any(|e| e.what.is_live() && e.what.same_sweep(&what))
-        || deferred
-            .0
-            .iter()
-            .any(|(_, queued)| queued.same_sweep(&what));
+    // Only sweeps can be duplicates; guards (the many) are queued without a scan.
+    let duplicate = matches!(what, Follow::Sweep { .. })
+        && (entries
+            .values()
+            .any(|e| e.what.same_sweep(&what) && e.what.is_live())
+            || deferred
+                .0
+                .iter()
+                .any(|(_, queued)| queued.same_sweep(&what)));
     if !duplicate {
         deferred.push(what);
     }

@@ -26,7 +26,16 @@ pub(crate) struct LeaseState {
     lost_rx: Receiver<()>,
     lost_async: tokio::sync::watch::Sender<bool>,
     /// Signals of guards built on this session: fired when the session is lost.
-    dependents: StdMutex<Vec<Weak<Signal>>>,
+    dependents: StdMutex<Dependents>,
+}
+
+/// Weak references to guards' signals; dropped guards leave dead entries, pruned when the
+/// list has doubled since the last prune, so registering costs O(1) amortized however many
+/// guards the session holds.
+#[derive(Default)]
+struct Dependents {
+    signals: Vec<Weak<Signal>>,
+    prune_at: usize,
 }
 
 struct State {
@@ -58,7 +67,7 @@ impl LeaseState {
             }),
             lost_rx,
             lost_async,
-            dependents: StdMutex::new(Vec::new()),
+            dependents: StdMutex::default(),
         })
     }
 
@@ -69,8 +78,11 @@ impl LeaseState {
             return;
         }
         let mut dependents = self.dependents.lock().unwrap_or_else(|e| e.into_inner());
-        dependents.retain(|weak| weak.strong_count() > 0);
-        dependents.push(Arc::downgrade(signal));
+        if dependents.signals.len() >= dependents.prune_at {
+            dependents.signals.retain(|weak| weak.strong_count() > 0);
+            dependents.prune_at = (dependents.signals.len() * 2).max(64);
+        }
+        dependents.signals.push(Arc::downgrade(signal));
         drop(dependents);
         // Lost in between: mark_lost may have drained the list before our push.
         if self.state().reason.is_some() {
@@ -114,8 +126,13 @@ impl LeaseState {
         state.lost_tx = None;
         drop(state);
         self.lost_async.send_replace(true);
-        let dependents =
-            std::mem::take(&mut *self.dependents.lock().unwrap_or_else(|e| e.into_inner()));
+        let dependents = std::mem::take(
+            &mut self
+                .dependents
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .signals,
+        );
         for signal in dependents.iter().filter_map(Weak::upgrade) {
             signal.fire();
         }

@@ -92,7 +92,17 @@ pub(crate) struct Line {
 
 /// The lines of every session of this process, by session and name. It lives here, not in
 /// the session, so the session module does not depend on the ownership core.
-static LINES: StdMutex<BTreeMap<(u64, Vec<u8>), Slot>> = StdMutex::new(BTreeMap::new());
+static LINES: StdMutex<Lines> = StdMutex::new(Lines {
+    slots: BTreeMap::new(),
+    prune_at: 0,
+});
+
+/// The table of [`LINES`]. Dead slots are pruned when the table has doubled since the last
+/// prune, so creating a line costs O(log n) amortized however many lines the process has.
+struct Lines {
+    slots: BTreeMap<(u64, Vec<u8>), Slot>,
+    prune_at: usize,
+}
 
 /// One session's line under one name, and its turn. The turn is kept apart from the line:
 /// a release or cleanup still running in the background holds the turn after the last
@@ -117,7 +127,7 @@ impl Line {
     pub(crate) fn of(session: &Session, name: &[u8]) -> Result<Arc<Line>> {
         let id = (session.lease().serial(), name.to_vec());
         let mut lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
-        let turn = match lines.get(&id) {
+        let turn = match lines.slots.get(&id) {
             Some(slot) => match slot.line.upgrade() {
                 Some(line) => return Ok(line),
                 None => slot.turn.upgrade(),
@@ -126,8 +136,13 @@ impl Line {
         };
         let turn = turn.unwrap_or_default();
         let line = Arc::new(Line::new(session.clone(), name, turn.clone())?);
-        lines.retain(|_, slot| slot.line.strong_count() > 0 || slot.turn.strong_count() > 0);
-        lines.insert(
+        if lines.slots.len() >= lines.prune_at {
+            lines
+                .slots
+                .retain(|_, slot| slot.line.strong_count() > 0 || slot.turn.strong_count() > 0);
+            lines.prune_at = (lines.slots.len() * 2).max(64);
+        }
+        lines.slots.insert(
             id,
             Slot {
                 line: Arc::downgrade(&line),
