@@ -15,9 +15,9 @@ use crate::error::{Error, Result};
 use crate::kv::text;
 use crate::kv::{Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOpResponse};
 use crate::lease::LeaseState;
-use crate::transport::watch::{EventKind, Only};
+use crate::transport::watch::Only;
 use crate::transport::{Retry, Rpc};
-use crate::watches::{Delivery, Spec, UNSYNCED_WINDOW, Watches};
+use crate::watches::{Awaited, Delivery, Spec, UNSYNCED_WINDOW, Watches};
 
 /// Longest name accepted for a lock or an election.
 pub(crate) const MAX_NAME_LEN: usize = 4096;
@@ -332,14 +332,23 @@ pub(crate) async fn wait_turn(
 ) -> Result<i64> {
     let key = ours.key;
     let mut known = seen_at;
-    let mut ahead = match position {
+    let ahead = match position {
         // The revision of the read that showed us first: the key exists there.
         Position::Owner => return Ok(seen_at),
         Position::Gone => return Err(key_gone_error(rpc, session).await),
         Position::Behind(ahead) => ahead,
     };
     tracing::debug!(key = %text(key), ahead = ahead.len(), complete = ahead.complete, "waiting");
-    let mut deletes = watches.subscribe(Spec::prefix(ours.prefix, Only::Deletes), seen_at);
+    let awaited = |ahead: Ahead, known: i64| Awaited {
+        own: key.to_vec(),
+        keys: ahead.keys,
+        complete: ahead.complete,
+        known,
+    };
+    let mut deletes = watches.await_gone(
+        Spec::prefix(ours.prefix, Only::Deletes),
+        awaited(ahead, known),
+    );
     // Until then, etcd may have registered a just-created watcher as unsynced: read now and
     // then, so a handoff in that window does not wait for etcd's 100 ms sync loop.
     let mut poll_until: Option<Instant> = None;
@@ -353,7 +362,10 @@ pub(crate) async fn wait_turn(
                 match read_position_at(rpc, ours).await? {
                     (Position::Owner, at) => return Ok(at),
                     (Position::Gone, _) => return Err(key_gone_error(rpc, session).await),
-                    (Position::Behind(now), at) => (ahead, known) = (now, at),
+                    (Position::Behind(now), at) => {
+                        known = at;
+                        deletes.await_again(awaited(now, at));
+                    }
                 }
                 continue;
             }
@@ -371,41 +383,31 @@ pub(crate) async fn wait_turn(
                     (Position::Owner, at) => return Ok(at),
                     (Position::Gone, _) => return Err(key_gone_error(rpc, session).await),
                     (Position::Behind(now), at) => {
-                        (ahead, known) = (now, at);
+                        known = at;
+                        deletes.await_again(awaited(now, at));
                         if fresh && at > after {
                             poll_until = Some(Instant::now() + UNSYNCED_WINDOW);
                         }
                     }
                 }
             }
-            Delivery::Events(batch) => {
-                // A batch can span revisions (etcd's catch-up): apply all of it first.
-                let mut through = known;
-                for event in batch.iter().filter(|e| e.kv.mod_revision > known) {
-                    if event.kind != EventKind::Delete {
-                        continue;
-                    }
-                    if event.kv.key == key {
-                        return Err(key_gone_error(rpc, session).await);
-                    }
-                    ahead.keys.remove(&event.kv.key);
-                    through = through.max(event.kv.mod_revision);
-                }
-                known = through;
-                if !ahead.keys.is_empty() {
-                    continue;
-                }
-                if ahead.complete {
-                    tracing::debug!(key = %text(key), at = known, "owner by event order");
-                    return Ok(known);
-                }
+            Delivery::Cleared { at, complete: true } => {
+                tracing::debug!(key = %text(key), at, "owner by event order");
+                return Ok(at);
+            }
+            Delivery::Cleared { .. } => {
                 // Only part of a long line was tracked: find the rest.
                 match read_position_at(rpc, ours).await? {
                     (Position::Owner, at) => return Ok(at),
                     (Position::Gone, _) => return Err(key_gone_error(rpc, session).await),
-                    (Position::Behind(now), at) => (ahead, known) = (now, at),
+                    (Position::Behind(now), at) => {
+                        known = at;
+                        deletes.await_again(awaited(now, at));
+                    }
                 }
             }
+            Delivery::OwnDeleted => return Err(key_gone_error(rpc, session).await),
+            Delivery::Events(_) => {} // not sent to a subscription that awaits keys gone
             Delivery::Failed(e) => return Err(e),
         }
     }

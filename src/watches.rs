@@ -19,7 +19,7 @@
 //! Watch ids are ours (etcd 3.4+ accepts client-chosen ids), so a `created` answer or a
 //! late event for a cancelled watcher is never confused with another watcher's.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,7 +30,9 @@ use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::kv::prefix_end;
 use crate::transport::Rpc;
-use crate::transport::watch::{Event, Only, Watch, WatchResponse, WatchStream, cancel_error};
+use crate::transport::watch::{
+    Event, EventKind, Only, Watch, WatchResponse, WatchStream, cancel_error,
+};
 
 /// What to watch: a key or a range, and which events.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -73,17 +75,64 @@ impl Spec {
 /// Events of one watch response, shared by every subscriber of the watcher.
 pub(crate) type Batch = Arc<Vec<Event>>;
 
+/// What a waiter waits for: every key in `keys` deleted (the keys ahead of `own` in a line,
+/// exact at revision `known`), with no delete of `own` before. The watch task crosses the
+/// keys off itself and wakes the waiter only with the outcome, so a handoff wakes the one
+/// waiter it concerns, not every waiter of the name on the client.
+#[derive(Debug, Clone)]
+pub(crate) struct Awaited {
+    pub(crate) own: Vec<u8>,
+    pub(crate) keys: HashSet<Vec<u8>>,
+    /// Passed back in [`Delivery::Cleared`]: whether `keys` were all the keys ahead.
+    pub(crate) complete: bool,
+    pub(crate) known: i64,
+}
+
+impl Awaited {
+    /// Applies one batch; the outcome, once there is one.
+    fn apply(&mut self, batch: &[Event]) -> Option<Delivery> {
+        let mut through = self.known;
+        let mut own_deleted = false;
+        for event in batch.iter().filter(|e| e.kv.mod_revision > self.known) {
+            through = through.max(event.kv.mod_revision);
+            if event.kind != EventKind::Delete {
+                continue;
+            }
+            if event.kv.key == self.own {
+                own_deleted = true;
+            } else {
+                self.keys.remove(&event.kv.key);
+            }
+        }
+        self.known = through;
+        // A batch can span revisions (etcd's catch-up): all of it counts before deciding.
+        if own_deleted {
+            Some(Delivery::OwnDeleted)
+        } else if self.keys.is_empty() {
+            Some(Delivery::Cleared {
+                at: through,
+                complete: self.complete,
+            })
+        } else {
+            None
+        }
+    }
+}
+
 /// What a subscriber receives.
 #[derive(Debug, Clone)]
 pub(crate) enum Delivery {
     /// Every event after revision `after` follows, in order. `fresh`: the watcher was just
     /// created "from now", so etcd may have registered it as unsynced (a write raced its
     /// creation), and its first events may then wait for etcd's 100 ms sync loop.
-    From {
-        after: i64,
-        fresh: bool,
-    },
+    From { after: i64, fresh: bool },
+    /// The next events (not sent to a subscriber that awaits keys gone).
     Events(Batch),
+    /// For a subscriber that awaits keys gone ([`Awaited`]): the last of them was deleted,
+    /// with every event through revision `at` applied and no delete of its own key.
+    Cleared { at: i64, complete: bool },
+    /// For a subscriber that awaits keys gone: its own key was deleted first.
+    OwnDeleted,
     /// etcd refused the watcher for good (permission denied, for example).
     Failed(Error),
 }
@@ -100,7 +149,13 @@ enum Command {
         spec: Spec,
         id: u64,
         known: i64,
+        awaited: Option<Awaited>,
         sink: Sink,
+    },
+    Await {
+        spec: Spec,
+        id: u64,
+        awaited: Awaited,
     },
     Unsubscribe {
         spec: Spec,
@@ -144,22 +199,40 @@ impl Watches {
     /// replayed to it.
     pub(crate) fn subscribe(&self, spec: Spec, known: i64) -> Subscription {
         let (sender, receiver) = unbounded_channel();
-        let handle = self.subscribe_to(spec, known, Sink::new(0, sender));
-        Subscription {
-            _handle: handle,
-            receiver,
-        }
+        let handle = self.subscribe_with(spec, known, None, Sink::new(0, sender));
+        Subscription { handle, receiver }
+    }
+
+    /// Subscribes to `spec` (deletes under a name) to learn when the `awaited` keys are
+    /// gone: the subscriber gets [`Delivery::From`] as usual, then only the outcome
+    /// ([`Delivery::Cleared`] or [`Delivery::OwnDeleted`]), never the events themselves.
+    pub(crate) fn await_gone(&self, spec: Spec, awaited: Awaited) -> Subscription {
+        let (sender, receiver) = unbounded_channel();
+        let known = awaited.known;
+        let handle = self.subscribe_with(spec, known, Some(awaited), Sink::new(0, sender));
+        Subscription { handle, receiver }
     }
 
     /// Subscribes to `spec`, delivering into `sink`; the subscription lasts as long as the
     /// returned handle.
     pub(crate) fn subscribe_to(&self, spec: Spec, known: i64, sink: Sink) -> Subscribed {
+        self.subscribe_with(spec, known, None, sink)
+    }
+
+    fn subscribe_with(
+        &self,
+        spec: Spec,
+        known: i64,
+        awaited: Option<Awaited>,
+        sink: Sink,
+    ) -> Subscribed {
         let id = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
         // Fails only when the runtime shuts down; the subscriber then sees `Closed`.
         let _ = self.commands.send(Command::Subscribe {
             spec: spec.clone(),
             id,
             known,
+            awaited,
             sink,
         });
         Subscribed {
@@ -198,11 +271,20 @@ impl Drop for Subscribed {
 
 /// A subscription with its own channel.
 pub(crate) struct Subscription {
-    _handle: Subscribed,
+    handle: Subscribed,
     receiver: UnboundedReceiver<(u64, Delivery)>,
 }
 
 impl Subscription {
+    /// Replaces what this subscription awaits (after the subscriber read the line again).
+    pub(crate) fn await_again(&self, awaited: Awaited) {
+        let _ = self.handle.commands.send(Command::Await {
+            spec: self.handle.spec.clone(),
+            id: self.handle.id,
+            awaited,
+        });
+    }
+
     /// The next delivery; `Failed(Closed)` once the client's runtime is gone.
     pub(crate) async fn next(&mut self) -> Delivery {
         match self.receiver.recv().await {
@@ -237,10 +319,33 @@ pub(crate) const UNSYNCED_WINDOW: Duration = Duration::from_millis(120);
 /// How often the task checks that its stream runs on the endpoint the client uses.
 const STALE_CHECK: Duration = crate::transport::watch::STALE_CHECK;
 
+/// One subscriber of a watcher.
+struct Subscriber {
+    sink: Sink,
+    /// What it awaits, if it awaits keys gone (until the outcome is sent).
+    awaited: Option<Awaited>,
+}
+
+impl Subscriber {
+    /// Delivers a batch: the events, or the outcome of what it awaits once there is one.
+    fn deliver(&mut self, batch: &Batch) -> bool {
+        match &mut self.awaited {
+            None => self.sink.send(Delivery::Events(batch.clone())),
+            Some(awaited) => match awaited.apply(batch) {
+                Some(outcome) => {
+                    self.awaited = None;
+                    self.sink.send(outcome)
+                }
+                None => true,
+            },
+        }
+    }
+}
+
 /// One etcd watcher and its subscribers.
 #[derive(Default)]
 struct Watcher {
-    subscribers: HashMap<u64, Sink>,
+    subscribers: HashMap<u64, Subscriber>,
     pins: usize,
     /// Its id on the current stream, once the create was sent there.
     id: Option<i64>,
@@ -270,13 +375,18 @@ impl Watcher {
     /// Tells one subscriber where the watcher stands and replays the history it lacks: the
     /// batches after `known`, if the history reaches back that far (if not, the subscriber
     /// reads, and everything in the history is older than its read).
-    fn welcome(&self, sink: &Sink, known: i64) {
-        sink.send(Delivery::From {
+    fn welcome(&self, subscriber: &mut Subscriber, known: i64) {
+        subscriber.sink.send(Delivery::From {
             after: self.history_from,
             fresh: self
                 .started_at
                 .is_some_and(|at| at.elapsed() < UNSYNCED_WINDOW),
         });
+        self.replay(subscriber, known);
+    }
+
+    /// Replays the history after `known` to one subscriber, if it reaches back that far.
+    fn replay(&self, subscriber: &mut Subscriber, known: i64) {
         if known < self.history_from {
             return;
         }
@@ -285,7 +395,7 @@ impl Watcher {
             .iter()
             .filter(|batch| batch.iter().any(|event| event.kv.mod_revision > known));
         for batch in newer {
-            sink.send(Delivery::Events(batch.clone()));
+            subscriber.deliver(batch);
         }
     }
 
@@ -324,12 +434,13 @@ impl Watcher {
                 self.history_from = self.history_from.max(rev);
             }
         }
-        self.broadcast(&Delivery::Events(batch));
+        self.subscribers
+            .retain(|_, subscriber| subscriber.deliver(&batch));
     }
 
     fn broadcast(&mut self, delivery: &Delivery) {
         self.subscribers
-            .retain(|_, sink| sink.send(delivery.clone()));
+            .retain(|_, subscriber| subscriber.sink.send(delivery.clone()));
     }
 }
 
@@ -416,17 +527,41 @@ impl Hub {
                 spec,
                 id,
                 known,
+                awaited,
                 sink,
             } => {
                 let watcher = self.watchers.entry(spec.clone()).or_default();
+                let mut subscriber = Subscriber { sink, awaited };
                 // A watcher that started once covers everything after `through`, also
                 // between streams (it is re-created from there); one that has not started
                 // yet tells its subscribers where it starts when etcd confirms it.
                 if watcher.through.is_some() {
-                    watcher.welcome(&sink, known);
+                    watcher.welcome(&mut subscriber, known);
                 }
-                watcher.subscribers.insert(id, sink);
+                watcher.subscribers.insert(id, subscriber);
                 self.ensure_created(&spec, stream);
+            }
+            Command::Await { spec, id, awaited } => {
+                let Some(watcher) = self.watchers.get_mut(&spec) else {
+                    return;
+                };
+                let Some(mut subscriber) = watcher.subscribers.remove(&id) else {
+                    return;
+                };
+                let known = awaited.known;
+                subscriber.awaited = Some(awaited);
+                if watcher.through.is_some() {
+                    if known < watcher.history_from {
+                        // Too old for the history: the subscriber reads again.
+                        subscriber.sink.send(Delivery::From {
+                            after: watcher.history_from,
+                            fresh: false,
+                        });
+                    } else {
+                        watcher.replay(&mut subscriber, known);
+                    }
+                }
+                watcher.subscribers.insert(id, subscriber);
             }
             Command::Unsubscribe { spec, id } => {
                 if let Some(watcher) = self.watchers.get_mut(&spec) {
@@ -576,5 +711,64 @@ impl Hub {
         if let Some(watcher) = self.watchers.get_mut(spec) {
             watcher.record(response.events);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::KeyValue;
+
+    fn delete(key: &[u8], rev: i64) -> Event {
+        Event {
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                key: key.to_vec(),
+                mod_revision: rev,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn awaiting(keys: &[&[u8]], known: i64) -> Awaited {
+        Awaited {
+            own: b"l/own".to_vec(),
+            keys: keys.iter().map(|k| k.to_vec()).collect(),
+            complete: true,
+            known,
+        }
+    }
+
+    #[test]
+    fn cleared_only_when_every_key_ahead_is_gone() {
+        let mut a = awaiting(&[b"l/a", b"l/b"], 10);
+        // Old news (at or before what was known) changes nothing.
+        assert!(a.apply(&[delete(b"l/a", 9), delete(b"l/b", 10)]).is_none());
+        // A key that is not ahead (a newer waiter) changes nothing either.
+        assert!(a.apply(&[delete(b"l/newer", 11)]).is_none());
+        assert!(a.apply(&[delete(b"l/b", 12)]).is_none());
+        match a.apply(&[delete(b"l/a", 14)]) {
+            Some(Delivery::Cleared {
+                at: 14,
+                complete: true,
+            }) => {}
+            other => panic!("expected Cleared at 14, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn own_delete_in_the_same_batch_wins() {
+        // One batch can span revisions: the own key's delete after the last key ahead
+        // must not be read as a clear turn.
+        let mut a = awaiting(&[b"l/a"], 10);
+        assert!(matches!(
+            a.apply(&[delete(b"l/a", 11), delete(b"l/own", 12)]),
+            Some(Delivery::OwnDeleted)
+        ));
+        let mut a = awaiting(&[b"l/a"], 10);
+        assert!(matches!(
+            a.apply(&[delete(b"l/own", 11)]),
+            Some(Delivery::OwnDeleted)
+        ));
     }
 }

@@ -63,16 +63,17 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
                     totals.stale_attempts += 1;
                     totals.stale_accepted += u64::from(f[2] == "1");
                 }
-                (Some(&"WAIT"), 3) => {
+                (Some(&"WAIT"), 4) => {
                     totals.waits += 1;
                     let (Ok(timeout), Ok(took)) = (f[1].parse::<u64>(), f[2].parse::<u64>()) else {
                         continue;
                     };
                     let bound = timeout + 2 * REQUEST_TIMEOUT.as_millis() as u64;
                     if took > bound {
-                        totals
-                            .slow_waits
-                            .push(format!("a {timeout} ms wait took {took} ms"));
+                        totals.slow_waits.push(format!(
+                            "a {timeout} ms wait took {took} ms (log-{n}, started at UNIX ms {})",
+                            f[3]
+                        ));
                     }
                 }
                 (Some(&"ERR"), 2) => *totals.errors.entry(f[1].to_string()).or_default() += 1,

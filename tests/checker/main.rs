@@ -251,7 +251,15 @@ fn acquire(
     if matches!(op, 1 | 5) {
         log(
             log_file,
-            format!("WAIT {} {}", timeout.as_millis(), took.as_millis()),
+            format!(
+                "WAIT {} {} {}",
+                timeout.as_millis(),
+                took.as_millis(),
+                // When it started (UNIX ms), to find it in the traces if it was slow.
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |now| now.saturating_sub(took).as_millis())
+            ),
         );
     }
     match result {
@@ -467,15 +475,15 @@ fn randomized_checker() {
     for (name, sections) in &mut totals.sections {
         check_name(name, sections, &mut violations);
     }
+    if totals.stale_accepted > 0 {
+        violations.push(format!("{} stale writes committed", totals.stale_accepted));
+    }
+    violations.extend(totals.slow_waits.iter().cloned());
     if violations.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
         println!("CHECKER logs kept in {}", dir.display());
     }
-    if totals.stale_accepted > 0 {
-        violations.push(format!("{} stale writes committed", totals.stale_accepted));
-    }
-    violations.extend(totals.slow_waits.iter().cloned());
     // SIGKILLed children leave keys until their lease expires (TTL 3 s): wait that out.
     let c = client_for(&endpoints).unwrap();
     for name in NAMES {
