@@ -448,6 +448,7 @@ impl ClientBuilder {
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, tls: crate::TlsConfig) -> ClientBuilder {
         self.tls = Some(tls);
         self

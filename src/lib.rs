@@ -24,8 +24,17 @@
 //! * A session is declared lost *before* etcd can expire its lease (see [`Session`]); guards
 //!   carry a fencing token and can make writes conditional on still holding the lock.
 //!
+//! * Notifications (a guard's [`lost()`](MutexGuard::lost), a session's
+//!   [`lost()`](Session::lost), an [`Observer`]'s [`receiver()`](Observer::receiver)) are
+//!   [`crossbeam_channel`] receivers, re-exported here, so they sit together in one
+//!   [`select!`](crossbeam_channel::select) with your own channels.
+//!
+//! Optional features: `tls` (https endpoints, client certificates), `cli` (the `etcd-sync`
+//! command-line tool), `testing` (start real etcd servers from tests).
+//!
 //! See `ARCHITECTURE.md` for threads and request flow.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 mod client;
@@ -44,6 +53,7 @@ mod runtime;
 mod session;
 mod signal;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
@@ -54,6 +64,9 @@ pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
     MAX_KEEP_ALIVE_INTERVAL, MAX_TIMEOUT, MIN_KEEP_ALIVE_INTERVAL,
 };
+/// The channel crate whose receivers this crate hands out (`lost()`, [`Observer::receiver`]),
+/// re-exported so that `select!` needs no version guessing.
+pub use crossbeam_channel;
 pub use election::{Election, Leadership};
 pub use error::{Code, Error, LossReason, Result, TryLockError};
 pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
@@ -61,4 +74,5 @@ pub use mutex::{Mutex, MutexGuard};
 pub use observe::{Leader, LeaderEvent, Observer};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::TlsConfig;

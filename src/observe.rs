@@ -298,6 +298,8 @@ async fn observe_loop(
                     }
                 }
             }
+            // Only for subscriptions that await keys gone (waiters).
+            Some(Delivery::Cleared { .. } | Delivery::OwnDeleted) => {}
             Some(Delivery::Failed(e)) => {
                 outbox.fail(e);
                 return;
@@ -382,6 +384,40 @@ impl Observer {
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => Err(Error::Closed),
         }
+    }
+
+    /// The channel the changes arrive on, to wait for them in a
+    /// [`select!`](crate::crossbeam_channel::select) beside a guard's `lost()` and your own
+    /// channels. Each message is what [`recv`](Observer::recv) would return: `Ok(event)`,
+    /// or a final `Err` after which the channel disconnects (as it does when the observer
+    /// stops). Receiving from it is the same as calling `recv`: events are not duplicated.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// use etcd_sync::crossbeam_channel::{select, unbounded};
+    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let session = client.session()?;
+    /// let guard = session.mutex("shard-7")?.lock()?;
+    /// let observer = client.observe("scheduler")?;
+    /// let (_shutdown_tx, shutdown) = unbounded::<()>();
+    /// loop {
+    ///     select! {
+    ///         recv(observer.receiver()) -> event => match event {
+    ///             Ok(Ok(event)) => println!("scheduler: {event:?}"),
+    ///             Ok(Err(e)) => return Err(e),
+    ///             Err(_) => break, // the observer stopped
+    ///         },
+    ///         recv(guard.lost()) -> _ => {
+    ///             eprintln!("lost shard-7: stop working on it");
+    ///             break;
+    ///         }
+    ///         recv(shutdown) -> _ => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn receiver(&self) -> &Receiver<Result<LeaderEvent>> {
+        &self.events
     }
 
     /// The next change if one is ready, without blocking.

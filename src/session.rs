@@ -11,7 +11,17 @@ use crate::error::{Code, Error, LossReason, Result};
 use crate::kv::LeaseHex;
 use crate::lease::{LeaseState, safety_margin};
 
-/// Default session TTL, as in etcd's Go `concurrency` package.
+/// Default session TTL: **60 seconds**, as in etcd's Go `concurrency` package.
+///
+/// It is also how long a crashed (SIGKILLed, powered-off) holder blocks everyone else:
+/// nobody can release its locks until etcd expires the lease. A process that exits
+/// normally, or on Ctrl-C with a handler that drops or [`close`](Session::close)s its
+/// session, releases at once. Choose a shorter TTL with
+/// [`SessionBuilder::ttl`] if a crashed holder may not block for a minute.
+///
+/// ```
+/// assert_eq!(etcd_sync::DEFAULT_TTL, std::time::Duration::from_secs(60));
+/// ```
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
 
 /// The largest TTL etcd accepts (`MaxLeaseTTL`, 9,000,000,000 s).

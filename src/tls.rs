@@ -37,6 +37,12 @@ impl std::fmt::Debug for TlsConfig {
     }
 }
 
+/// Reads a PEM file, naming it in the error.
+fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
+    std::fs::read(path)
+        .map_err(|e| Error::InvalidArgument(format!("cannot read {what} {}: {e}", path.display())))
+}
+
 impl TlsConfig {
     /// Empty settings; a CA certificate is required before connecting.
     ///
@@ -48,31 +54,53 @@ impl TlsConfig {
         TlsConfig::default()
     }
 
-    /// Reads the CA certificate and, optionally, a client certificate and key (PEM files).
+    /// Reads the CA certificate and, optionally, a client certificate and key (PEM files,
+    /// `(certificate, key)`). For paths that are not `&str`, use
+    /// [`client_identity_files`](TlsConfig::client_identity_files).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming the file that cannot be read.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
-    /// let tls = etcd_sync::TlsConfig::from_files("/etc/etcd/ca.pem", None::<(&str, &str)>)?;
+    /// use etcd_sync::TlsConfig;
+    /// let server_only = TlsConfig::from_files("/etc/etcd/ca.pem", None)?;
+    /// let mutual = TlsConfig::from_files("ca.pem", Some(("client.pem", "client-key.pem")))?;
+    /// # let _ = (server_only, mutual);
+    /// # Ok(()) }
+    /// ```
+    pub fn from_files(ca: impl AsRef<Path>, client: Option<(&str, &str)>) -> Result<TlsConfig> {
+        let config = TlsConfig::new().ca_certificate_pem(read(ca.as_ref(), "CA certificate")?);
+        match client {
+            Some((cert, key)) => config.client_identity_files(cert, key),
+            None => Ok(config),
+        }
+    }
+
+    /// Reads a client certificate and its key (PEM files) for etcd's `--client-cert-auth`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming the file that cannot be read.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let dir = std::path::PathBuf::from("/etc/etcd");
+    /// let tls = etcd_sync::TlsConfig::from_files(dir.join("ca.pem"), None)?
+    ///     .client_identity_files(dir.join("client.pem"), dir.join("client-key.pem"))?;
     /// # let _ = tls;
     /// # Ok(()) }
     /// ```
-    pub fn from_files(
-        ca: impl AsRef<Path>,
-        client: Option<(impl AsRef<Path>, impl AsRef<Path>)>,
+    pub fn client_identity_files(
+        self,
+        cert: impl AsRef<Path>,
+        key: impl AsRef<Path>,
     ) -> Result<TlsConfig> {
-        let read = |path: &Path, what: &str| {
-            std::fs::read(path).map_err(|e| {
-                Error::InvalidArgument(format!("cannot read {what} {}: {e}", path.display()))
-            })
-        };
-        let mut config = TlsConfig::new().ca_certificate_pem(read(ca.as_ref(), "CA certificate")?);
-        if let Some((cert, key)) = client {
-            config = config.client_identity_pem(
-                read(cert.as_ref(), "client certificate")?,
-                read(key.as_ref(), "client key")?,
-            );
-        }
-        Ok(config)
+        Ok(self.client_identity_pem(
+            read(cert.as_ref(), "client certificate")?,
+            read(key.as_ref(), "client key")?,
+        ))
     }
 
     /// Trusts this CA (PEM) for etcd's server certificate.

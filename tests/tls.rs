@@ -28,11 +28,9 @@ fn mutual_tls_works_end_to_end() {
     let server = tls_server();
     assert!(server.endpoint().starts_with("https://"));
     let certs = server.tls_certs().unwrap();
-    let tls = TlsConfig::from_files(
-        &certs.ca_cert,
-        Some((&certs.client_cert, &certs.client_key)),
-    )
-    .unwrap();
+    let tls = TlsConfig::from_files(&certs.ca_cert, None)
+        .and_then(|t| t.client_identity_files(&certs.client_cert, &certs.client_key))
+        .unwrap();
     let c = connect(&server, tls).unwrap();
     let s = c.session().unwrap();
     let g = s.mutex("tls-lock").unwrap().lock().unwrap();
@@ -41,11 +39,9 @@ fn mutual_tls_works_end_to_end() {
     assert_eq!(c.get("tls-data").unwrap().unwrap().value, b"over tls");
     // Host:port endpoints are read as https:// when TLS is configured.
     let hostport = server.endpoint().trim_start_matches("https://").to_string();
-    let tls = TlsConfig::from_files(
-        &certs.ca_cert,
-        Some((&certs.client_cert, &certs.client_key)),
-    )
-    .unwrap();
+    let tls = TlsConfig::from_files(&certs.ca_cert, None)
+        .and_then(|t| t.client_identity_files(&certs.client_cert, &certs.client_key))
+        .unwrap();
     assert!(
         Client::builder()
             .endpoints([hostport])
@@ -59,11 +55,9 @@ fn mutual_tls_works_end_to_end() {
 fn wrong_ca_is_a_clear_connect_error() {
     let server = tls_server();
     let certs = server.tls_certs().unwrap();
-    let tls = TlsConfig::from_files(
-        &certs.other_ca_cert,
-        Some((&certs.client_cert, &certs.client_key)),
-    )
-    .unwrap();
+    let tls = TlsConfig::from_files(&certs.other_ca_cert, None)
+        .and_then(|t| t.client_identity_files(&certs.client_cert, &certs.client_key))
+        .unwrap();
     match connect(&server, tls) {
         Err(Error::Connect { reason, .. }) => {
             assert!(
@@ -84,7 +78,7 @@ fn missing_client_certificate_is_a_clear_connect_error() {
     // etcd refuses either with a certificate alert or by closing the connection right
     // after the handshake (timing and TLS version decide); both are this one error.
     for _ in 0..5 {
-        let tls = TlsConfig::from_files(&certs.ca_cert, None::<(&str, &str)>).unwrap();
+        let tls = TlsConfig::from_files(&certs.ca_cert, None).unwrap();
         match connect(&server, tls) {
             Err(e @ Error::ClientCertificateRejected { .. }) => {
                 let text = e.to_string();
@@ -101,11 +95,11 @@ fn untrusted_client_certificate_is_the_same_error() {
     let server = tls_server();
     let certs = server.tls_certs().unwrap();
     // A client certificate that etcd's CA did not sign.
-    let tls = TlsConfig::from_files(
-        &certs.ca_cert,
-        Some((&certs.untrusted_client_cert, &certs.untrusted_client_key)),
-    )
-    .unwrap();
+    let tls = TlsConfig::from_files(&certs.ca_cert, None)
+        .and_then(|t| {
+            t.client_identity_files(&certs.untrusted_client_cert, &certs.untrusted_client_key)
+        })
+        .unwrap();
     match connect(&server, tls) {
         Err(Error::ClientCertificateRejected { .. }) => {}
         other => panic!("expected ClientCertificateRejected, got {other:?}"),
@@ -125,7 +119,7 @@ fn tls_settings_are_checked() {
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        TlsConfig::from_files("/nonexistent/ca.pem", None::<(&str, &str)>),
+        TlsConfig::from_files("/nonexistent/ca.pem", None),
         Err(Error::InvalidArgument(_))
     ));
 }

@@ -132,8 +132,11 @@ impl GlobalOpts {
             .request_timeout(self.command_timeout);
         match (&self.cacert, &self.cert, &self.key) {
             (Some(ca), cert, key) => {
-                let client = cert.as_ref().zip(key.as_ref());
-                builder = builder.tls(etcd_sync::TlsConfig::from_files(ca, client)?);
+                let mut tls = etcd_sync::TlsConfig::from_files(ca, None)?;
+                if let (Some(cert), Some(key)) = (cert, key) {
+                    tls = tls.client_identity_files(cert, key)?;
+                }
+                builder = builder.tls(tls);
             }
             (None, Some(_), _) | (None, _, Some(_)) => {
                 return Err(etcd_sync::Error::InvalidArgument(
