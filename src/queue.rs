@@ -91,6 +91,32 @@ fn newest_up_to(prefix: &[u8], max_create: i64) -> Range {
     }
 }
 
+/// Every key under `prefix` (up to [`TRACKED`] + 1), keys only and unsorted: right after
+/// our put, every other key is older than ours, so this is the line ahead of us. Unsorted,
+/// because etcd then reads the line once; a sorted range reads every key of the line again.
+fn the_line(prefix: &[u8]) -> Range {
+    Range {
+        limit: TRACKED + 1,
+        keys_only: true,
+        ..Range::prefix(prefix)
+    }
+}
+
+/// The position of `key`, just put, from [`the_line`] read in the same Txn.
+fn ahead_of_new(kvs: Vec<KeyValue>, key: &[u8]) -> Position {
+    let complete = (kvs.len() as i64) <= TRACKED;
+    let keys: HashSet<Vec<u8>> = kvs
+        .into_iter()
+        .map(|kv| kv.key)
+        .filter(|k| k != key)
+        .collect();
+    if keys.is_empty() && complete {
+        Position::Owner
+    } else {
+        Position::Behind(Ahead { keys, complete })
+    }
+}
+
 /// Range over `prefix` oldest-first, one key: the owner (Go's `WithFirstCreate`).
 pub(crate) fn first_created(prefix: &[u8]) -> Range {
     Range {
@@ -100,9 +126,8 @@ pub(crate) fn first_created(prefix: &[u8]) -> Range {
     }
 }
 
-/// Interprets "our key and the ones before it" (newest first, from [`newest_up_to`]), with
-/// the owner if the same answer had it.
-fn position_of(kvs: Vec<KeyValue>, key: &[u8], rev: i64, owner: Option<&KeyValue>) -> Position {
+/// Interprets "our key and the ones before it" (newest first, from [`newest_up_to`]).
+fn position_of(kvs: Vec<KeyValue>, key: &[u8], rev: i64) -> Position {
     let mut kvs = kvs.into_iter();
     match kvs.next() {
         Some(first) if first.key == key && first.create_revision == rev => {
@@ -110,12 +135,7 @@ fn position_of(kvs: Vec<KeyValue>, key: &[u8], rev: i64, owner: Option<&KeyValue
             if before.is_empty() {
                 return Position::Owner;
             }
-            let has_owner = owner.is_some_and(|owner| {
-                before
-                    .iter()
-                    .any(|kv| kv.key == owner.key && kv.create_revision == owner.create_revision)
-            });
-            let complete = has_owner || (before.len() as i64) < TRACKED;
+            let complete = (before.len() as i64) < TRACKED;
             Position::Behind(Ahead {
                 keys: before.into_iter().map(|kv| kv.key).collect(),
                 complete,
@@ -146,7 +166,7 @@ async fn read_position_at(rpc: &Rpc, ours: Ours<'_>) -> Result<(Position, i64)> 
         keys = read.kvs.len(),
         "position read"
     );
-    Ok((position_of(read.kvs, key, rev, None), read.revision))
+    Ok((position_of(read.kvs, key, rev), read.revision))
 }
 
 /// Read interval inside [`UNSYNCED_WINDOW`].
@@ -167,11 +187,11 @@ pub(crate) struct Enqueued {
     pub(crate) seen_at: i64,
 }
 
-/// Joins the line in one transaction, with the shape of Go's `Mutex.tryAcquire` /
-/// `Election.Campaign`: if our key does not exist, put it with our lease; else read it.
-/// Both branches also read the owner (Go's shape) and, on the put branch, the keys up to
-/// ours, newest first and keys only: ours and the ones ahead of it (at most [`TRACKED`]).
-/// So an uncontended acquire is one request, and a waiter knows what to wait for.
+/// Joins the line in one transaction, with the compare and put of Go's `Mutex.tryAcquire`
+/// / `Election.Campaign`: if our key does not exist, put it with our lease; else read it
+/// and the owner (Go's shape). Instead of Go's sorted read of the owner, the put branch
+/// reads the whole line, keys only (every other key is ahead of ours): so an uncontended
+/// acquire is one request, and a waiter knows what to wait for.
 /// Retry-safe: a second run finds the key and takes the read branch. It is sent to one
 /// endpoint only: the caller retries, because it must know that an attempt was ambiguous
 /// (it may still be applied late, after the key is gone again).
@@ -186,8 +206,7 @@ pub(crate) async fn enqueue(
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
             TxnOp::put_with_lease(key, value, lease),
-            TxnOp::range(first_created(prefix)),
-            TxnOp::range(newest_up_to(prefix, 0)),
+            TxnOp::range(the_line(prefix)),
         ])
         .or_else([
             TxnOp::range(Range::key(key)),
@@ -206,14 +225,13 @@ pub(crate) async fn enqueue(
         _ => None,
     });
     if resp.succeeded {
-        let owner = ranges.next().and_then(|kvs| kvs.into_iter().next());
-        let newest = ranges.next().unwrap_or_default();
+        let line = ranges.next().unwrap_or_default();
         return Ok(Enqueued {
             rev: txn_revision,
             existed: false,
             value: value.to_vec(),
             value_rev: txn_revision,
-            position: position_of(newest, key, txn_revision, owner.as_ref()),
+            position: ahead_of_new(line, key),
             seen_at: txn_revision,
         });
     }
@@ -429,20 +447,22 @@ mod tests {
         assert!(key_prefix(&vec![b'x'; MAX_NAME_LEN + 1]).is_err());
     }
 
-    #[test]
-    fn position_tracks_every_key_before_ours() {
-        let kv = |key: &[u8], rev| KeyValue {
+    fn kv(key: &[u8], rev: i64) -> KeyValue {
+        KeyValue {
             key: key.to_vec(),
             create_revision: rev,
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn position_read_tracks_every_key_before_ours() {
         assert!(matches!(
-            position_of(vec![kv(b"p/a", 5)], b"p/a", 5, None),
+            position_of(vec![kv(b"p/a", 5)], b"p/a", 5),
             Position::Owner
         ));
         // Newest first: ours, then the keys before it.
-        let before = vec![kv(b"p/a", 5), kv(b"p/b", 3), kv(b"p/c", 2)];
-        match position_of(before, b"p/a", 5, Some(&kv(b"p/c", 2))) {
+        match position_of(vec![kv(b"p/a", 5), kv(b"p/b", 3), kv(b"p/c", 2)], b"p/a", 5) {
             Position::Behind(ahead) => {
                 assert_eq!(ahead.len(), 2);
                 assert!(ahead.keys.contains(b"p/b".as_slice()));
@@ -450,33 +470,38 @@ mod tests {
             }
             other => panic!("expected Behind, got {other:?}"),
         }
-        // A full answer without the owner in it: only the newest keys are known.
+        // A full answer: only the newest keys are known.
         let mut long = vec![kv(b"p/a", 5000)];
         long.extend((0..TRACKED).map(|i| kv(format!("p/k{i}").as_bytes(), 4000 - i)));
-        match position_of(long.clone(), b"p/a", 5000, Some(&kv(b"p/first", 1))) {
+        match position_of(long, b"p/a", 5000) {
             Position::Behind(ahead) => assert!(!ahead.complete),
             other => panic!("expected Behind, got {other:?}"),
         }
-        // The same answer, when its oldest key is the owner: complete.
-        let oldest = kv(
-            format!("p/k{}", TRACKED - 1).as_bytes(),
-            4000 - (TRACKED - 1),
-        );
-        match position_of(long, b"p/a", 5000, Some(&oldest)) {
-            Position::Behind(ahead) => assert!(ahead.complete),
+        for gone in [vec![kv(b"p/b", 3)], vec![kv(b"p/a", 9)], vec![]] {
+            assert!(matches!(position_of(gone, b"p/a", 5), Position::Gone));
+        }
+    }
+
+    #[test]
+    fn a_new_key_has_every_other_key_of_the_line_ahead() {
+        assert!(matches!(
+            ahead_of_new(vec![kv(b"p/a", 5)], b"p/a"),
+            Position::Owner
+        ));
+        match ahead_of_new(vec![kv(b"p/0", 2), kv(b"p/a", 5), kv(b"p/data", 3)], b"p/a") {
+            Position::Behind(ahead) => {
+                assert_eq!(ahead.len(), 2);
+                assert!(ahead.complete);
+            }
             other => panic!("expected Behind, got {other:?}"),
         }
-        assert!(matches!(
-            position_of(vec![kv(b"p/b", 3)], b"p/a", 5, None),
-            Position::Gone
-        ));
-        assert!(matches!(
-            position_of(vec![kv(b"p/a", 9)], b"p/a", 5, None),
-            Position::Gone
-        ));
-        assert!(matches!(
-            position_of(vec![], b"p/a", 5, None),
-            Position::Gone
-        ));
+        // As many keys as the limit: there may be more.
+        let full: Vec<KeyValue> = (0..=TRACKED)
+            .map(|i| kv(format!("p/k{i}").as_bytes(), i + 1))
+            .collect();
+        match ahead_of_new(full, b"p/a") {
+            Position::Behind(ahead) => assert!(!ahead.complete),
+            other => panic!("expected Behind, got {other:?}"),
+        }
     }
 }
