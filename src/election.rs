@@ -373,6 +373,17 @@ impl Leadership {
 impl Session {
     /// An election named `name` on this session. No request is sent until you use it.
     ///
+    /// **The name is a key prefix, and every key under `<name>/` counts as a holder**
+    /// (as with Go's Mutex and `etcdctl lock`): while `jobs/nightly` is locked, or while a
+    /// data key such as `jobs/nightly-progress` exists, a campaign on `jobs` does not win. Keep
+    /// lock names and data apart and do not nest lock names; a wait blocked by a key that is
+    /// not a lock key logs a `tracing` warning naming it. `a` and `ab` never interfere.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `name` is empty or
+    /// longer than 4096 bytes.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;

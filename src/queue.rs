@@ -145,6 +145,31 @@ fn position_of(kvs: Vec<KeyValue>, key: &[u8], rev: i64) -> Position {
     }
 }
 
+/// Whether `key` has the shape of a lock or election key under `prefix`:
+/// `<prefix><lease id in lowercase hex>` (what Go and we create).
+fn is_lock_key(prefix: &[u8], key: &[u8]) -> bool {
+    key.strip_prefix(prefix).is_some_and(|id| {
+        (1..=16).contains(&id.len()) && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// Warns about keys ahead that no lock or campaign created: data under the name (`jobs/x`
+/// for the lock `jobs`) or another lock nested in it (`jobs/nightly/<lease>`). They block
+/// the line like holders (Go's Mutex counts them too), usually to the user's surprise.
+fn warn_of_foreign_keys(prefix: &[u8], ahead: &Ahead) {
+    let mut foreign = ahead.keys.iter().filter(|k| !is_lock_key(prefix, k));
+    if let Some(first) = foreign.next() {
+        tracing::warn!(
+            name = %text(&prefix[..prefix.len().saturating_sub(1)]),
+            blocking_key = %text(first),
+            others = foreign.count(),
+            "waiting behind a key that is not a lock key: every key under `<name>/` counts \
+             as a holder until it is deleted (keep data and nested lock names out of a \
+             lock's prefix)"
+        );
+    }
+}
+
 /// Our key in the line: the name's prefix, the key, and the revision that created it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ours<'a> {
@@ -357,6 +382,7 @@ pub(crate) async fn wait_turn(
         Position::Behind(ahead) => ahead,
     };
     tracing::debug!(key = %text(key), ahead = ahead.len(), complete = ahead.complete, "waiting");
+    warn_of_foreign_keys(ours.prefix, &ahead);
     let awaited = |ahead: Ahead, known: i64| Awaited {
         own: key.to_vec(),
         keys: ahead.keys,
@@ -480,6 +506,17 @@ mod tests {
         for gone in [vec![kv(b"p/b", 3)], vec![kv(b"p/a", 9)], vec![]] {
             assert!(matches!(position_of(gone, b"p/a", 5), Position::Gone));
         }
+    }
+
+    #[test]
+    fn lock_keys_are_told_from_data_and_nested_names() {
+        assert!(is_lock_key(b"jobs/", b"jobs/694d82254d5fa305"));
+        assert!(is_lock_key(b"jobs/", b"jobs/1"));
+        assert!(!is_lock_key(b"jobs/", b"jobs/nightly-progress"));
+        assert!(!is_lock_key(b"jobs/", b"jobs/nightly/694d82254d5fa305"));
+        assert!(!is_lock_key(b"jobs/", b"jobs/"));
+        assert!(!is_lock_key(b"jobs/", b"jobs/694D82254D5FA305"));
+        assert!(!is_lock_key(b"jobs/", b"jobs/694d82254d5fa3051"));
     }
 
     #[test]

@@ -62,6 +62,18 @@ fn constructors_and_operations_reject_bad_input() {
         invalid,
     );
     check(
+        "port out of range",
+        quick,
+        || Client::connect(["127.0.0.1:99999"]),
+        |e| matches!(e, Error::InvalidArgument(m) if m.contains("invalid port")),
+    );
+    check(
+        "two endpoints in one string",
+        quick,
+        || Client::connect(["http://127.0.0.1:2379,http://127.0.0.1:22379"]),
+        |e| matches!(e, Error::InvalidArgument(m) if m.contains("comma")),
+    );
+    check(
         "space in host",
         quick,
         || Client::connect(["http://exa mple:2379"]),

@@ -8,6 +8,17 @@ pub struct Etcd {
     _server: Option<etcd_sync::testing::EtcdServer>,
 }
 
+impl Etcd {
+    /// Whether the server was started here (no endpoints were given).
+    #[allow(dead_code)] // not every example asks
+    pub fn started_here(&self) -> bool {
+        #[cfg(feature = "testing")]
+        return self._server.is_some();
+        #[cfg(not(feature = "testing"))]
+        false
+    }
+}
+
 pub fn etcd_from_args() -> Result<Etcd, Box<dyn std::error::Error>> {
     let endpoints: Vec<String> = std::env::args().skip(1).collect();
     if !endpoints.is_empty() {

@@ -116,9 +116,27 @@ pub(crate) fn parse_endpoint(raw: &str, tls: bool) -> Result<String> {
             "endpoint {raw:?}: expected a {scheme} URL"
         )));
     }
+    if trimmed.contains(',') {
+        return Err(Error::InvalidArgument(format!(
+            "endpoint {raw:?} contains a comma: give each endpoint as its own element \
+             (split \"a,b\" into [\"a\", \"b\"])"
+        )));
+    }
     Endpoint::from_shared(url.clone())
         .map_err(|e| Error::InvalidArgument(format!("endpoint {raw:?} is not a valid URL: {e}")))?;
     let authority = &url[scheme.len()..];
+    let host_port = authority.split('/').next().unwrap_or_default();
+    // The text after the last ':' is the port, unless it is inside an IPv6 address's [].
+    if let Some(colon) = host_port.rfind(':')
+        && !host_port[colon..].contains(']')
+    {
+        let port = &host_port[colon + 1..];
+        if !port.parse::<u16>().is_ok_and(|port| port > 0) {
+            return Err(Error::InvalidArgument(format!(
+                "endpoint {raw:?} has an invalid port {port:?} (expected 1-65535)"
+            )));
+        }
+    }
     if authority.is_empty() || authority.starts_with('/') || authority.starts_with(':') {
         return Err(Error::InvalidArgument(format!(
             "endpoint {raw:?} has no host (expected e.g. http://127.0.0.1:2379)"

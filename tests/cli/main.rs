@@ -262,7 +262,7 @@ fn listen_json_prints_the_state_then_every_change() {
     let server = etcd();
     let c = client(&server.endpoints());
     let mut p = Proc::spawn(etcd_sync(&server, &["elect", "--listen", "--json", "obs"]));
-    assert_eq!(p.line(WAIT), r#"{"event":"none"}"#);
+    assert_eq!(p.line(WAIT), r#"{"event":"no-leader"}"#);
 
     let s = session(&c, 10);
     let mut leadership = s.election("obs").unwrap().campaign("v1").unwrap();
@@ -289,7 +289,7 @@ fn listen_json_prints_the_state_then_every_change() {
         "{proclaimed}"
     );
     leadership.resign().unwrap();
-    assert_eq!(p.line(WAIT), r#"{"event":"none"}"#);
+    assert_eq!(p.line(WAIT), r#"{"event":"no-leader"}"#);
 
     p.signal(libc::SIGINT);
     assert_eq!(p.code(WAIT), 0, "stderr: {}", p.stderr());
@@ -490,21 +490,72 @@ fn bad_arguments_exit_2() {
         &["--dial-timeout", "soon", "lock", "x"],
         &["lock", "--timeout", "-1s", "x"],
         &["unlock", "x"],
+        // Only the library can tell these are wrong; still bad arguments, not runtime errors.
+        &["--endpoints", "not a url", "lock", "x"],
+        &["--endpoints", "", "lock", "x"],
+        &["--endpoints", "127.0.0.1:99999", "lock", "x"],
+        &["--dial-timeout", "0s", "lock", "x"],
+        &["--command-timeout", "0s", "lock", "x"],
     ];
-    for args in cases {
-        let out = etcd_sync_bare(args).output().expect("run etcd-sync");
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(!out.stderr.is_empty(), "{args:?}: no message");
+    let long_name = "x".repeat(5000);
+    let server = etcd();
+    let long = etcd_sync(&server, &["lock", &long_name]);
+    let mut runs: Vec<(String, std::process::Command)> = cases
+        .iter()
+        .map(|args| (format!("{args:?}"), etcd_sync_bare(args)))
+        .collect();
+    runs.push(("a 5000-byte name".into(), long));
+    for (what, mut cmd) in runs {
+        let out = cmd.output().expect("run etcd-sync");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.stderr.is_empty(), "{what}: no message");
     }
-    for help in [&["--help"][..], &["lock", "--help"], &["elect", "--help"]] {
+    // The table is in the top-level help once; subcommands point to it.
+    let out = etcd_sync_bare(&["--help"]).output().expect("run etcd-sync");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Exit codes:") && text.contains("128+N"),
+        "{text}"
+    );
+    for help in [&["lock", "--help"][..], &["elect", "--help"]] {
         let out = etcd_sync_bare(help).output().expect("run etcd-sync");
         assert_eq!(out.status.code(), Some(0));
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
-            text.contains("Exit codes:") && text.contains("128+N"),
+            text.contains("etcd-sync --help") && !text.contains("128+N"),
             "{text}"
         );
     }
+}
+
+/// Started with `&` from a non-interactive script, a command inherits SIGINT ignored;
+/// `kill -INT` must still release the lock and stop it (etcdctl stops too).
+#[test]
+fn sigint_inherited_as_ignored_still_releases_and_stops() {
+    use std::os::unix::process::CommandExt;
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut cmd = etcd_sync(&server, &["lock", "bg"]);
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec (runs after the
+    // helper's own pre_exec, which restored the default).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut p = Proc::spawn(cmd);
+    let key = p.line(WAIT);
+    assert!(key.starts_with("bg/"), "{key:?}");
+    p.signal(libc::SIGINT);
+    assert_eq!(p.code(WAIT), 0, "stderr: {}", p.stderr());
+    assert!(keys(&c, "bg/").is_empty());
 }
 
 #[test]
@@ -544,7 +595,8 @@ fn tls_and_auth_flags_reach_a_secured_etcd() {
         &server,
         &["--cert", &cert, "--key", &key, "lock", "x"],
     ));
-    assert_eq!(cert_without_ca.code(WAIT), 1);
+    // A flag combination that cannot work: bad arguments.
+    assert_eq!(cert_without_ca.code(WAIT), 2);
     assert!(
         cert_without_ca.stderr().contains("--cacert"),
         "{}",

@@ -7,7 +7,7 @@ use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, Parser, Subcommand};
 use etcd_sync::{Client, ClientBuilder};
 
-use crate::exit::EXIT_CODES;
+use crate::exit::{EXIT_CODES, SEE_EXIT_CODES};
 use crate::text;
 
 /// Distributed lock and leader election on etcd v3, interoperating with `etcdctl lock` and
@@ -182,11 +182,11 @@ fn parse_ttl(text: &str) -> Result<u64, String> {
 pub enum Command {
     /// Acquire a lock (shared with `etcdctl lock NAME`); hold it until a signal, or run CMD
     /// while holding it
-    #[command(after_help = EXIT_CODES, long_about = LOCK_ABOUT)]
+    #[command(after_help = SEE_EXIT_CODES, long_about = LOCK_ABOUT)]
     Lock(LockArgs),
     /// Campaign for leadership (shared with `etcdctl elect NAME`); lead until a signal, or
     /// run CMD while leading. With --listen, print every leadership change instead
-    #[command(after_help = EXIT_CODES, long_about = ELECT_ABOUT)]
+    #[command(after_help = SEE_EXIT_CODES, long_about = ELECT_ABOUT)]
     Elect(ElectArgs),
 }
 
@@ -218,7 +218,7 @@ key's create revision) in its environment; on loss or signals, as for `etcd-sync
 With --listen (-l): print the current leader, then one line per change, until SIGINT, \
 SIGTERM or SIGHUP: `leader <key> <value>` or `no-leader`; with --json one object per line: \
 {\"event\":\"elected\"|\"proclaimed\",\"key\":..,\"value\":..,\"revision\":<create \
-revision>,\"mod_revision\":..,\"lease\":\"<hex>\"} or {\"event\":\"none\"}.";
+revision>,\"mod_revision\":..,\"lease\":\"<hex>\"} or {\"event\":\"no-leader\"}.";
 
 #[derive(Debug, Args)]
 pub struct LockArgs {

@@ -7,6 +7,8 @@ pub type Exit = i32;
 
 pub const EXIT_OK: Exit = 0;
 pub const EXIT_ERROR: Exit = 1;
+/// Bad arguments (also those only the library can check: endpoints, durations, names).
+pub const EXIT_USAGE: Exit = 2;
 pub const EXIT_LOST: Exit = 3;
 pub const EXIT_TIMEOUT: Exit = 4;
 pub const EXIT_CANNOT_EXECUTE: Exit = 126;
@@ -29,8 +31,18 @@ Exit codes:
           wait for the lock or leadership (130 = SIGINT, 143 = SIGTERM); no key is left
 With CMD, codes 1-4 can also be CMD's own: etcd-sync reports its own failures on stderr.";
 
-/// Prints a library error and returns the runtime-error exit code.
+/// Where a subcommand's `--help` points for the exit codes (listed once, in the top-level
+/// help).
+pub const SEE_EXIT_CODES: &str = "Exit codes: see `etcd-sync --help`.";
+
+/// Prints a library error and returns its exit code: 2 for an argument the library
+/// refused (a malformed endpoint, a zero or too long duration, an empty or too long name),
+/// 1 for everything else.
 pub fn fail(e: &Error) -> Exit {
+    if let Error::InvalidArgument(_) = e {
+        eprintln!("etcd-sync: {e}");
+        return EXIT_USAGE;
+    }
     match e {
         // The library's message names its own API; say it in this tool's flags.
         Error::ClientCertificateRejected { endpoint, detail } => eprintln!(

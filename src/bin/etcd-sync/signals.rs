@@ -18,8 +18,10 @@ extern "C" fn record(signo: libc::c_int) {
     }
 }
 
-/// Installs the handlers. A signal that was ignored when we started (`nohup` ignores
-/// SIGHUP, non-interactive shells ignore SIGINT for `cmd &`) stays ignored, as in shells.
+/// Installs the handlers. SIGINT and SIGTERM are always handled, even when inherited as
+/// ignored (a non-interactive shell ignores SIGINT for `cmd &`): `kill -INT` must still
+/// release the lock and stop, as it stops `etcdctl lock`. SIGHUP stays ignored if it was
+/// (`nohup` asks for exactly that).
 /// SIGCHLD is reset to its default so that a parent that ignored it cannot make the
 /// kernel reap CMD before we read its exit status.
 pub fn install() -> io::Result<()> {
@@ -38,7 +40,7 @@ pub fn install() -> io::Result<()> {
             if libc::sigaction(signo, ptr::null(), &mut old) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            if old.sa_sigaction == libc::SIG_IGN {
+            if signo == libc::SIGHUP && old.sa_sigaction == libc::SIG_IGN {
                 continue;
             }
             let mut action: libc::sigaction = std::mem::zeroed();

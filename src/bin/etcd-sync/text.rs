@@ -77,7 +77,7 @@ pub fn event_json(event: &LeaderEvent) -> String {
     match event {
         LeaderEvent::Elected(leader) => leader_json("elected", leader),
         LeaderEvent::Proclaimed(leader) => leader_json("proclaimed", leader),
-        LeaderEvent::NoLeader => r#"{"event":"none"}"#.into(),
+        LeaderEvent::NoLeader => r#"{"event":"no-leader"}"#.into(),
     }
 }
 
@@ -151,7 +151,10 @@ mod tests {
         assert!(
             event_json(&LeaderEvent::Proclaimed(leader)).starts_with(r#"{"event":"proclaimed","#)
         );
-        assert_eq!(event_json(&LeaderEvent::NoLeader), r#"{"event":"none"}"#);
+        assert_eq!(
+            event_json(&LeaderEvent::NoLeader),
+            r#"{"event":"no-leader"}"#
+        );
         assert_eq!(event_line(&LeaderEvent::NoLeader), "no-leader");
     }
 }
