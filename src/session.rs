@@ -32,6 +32,13 @@ pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
 impl Client {
     /// Starts a session with the default TTL (60 s).
     ///
+    /// # Errors
+    ///
+    /// As [`SessionBuilder::start`]: [`Error::Timeout`] / [`Error::Unavailable`] if etcd
+    /// cannot be reached (the grant is retried on every endpoint first),
+    /// [`Error::Server`] / [`Error::Authentication`] if etcd refuses the grant, and
+    /// [`Error::InsideAsyncRuntime`] on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
@@ -245,19 +252,75 @@ impl Session {
     }
 
     /// Stops the keep-alive and revokes the lease, so every key bound to it (locks,
-    /// leadership) is deleted now. Bounded by the client's request timeout. Closing a
-    /// session whose lease is already gone succeeds.
+    /// leadership) is deleted now. Bounded by the client's request timeout (per endpoint
+    /// tried).
+    ///
+    /// Closing again is fine: a session this process closed stays closed, and `close()`
+    /// sends the revoke once more, so a close that failed with a retryable error can simply
+    /// be repeated. A session that was lost before `close()` (its lease revoked elsewhere,
+    /// expired, orphaned, ...) is reported as such instead of `Ok`, so a program learns that
+    /// what it held ended earlier than it meant to.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::SessionLost`] with the [`LossReason`] if the session had been lost before
+    ///   (any reason but [`LossReason::Closed`]). For [`Expired`](LossReason::Expired) and
+    ///   [`KeepAliveFailed`](LossReason::KeepAliveFailed) the lease may still exist on the
+    ///   server, so the revoke is still sent (best effort) before returning; a
+    ///   [`Revoked`](LossReason::Revoked) lease is gone already, and an
+    ///   [`Orphaned`](LossReason::Orphaned) one is left alone (another session may have
+    ///   resumed it).
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: the revoke was not confirmed. The
+    ///   session is closed here all the same (its keys go when the lease's TTL runs out);
+    ///   call `close()` again to retry the revoke.
+    /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the revoke (e.g.
+    ///   `PermissionDenied`). A lease etcd no longer knows (`NotFound`) is not an error:
+    ///   the goal of `close()` holds.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread (nothing is done).
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// session.close()?;
     /// assert!(!session.is_alive());
+    /// session.close()?; // closing twice is fine
     /// # Ok(()) }
     /// ```
     pub fn close(&self) -> Result<()> {
         crate::runtime::ensure_blocking_allowed()?;
-        self.inner.lease.mark_lost(LossReason::Closed);
+        let lease = &self.inner.lease;
+        // `loss_reason()` first: it applies a deadline that has passed (Expired), which
+        // must not be recorded as a close.
+        let reason = match lease.loss_reason() {
+            Some(reason) => reason,
+            None => {
+                lease.mark_lost(LossReason::Closed);
+                // Lost in between (the keep-alive thread)? Its reason stands.
+                lease.loss_reason().unwrap_or(LossReason::Closed)
+            }
+        };
+        match reason {
+            LossReason::Closed => self.revoke(),
+            LossReason::Expired | LossReason::KeepAliveFailed(_) => {
+                // Lost as far as we can tell, but the lease may still exist on the server:
+                // revoking it lets its keys go now rather than at its TTL.
+                if let Err(e) = self.revoke() {
+                    tracing::debug!(
+                        lease = %LeaseHex(self.lease_id()),
+                        error = %e,
+                        "revoking a lost session's lease failed"
+                    );
+                }
+                Err(Error::SessionLost(reason))
+            }
+            LossReason::Revoked | LossReason::Orphaned | LossReason::ClientClosed => {
+                Err(Error::SessionLost(reason))
+            }
+        }
+    }
+
+    /// Revokes the lease; a lease etcd no longer knows counts as revoked.
+    fn revoke(&self) -> Result<()> {
         let rpc = self.inner.client.rpc().clone();
         let id = self.lease_id();
         match self
@@ -265,7 +328,7 @@ impl Session {
             .client
             .block_on(async move { rpc.lease_revoke(id).await })
         {
-            Ok(_) => Ok(()),
+            Ok(()) => Ok(()),
             // Already revoked or expired: the goal of close() holds.
             Err(Error::Server {
                 code: Code::NotFound,
@@ -340,7 +403,10 @@ impl SessionBuilder {
     }
 
     /// Takes over an existing lease instead of granting a new one (no TTL is sent; the
-    /// lease keeps its own). Starting fails with [`Error::SessionLost`] if the lease is gone.
+    /// lease keeps its own). [`start`](SessionBuilder::start) fails with
+    /// [`Error::SessionLost`]`(`[`LossReason::Revoked`]`)` if the lease is gone, and with
+    /// [`Error::InvalidArgument`] if the id is not positive or the lease already has a live
+    /// session in this client.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -355,6 +421,21 @@ impl SessionBuilder {
     }
 
     /// Grants (or resumes) the lease and starts keeping it alive.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: a [`ttl`](SessionBuilder::ttl) that is zero, not whole
+    ///   seconds, or above [`MAX_TTL`]; a [`resume`](SessionBuilder::resume)d id that is not
+    ///   positive, or whose lease already has a live session in this client (clone that
+    ///   session instead). Nothing is sent then.
+    /// * [`Error::SessionLost`]`(`[`LossReason::Revoked`]`)`: the resumed lease is gone
+    ///   (revoked or expired).
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached (the grant
+    ///   or lookup is retried on every endpoint first). A grant that applied without an
+    ///   answer leaks only a lease that expires by itself.
+    /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the request (e.g.
+    ///   `PermissionDenied`), or re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {

@@ -41,6 +41,64 @@ fn close_removes_leased_keys_at_once() {
     s.close().unwrap();
 }
 
+/// `close()` reports a loss that came before it, with its reason, instead of `Ok`; closing
+/// a session this process closed stays `Ok`, however often.
+#[test]
+fn close_reports_an_earlier_loss_and_is_idempotent_after_our_own() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+
+    // Healthy: close twice, both Ok (the second revoke finds no lease: the goal holds).
+    let healthy = session(&c, 10);
+    healthy.close().unwrap();
+    healthy.close().unwrap();
+    assert_eq!(healthy.loss_reason(), Some(LossReason::Closed));
+
+    // Revoked elsewhere (another client takes the lease over and revokes it).
+    let s = session(&c, 3);
+    c.put_with_lease("close-lost/key", "v", s.lease_id())
+        .unwrap();
+    let other = client(&server.endpoints());
+    other
+        .session_builder()
+        .resume(s.lease_id())
+        .start()
+        .unwrap()
+        .close()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(3), || s.loss_reason().is_some()),
+        "the keep-alive did not notice the revoke"
+    );
+    assert_eq!(s.loss_reason(), Some(LossReason::Revoked));
+    for _ in 0..2 {
+        let closed = s.close();
+        assert!(
+            matches!(closed, Err(Error::SessionLost(LossReason::Revoked))),
+            "{closed:?}"
+        );
+        assert!(closed.is_err_and(|e| e.is_session_lost() && e.is_lost()));
+    }
+    // close() does not rewrite the reason.
+    assert_eq!(s.loss_reason(), Some(LossReason::Revoked));
+    assert!(c.get("close-lost/key").unwrap().is_none());
+
+    // Orphaned: reported as such, and the lease is left alone (it may have been resumed).
+    let orphaned = session(&c, 10);
+    c.put_with_lease("close-orphan/key", "v", orphaned.lease_id())
+        .unwrap();
+    orphaned.orphan();
+    let closed = orphaned.close();
+    assert!(
+        matches!(closed, Err(Error::SessionLost(LossReason::Orphaned))),
+        "{closed:?}"
+    );
+    assert!(
+        c.get("close-orphan/key").unwrap().is_some(),
+        "close() after orphan() must not revoke"
+    );
+}
+
 #[test]
 fn orphan_lets_the_lease_expire() {
     let server = etcd();
