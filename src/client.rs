@@ -75,6 +75,12 @@ impl Client {
     /// Connects with default settings. Endpoints are URLs like `http://127.0.0.1:2379`
     /// (`127.0.0.1:2379` is read as `http://`).
     ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::connect`]: mainly [`Error::InvalidArgument`] for a malformed
+    /// endpoint and [`Error::Connect`] when no endpoint answers within
+    /// [`DEFAULT_CONNECT_TIMEOUT`].
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
@@ -120,6 +126,15 @@ impl Client {
 
     /// Reads one key (linearizable).
     ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: `key` is empty.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads are
+    ///   retried on every endpoint first).
+    /// * [`Error::Server`]: etcd refused the read (e.g. `PermissionDenied`);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
@@ -137,6 +152,15 @@ impl Client {
 
     /// Reads every key starting with `prefix`, in key order (linearizable).
     ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: `prefix` is empty.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads are
+    ///   retried on every endpoint first).
+    /// * [`Error::Server`]: etcd refused the read (e.g. `PermissionDenied`);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
@@ -152,6 +176,10 @@ impl Client {
 
     /// Writes a key; returns the store revision of the write.
     ///
+    /// # Errors
+    ///
+    /// As [`put_with_lease`](Client::put_with_lease), without the lease.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
@@ -165,6 +193,18 @@ impl Client {
 
     /// Writes a key bound to a lease (e.g. [`Session::lease_id`](crate::Session::lease_id)): etcd deletes it when
     /// the lease ends. Returns the store revision of the write.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: `key` is empty.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Plain writes are
+    ///   not retried: the put may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the put: `NotFound` (`requested lease not found`)
+    ///   for a lease that does not exist (any more), `InvalidArgument` for a request above
+    ///   etcd's size limit (`ResourceExhausted` far above it: see
+    ///   [`Error::is_invalid_argument`]), `PermissionDenied`...; [`Error::Authentication`]:
+    ///   re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -186,6 +226,15 @@ impl Client {
 
     /// Deletes one key; returns how many keys were deleted (0 or 1).
     ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: `key` is empty.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Plain writes are
+    ///   not retried: the delete may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the delete (e.g. `PermissionDenied`);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
@@ -200,6 +249,15 @@ impl Client {
 
     /// Deletes every key starting with `prefix`; returns how many were deleted.
     ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: `prefix` is empty.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Plain writes are
+    ///   not retried: the delete may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the delete (e.g. `PermissionDenied`);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
@@ -213,7 +271,18 @@ impl Client {
     }
 
     /// Runs a transaction (compare-and-swap and friends). Not retried on an ambiguous
-    /// failure, since it may have applied.
+    /// failure, since it may have applied. A failed comparison is not an error: it is
+    /// `Ok` with [`succeeded`](TxnResponse::succeeded) `false`.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Plain writes are
+    ///   not retried: the transaction may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the transaction: `InvalidArgument` for a malformed
+    ///   one (`duplicate key given in txn request`, too many operations, an empty key, too
+    ///   large), `NotFound` for a put with a lease that does not exist, `PermissionDenied`
+    ///   ...; [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
     /// use etcd_sync::{Compare, CompareOp, Txn, TxnOp};
@@ -235,6 +304,17 @@ impl Client {
 
     /// Compacts etcd's history up to `revision` (older revisions can no longer be read or
     /// watched from).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Server`] with code `OutOfRange`: `revision` is already compacted
+    ///   (`mvcc: required revision has been compacted`) or newer than the store (`mvcc:
+    ///   required revision is a future revision`); other codes when etcd refuses (e.g.
+    ///   `PermissionDenied`). [`Error::Authentication`]: re-authenticating after an expired
+    ///   token failed.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (a compaction is
+    ///   retried on every endpoint first: repeating it is harmless).
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -456,6 +536,26 @@ impl ClientBuilder {
 
     /// Validates the settings, starts the private runtime and keep-alive thread, and
     /// connects. Fails within the connect timeout when no endpoint answers.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`] (nothing is sent): no endpoints; an endpoint that is not
+    ///   a valid `http://` URL (`https://` with [`tls`](ClientBuilder::tls)), has no host,
+    ///   an invalid port, or a comma; a connect or request timeout of zero or above
+    ///   [`MAX_TIMEOUT`]; a keep-alive interval outside [`MIN_KEEP_ALIVE_INTERVAL`] ..=
+    ///   [`MAX_KEEP_ALIVE_INTERVAL`]; an empty user name; TLS settings without a CA
+    ///   certificate.
+    /// * [`Error::Connect`]: no endpoint answered within the connect timeout; `reason`
+    ///   says why the last one failed (connection refused, no answer, a server certificate
+    ///   that was not trusted...).
+    /// * [`Error::ClientCertificateRejected`]: etcd refused the TLS connection for want of
+    ///   a trusted client certificate (`--client-cert-auth`).
+    /// * [`Error::Authentication`]: etcd rejected the [`user`](ClientBuilder::user) and
+    ///   password, or auth is not enabled on it.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: an endpoint answered the probe, but
+    ///   the authentication request then failed; [`Error::Unavailable`] also if the
+    ///   runtime or keep-alive thread cannot be started (the OS refused a thread).
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {

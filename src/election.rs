@@ -65,6 +65,23 @@ impl Election {
     /// another thread of this session *waits* under the name, or holds a [`Mutex`](crate::Mutex)
     /// of the same name, takes turns with it.
     ///
+    /// # Errors
+    ///
+    /// * [`Error::SessionLost`]: the session was lost before the call or while waiting
+    ///   (at once, not at the end of the wait); no key is left behind.
+    /// * [`Error::NotLeader`]: our key was deleted by someone else while we waited, or (on a
+    ///   re-campaign) it was no longer ours when the new value was to be proclaimed.
+    /// * [`Error::WouldDeadlock`]: this thread holds a [`MutexGuard`](crate::MutexGuard) of
+    ///   this name on this session.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached (each
+    ///   request is tried on every endpoint first); our key is removed in the background.
+    /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`). Also
+    ///   `NotFound` (`requested lease not found`) when the session's lease was revoked
+    ///   elsewhere and this process has not noticed yet; the session reports the loss at
+    ///   its next keep-alive. [`Error::Authentication`]: re-authenticating after an expired
+    ///   token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
@@ -78,6 +95,15 @@ impl Election {
 
     /// Like [`campaign`](Election::campaign), but gives up with [`Error::Timeout`] after
     /// `timeout`, leaving no key behind.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] with `operation: "campaign"` and `after: timeout`: we did not
+    ///   lead in time; no key is left behind. Request timeouts on the way are `Timeout`s
+    ///   too, with `operation: "etcd request"`.
+    /// * Otherwise as [`campaign`](Election::campaign): [`Error::SessionLost`],
+    ///   [`Error::NotLeader`], [`Error::WouldDeadlock`], [`Error::Unavailable`],
+    ///   [`Error::Server`], [`Error::Authentication`], [`Error::InsideAsyncRuntime`].
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -124,6 +150,14 @@ impl Election {
 
     /// The current leader, or `Ok(None)` when nobody leads.
     ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (the read is
+    ///   retried on every endpoint first).
+    /// * [`Error::Server`]: etcd refused the read (e.g. `PermissionDenied`);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
@@ -141,6 +175,11 @@ impl Election {
     /// the current state (a leader or [`LeaderEvent::NoLeader`](crate::LeaderEvent::NoLeader)). It survives compaction and
     /// broken watch streams (it re-reads the current leader), and only ever reports a key
     /// that was the leader at the revision it read. Dropping it cancels its watch.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsideAsyncRuntime`] on an async worker thread. Nothing is sent before this
+    /// returns: etcd's errors arrive through the [`Observer`].
     ///
     /// ```no_run
     /// use etcd_sync::LeaderEvent;
@@ -269,6 +308,17 @@ impl Leadership {
     /// no longer do. Exactly once: a retried attempt that etcd applies late can never
     /// overwrite a newer value.
     ///
+    /// # Errors
+    ///
+    /// * [`Error::NotLeader`]: this guard resigned, was superseded by a re-campaign, or our
+    ///   key is gone or no longer has our create revision; nothing was written.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer, nor the read
+    ///   that tells whether the attempt applied. Calling `proclaim` again is safe.
+    /// * [`Error::Server`]: etcd refused the request (e.g. `PermissionDenied`, or
+    ///   `InvalidArgument` for a value above its size limit); [`Error::Authentication`]:
+    ///   re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
@@ -300,6 +350,18 @@ impl Leadership {
 
     /// Puts `key = value` only while we lead; [`Error::NotLeader`] otherwise.
     ///
+    /// # Errors
+    ///
+    /// * [`Error::NotLeader`]: this guard resigned or was superseded by a re-campaign, or
+    ///   our key no longer has our create revision (deleted by someone else, or gone with
+    ///   the session's lease); nothing was written.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
+    ///   write may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
+    ///   `InvalidArgument` for an empty key or a value above its size limit);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
@@ -313,6 +375,18 @@ impl Leadership {
 
     /// Deletes `key` only while we lead; [`Error::NotLeader`] otherwise.
     ///
+    /// # Errors
+    ///
+    /// * [`Error::NotLeader`]: this guard resigned or was superseded by a re-campaign, or
+    ///   our key no longer has our create revision (deleted by someone else, or gone with
+    ///   the session's lease); nothing was written.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
+    ///   write may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
+    ///   `InvalidArgument` for an empty key); [`Error::Authentication`]:
+    ///   re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
@@ -324,7 +398,20 @@ impl Leadership {
         self.txn(Txn::new().and_then([TxnOp::delete(key.as_ref())]))
     }
 
-    /// Runs `txn` only while we lead, atomically with that check.
+    /// Runs `txn` only while we lead, atomically with that check. A failed comparison of
+    /// `txn` itself is not an error: `Ok` with `succeeded == false`.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::NotLeader`]: this guard resigned or was superseded by a re-campaign, or
+    ///   our key no longer has our create revision (deleted by someone else, or gone with
+    ///   the session's lease); nothing was written.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
+    ///   write may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
+    ///   `InvalidArgument` for a malformed `txn`); [`Error::Authentication`]:
+    ///   re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
     /// use etcd_sync::{Txn, TxnOp};
@@ -353,6 +440,19 @@ impl Leadership {
     /// [`Error::Timeout`] while the resignation goes on in the background, and calling
     /// `resign` again waits for it once more. After success (or on a guard superseded by a
     /// re-campaign) it does nothing.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] with `operation: "release (still retried in the background)"`:
+    ///   etcd did not answer within the request timeout; the resignation goes on, and
+    ///   `resign` may be called again.
+    /// * [`Error::SessionLost`]: the session is lost and etcd could not be reached; the
+    ///   key goes with the lease.
+    /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the delete.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread (nothing is done).
+    ///
+    /// A key that was already gone or no longer ours is not an error (there is nothing to
+    /// give up): `resign` never returns [`Error::NotLeader`].
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {

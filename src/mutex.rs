@@ -115,6 +115,22 @@ impl Mutex {
     /// [`Election`](crate::Election) of the same name on one session share one etcd key,
     /// so they take turns too.
     ///
+    /// # Errors
+    ///
+    /// * [`Error::SessionLost`]: the session was lost before the call or while waiting
+    ///   (at once, not at the end of the wait); no key is left behind.
+    /// * [`Error::LockLost`]: our queued key was deleted by someone else while we waited.
+    /// * [`Error::WouldDeadlock`]: this thread holds a guard of this name on this session
+    ///   (a [`MutexGuard`], or a [`Leadership`](crate::Leadership) of the same name).
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached (each
+    ///   request is tried on every endpoint first); our key is removed in the background.
+    /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`). Also
+    ///   `NotFound` (`requested lease not found`) when the session's lease was revoked
+    ///   elsewhere and this process has not noticed yet; the session reports the loss at
+    ///   its next keep-alive. [`Error::Authentication`]: re-authenticating after an expired
+    ///   token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
@@ -132,6 +148,15 @@ impl Mutex {
 
     /// Like [`lock`](Mutex::lock), but gives up with [`Error::Timeout`] after `timeout`,
     /// leaving no key behind.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] with `operation: "lock"` and `after: timeout`: the lock was not
+    ///   ours in time (someone else holds it, or etcd was too slow); no key is left behind.
+    ///   Request timeouts on the way are `Timeout`s too, with `operation: "etcd request"`.
+    /// * Otherwise as [`lock`](Mutex::lock): [`Error::SessionLost`], [`Error::LockLost`],
+    ///   [`Error::WouldDeadlock`], [`Error::Unavailable`], [`Error::Server`],
+    ///   [`Error::Authentication`], [`Error::InsideAsyncRuntime`].
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -154,6 +179,16 @@ impl Mutex {
 
     /// Takes the lock only if it is free now. One transaction when free; when held, one
     /// more request removes our queued key, so nothing is left behind.
+    ///
+    /// # Errors
+    ///
+    /// * [`TryLockError::WouldBlock`]: someone holds the lock, or another thread of this
+    ///   session holds or waits for it, or this very thread holds it (no
+    ///   [`Error::WouldDeadlock`] here: nothing would wait).
+    /// * [`TryLockError::Error`] with [`Error::SessionLost`] (the session is gone),
+    ///   [`Error::Timeout`] / [`Error::Unavailable`] (etcd unreachable), [`Error::Server`],
+    ///   [`Error::Authentication`] or [`Error::InsideAsyncRuntime`], as for
+    ///   [`lock`](Mutex::lock).
     ///
     /// ```no_run
     /// use etcd_sync::TryLockError;
@@ -312,6 +347,17 @@ impl MutexGuard {
 
     /// Puts `key = value` only while we hold the lock; [`Error::LockLost`] otherwise.
     ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`]: our key no longer has our create revision (deleted by
+    ///   someone else, or gone with the session's lease); nothing was written.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
+    ///   write may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
+    ///   `InvalidArgument` for an empty key or a value above its size limit);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
@@ -325,6 +371,17 @@ impl MutexGuard {
 
     /// Deletes `key` only while we hold the lock; [`Error::LockLost`] otherwise.
     ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`]: our key no longer has our create revision (deleted by
+    ///   someone else, or gone with the session's lease); nothing was written.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
+    ///   write may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
+    ///   `InvalidArgument` for an empty key); [`Error::Authentication`]:
+    ///   re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
@@ -337,7 +394,19 @@ impl MutexGuard {
     }
 
     /// Runs `txn` only while we hold the lock, atomically with that check; returns `txn`'s
-    /// own response, or [`Error::LockLost`].
+    /// own response, or [`Error::LockLost`]. A failed comparison of `txn` itself is not an
+    /// error: `Ok` with `succeeded == false`.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`]: our key no longer has our create revision (deleted by
+    ///   someone else, or gone with the session's lease); nothing was written.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
+    ///   write may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
+    ///   `InvalidArgument` for a malformed `txn`); [`Error::Authentication`]:
+    ///   re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
     /// use etcd_sync::{Compare, CompareOp, Txn, TxnOp};
@@ -366,6 +435,19 @@ impl MutexGuard {
     /// request timeout; if etcd has not answered by then, the release goes on in the
     /// background (the next holder of this session and name waits for it) and this
     /// returns [`Error::Timeout`].
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`]: the lock was no longer ours: our key was seen deleted, or it
+    ///   no longer had our create revision (deleted by someone else, or gone with the
+    ///   session's revoked or closed lease). Nothing was deleted.
+    /// * [`Error::Timeout`] with `operation: "release (still retried in the background)"`:
+    ///   etcd did not answer within the request timeout; the release goes on.
+    /// * [`Error::SessionLost`]: the session is lost and etcd could not be reached; the
+    ///   key goes with the lease.
+    /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the delete.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread (the guard is
+    ///   dropped, and its `Drop` releases in the background).
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {

@@ -101,6 +101,15 @@ impl Client {
     /// The current leader of election `name`, without a session: `Ok(None)` when nobody
     /// leads. Same as [`Election::leader`](crate::Election::leader).
     ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: `name` is empty or longer than 4096 bytes.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (the read is
+    ///   retried on every endpoint first).
+    /// * [`Error::Server`]: etcd refused the read (e.g. `PermissionDenied`);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
@@ -115,6 +124,12 @@ impl Client {
 
     /// Follows election `name` without a session (no lease is granted): same as
     /// [`Election::observe`](crate::Election::observe).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `name` is empty or longer than 4096 bytes,
+    /// [`Error::InsideAsyncRuntime`] on an async worker thread. Nothing is sent before this
+    /// returns: etcd's errors arrive through the [`Observer`].
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -353,6 +368,16 @@ impl std::fmt::Debug for Observer {
 impl Observer {
     /// Blocks until the next change.
     ///
+    /// # Errors
+    ///
+    /// * The error that stopped the observer, once: etcd refused the watch or the read of
+    ///   the leader ([`Error::Server`], e.g. `PermissionDenied`; [`Error::Unavailable`]
+    ///   when etcd cancelled the watch for another reason), or re-authenticating failed
+    ///   ([`Error::Authentication`]). Unreachable members, broken streams and compaction
+    ///   are not errors: the observer retries and re-reads by itself.
+    /// * [`Error::Closed`]: the observer has stopped (every call after that error).
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
@@ -367,6 +392,16 @@ impl Observer {
     }
 
     /// Waits up to `timeout` for the next change; `Ok(None)` if none came.
+    ///
+    /// # Errors
+    ///
+    /// * The error that stopped the observer, once: etcd refused the watch or the read of
+    ///   the leader ([`Error::Server`], e.g. `PermissionDenied`; [`Error::Unavailable`]
+    ///   when etcd cancelled the watch for another reason), or re-authenticating failed
+    ///   ([`Error::Authentication`]). Unreachable members, broken streams and compaction
+    ///   are not errors: the observer retries and re-reads by itself.
+    /// * [`Error::Closed`]: the observer has stopped (every call after that error).
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -420,7 +455,17 @@ impl Observer {
         &self.events
     }
 
-    /// The next change if one is ready, without blocking.
+    /// The next change if one is ready, without blocking (also allowed on an async worker
+    /// thread).
+    ///
+    /// # Errors
+    ///
+    /// * The error that stopped the observer, once: etcd refused the watch or the read of
+    ///   the leader ([`Error::Server`], e.g. `PermissionDenied`; [`Error::Unavailable`]
+    ///   when etcd cancelled the watch for another reason), or re-authenticating failed
+    ///   ([`Error::Authentication`]). Unreachable members, broken streams and compaction
+    ///   are not errors: the observer retries and re-reads by itself.
+    /// * [`Error::Closed`]: the observer has stopped (every call after that error).
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -442,7 +487,9 @@ impl Iterator for Observer {
     type Item = Result<LeaderEvent>;
 
     /// Blocks for the next change; ends (`None`) only when the observer stopped after an
-    /// error it already yielded.
+    /// error it already yielded. Yields the errors of [`recv`](Observer::recv), except
+    /// [`Error::Closed`] (the iterator ends instead); on an async worker thread, yields
+    /// [`Error::InsideAsyncRuntime`].
     fn next(&mut self) -> Option<Self::Item> {
         if crate::runtime::inside_async() {
             return Some(Err(Error::InsideAsyncRuntime));
