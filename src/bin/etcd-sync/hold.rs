@@ -143,7 +143,11 @@ fn hold_until_signal(session: &Session, held: Held) -> Exit {
 pub fn release(session: &Session, held: Held, code: Exit) -> Exit {
     let what = held.what();
     let released = held.release();
-    let closed = session.close();
+    // A session lost earlier has nothing left to revoke: that is not a failure here.
+    let closed = match session.close() {
+        Err(Error::SessionLost(_)) => Ok(()),
+        other => other,
+    };
     match (released, closed) {
         (_, Ok(())) => code,
         (Ok(()), Err(e)) => {
