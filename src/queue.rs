@@ -17,7 +17,7 @@ use crate::kv::{Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOp
 use crate::lease::LeaseState;
 use crate::transport::watch::Only;
 use crate::transport::{Retry, Rpc};
-use crate::watches::{Awaited, Delivery, Spec, UNSYNCED_WINDOW, Watches};
+use crate::watches::{Awaited, Delivery, Spec, Subscription, UNSYNCED_WINDOW, Watches};
 
 /// Longest name accepted for a lock or an election.
 pub(crate) const MAX_NAME_LEN: usize = 4096;
@@ -374,7 +374,6 @@ pub(crate) async fn wait_turn(
     (position, seen_at): (Position, i64),
 ) -> Result<i64> {
     let key = ours.key;
-    let mut known = seen_at;
     let ahead = match position {
         // The revision of the read that showed us first: the key exists there.
         Position::Owner => return Ok(seen_at),
@@ -383,16 +382,11 @@ pub(crate) async fn wait_turn(
     };
     tracing::debug!(key = %text(key), ahead = ahead.len(), complete = ahead.complete, "waiting");
     warn_of_foreign_keys(ours.prefix, &ahead);
-    let awaited = |ahead: Ahead, known: i64| Awaited {
-        own: key.to_vec(),
-        keys: ahead.keys,
-        complete: ahead.complete,
-        known,
-    };
     let mut deletes = watches.await_gone(
         Spec::prefix(ours.prefix, Only::Deletes),
-        awaited(ahead, known),
+        awaited(key, ahead, seen_at),
     );
+    let mut known = seen_at;
     // Until then, etcd may have registered a just-created watcher as unsynced: read now and
     // then, so a handoff in that window does not wait for etcd's 100 ms sync loop.
     let mut poll_until: Option<Instant> = None;
@@ -403,13 +397,9 @@ pub(crate) async fn wait_turn(
             delivery = deletes.next() => delivery,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
             _ = tokio::time::sleep(UNSYNCED_POLL), if poll.is_some() => {
-                match read_position_at(rpc, ours).await? {
-                    (Position::Owner, at) => return Ok(at),
-                    (Position::Gone, _) => return Err(key_gone_error(rpc, session).await),
-                    (Position::Behind(now), at) => {
-                        known = at;
-                        deletes.await_again(awaited(now, at));
-                    }
+                match reread(rpc, session, ours, &deletes).await? {
+                    Reread::Owner(at) => return Ok(at),
+                    Reread::Waiting(at) => known = at,
                 }
                 continue;
             }
@@ -423,12 +413,10 @@ pub(crate) async fn wait_turn(
                 if after <= known && !fresh {
                     continue;
                 }
-                match read_position_at(rpc, ours).await? {
-                    (Position::Owner, at) => return Ok(at),
-                    (Position::Gone, _) => return Err(key_gone_error(rpc, session).await),
-                    (Position::Behind(now), at) => {
+                match reread(rpc, session, ours, &deletes).await? {
+                    Reread::Owner(at) => return Ok(at),
+                    Reread::Waiting(at) => {
                         known = at;
-                        deletes.await_again(awaited(now, at));
                         if fresh && at > after {
                             poll_until = Some(Instant::now() + UNSYNCED_WINDOW);
                         }
@@ -439,20 +427,49 @@ pub(crate) async fn wait_turn(
                 tracing::debug!(key = %text(key), at, "owner by event order");
                 return Ok(at);
             }
-            Delivery::Cleared { .. } => {
-                // Only part of a long line was tracked: find the rest.
-                match read_position_at(rpc, ours).await? {
-                    (Position::Owner, at) => return Ok(at),
-                    (Position::Gone, _) => return Err(key_gone_error(rpc, session).await),
-                    (Position::Behind(now), at) => {
-                        known = at;
-                        deletes.await_again(awaited(now, at));
-                    }
-                }
-            }
+            // Only part of a long line was tracked: find the rest.
+            Delivery::Cleared { .. } => match reread(rpc, session, ours, &deletes).await? {
+                Reread::Owner(at) => return Ok(at),
+                Reread::Waiting(at) => known = at,
+            },
             Delivery::OwnDeleted => return Err(key_gone_error(rpc, session).await),
             Delivery::Events(_) => {} // not sent to a subscription that awaits keys gone
             Delivery::Failed(e) => return Err(e),
+        }
+    }
+}
+
+/// What a waiter awaits: the keys `ahead` of `own`, exact at revision `known`.
+fn awaited(own: &[u8], ahead: Ahead, known: i64) -> Awaited {
+    Awaited {
+        own: own.to_vec(),
+        keys: ahead.keys,
+        complete: ahead.complete,
+        known,
+    }
+}
+
+/// The outcome of [`reread`].
+enum Reread {
+    /// We own, as of this revision.
+    Owner(i64),
+    /// Keys are still ahead, as of this revision; the subscription now awaits them.
+    Waiting(i64),
+}
+
+/// Reads our place in the line again and has `deletes` await the keys now ahead.
+async fn reread(
+    rpc: &Rpc,
+    session: &LeaseState,
+    ours: Ours<'_>,
+    deletes: &Subscription,
+) -> Result<Reread> {
+    match read_position_at(rpc, ours).await? {
+        (Position::Owner, at) => Ok(Reread::Owner(at)),
+        (Position::Gone, _) => Err(key_gone_error(rpc, session).await),
+        (Position::Behind(ahead), at) => {
+            deletes.await_again(awaited(ours.key, ahead, at));
+            Ok(Reread::Waiting(at))
         }
     }
 }
