@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_sync::testing::EtcdServer;
-use etcd_sync::{Client, Error, LeaderEvent, TryLockError};
+use etcd_sync::{Client, LeaderEvent, TryLockError};
 
 fn main() {
     if let Err(e) = run() {
@@ -106,7 +106,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .mutex("tour/migration")?
         .lock_timeout(Duration::from_millis(300))
     {
-        Err(Error::Timeout { after, .. }) => println!("   lock_timeout: gave up after {after:?}"),
+        Err(e) if e.is_wait_timeout() => println!("   lock_timeout: {e}"),
         other => println!("   unexpected: {other:?}"),
     }
     let keys: Vec<_> = client

@@ -98,9 +98,10 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// * [`Error::Timeout`] with `operation: "campaign"` and `after: timeout`: we did not
-    ///   lead in time; no key is left behind. Request timeouts on the way are `Timeout`s
-    ///   too, with `operation: "etcd request"`.
+    /// * [`Error::Timeout`] with `operation: "campaign"` and `after: timeout`
+    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): we did not lead in time; no key is
+    ///   left behind. A request that timed out on the way is a `Timeout` too, with
+    ///   `operation: "etcd request"` and the endpoint that did not answer.
     /// * Otherwise as [`campaign`](Election::campaign): [`Error::SessionLost`],
     ///   [`Error::NotLeader`], [`Error::WouldDeadlock`], [`Error::Unavailable`],
     ///   [`Error::Server`], [`Error::Authentication`], [`Error::InsideAsyncRuntime`].
@@ -111,7 +112,7 @@ impl Election {
     /// let e = session.election("scheduler")?;
     /// match e.campaign_timeout("host-a", std::time::Duration::from_secs(1)) {
     ///     Ok(_leadership) => println!("leading"),
-    ///     Err(etcd_sync::Error::Timeout { .. }) => println!("someone else leads"),
+    ///     Err(e) if e.is_wait_timeout() => println!("someone else leads"),
     ///     Err(other) => return Err(other),
     /// }
     /// # Ok(()) }

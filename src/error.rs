@@ -4,7 +4,12 @@
 //! (a lost session, a timeout, an etcd that refused) instead of parsing strings.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// What a failure at the transport level wraps: the error chain below it (the socket's
+/// `io::Error`, a TLS or HTTP/2 error), shared so that [`Error`] stays `Clone`.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A `Result` whose error is this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -91,18 +96,35 @@ pub enum Error {
         detail: String,
     },
 
-    /// An operation did not finish in time.
-    #[error("{operation} timed out after {after:?}")]
+    /// An operation did not finish in time: a request etcd did not answer within the
+    /// request timeout (`operation` is `"etcd request"`, `endpoint` the member asked), or
+    /// the limit given to a wait (`"lock"`, `"campaign"`;
+    /// [`is_wait_timeout`](Error::is_wait_timeout) tells these apart).
+    #[error("{operation} timed out after {after:?}{}", at(endpoint))]
     Timeout {
-        /// What was being done (`"lock"`, `"request"`, ...).
+        /// What was being done (`"lock"`, `"campaign"`, `"etcd request"`, ...).
         operation: &'static str,
         /// The limit that ran out.
         after: Duration,
+        /// The endpoint that did not answer, when one request timed out.
+        endpoint: Option<String>,
     },
 
-    /// etcd could not be reached or has no leader right now; retrying later may work.
-    #[error("etcd unavailable: {0}")]
-    Unavailable(String),
+    /// etcd could not be reached, the connection broke, or the member has no leader right
+    /// now; retrying later (or on another endpoint) may work.
+    ///
+    /// `source` is the chain below (the socket's `io::Error` with its OS error, a TLS
+    /// or HTTP/2 error), reachable through [`std::error::Error::source`].
+    #[error("etcd unavailable{}: {reason}", at(endpoint))]
+    Unavailable {
+        /// The endpoint that failed, when the failure belongs to one.
+        endpoint: Option<String>,
+        /// What happened, e.g. `connection refused` or `etcdserver: no leader`.
+        reason: String,
+        /// The error chain under it, if the failure came from the transport.
+        #[source]
+        source: Option<Cause>,
+    },
 
     /// The session (lease) under this operation is gone; everything bound to it
     /// (locks, leadership, keys put with its lease) is gone too.
@@ -155,6 +177,24 @@ pub enum Error {
         /// etcd's message, e.g. `etcdserver: requested lease not found`.
         message: String,
     },
+}
+
+/// `" at <endpoint>"` when there is one, for the messages above.
+fn at(endpoint: &Option<String>) -> String {
+    endpoint
+        .as_deref()
+        .map_or_else(String::new, |e| format!(" at {e}"))
+}
+
+/// Operation names of the waits that take a time limit, so that
+/// [`Error::is_wait_timeout`] and the code that builds the error agree.
+pub(crate) mod wait {
+    /// [`Mutex::lock_timeout`](crate::Mutex::lock_timeout).
+    pub(crate) const LOCK: &str = "lock";
+    /// [`Election::campaign_timeout`](crate::Election::campaign_timeout).
+    pub(crate) const CAMPAIGN: &str = "campaign";
+    /// Every wait with a limit.
+    pub(crate) const ALL: [&str; 2] = [LOCK, CAMPAIGN];
 }
 
 /// Why a [`Session`](crate::Session) ended.
@@ -255,7 +295,7 @@ impl Error {
     /// connection, never an answer etcd gave (`Server` with any code), so a request etcd
     /// refused is reported to the caller instead of being repeated in a loop.
     pub(crate) fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable(_) | Error::Timeout { .. })
+        matches!(self, Error::Unavailable { .. } | Error::Timeout { .. })
     }
 
     /// True when the same call may succeed if tried again later or on another endpoint:
@@ -274,8 +314,17 @@ impl Error {
     /// ```
     /// use std::time::Duration;
     /// use etcd_sync::{Code, Error};
-    /// assert!(Error::Unavailable("no leader".into()).is_retryable());
-    /// let slow = Error::Timeout { operation: "etcd request", after: Duration::from_secs(5) };
+    /// let no_leader = Error::Unavailable {
+    ///     endpoint: Some("http://127.0.0.1:2379".into()),
+    ///     reason: "etcdserver: no leader".into(),
+    ///     source: None,
+    /// };
+    /// assert!(no_leader.is_retryable());
+    /// let slow = Error::Timeout {
+    ///     operation: "etcd request",
+    ///     after: Duration::from_secs(5),
+    ///     endpoint: Some("http://127.0.0.1:2379".into()),
+    /// };
     /// assert!(slow.is_retryable());
     /// let busy = Error::Server {
     ///     code: Code::ResourceExhausted,
@@ -296,7 +345,7 @@ impl Error {
     /// ```
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Unavailable(_) | Error::Timeout { .. } => true,
+            Error::Unavailable { .. } | Error::Timeout { .. } => true,
             Error::Server { code, .. } => {
                 matches!(
                     code,
@@ -321,6 +370,72 @@ impl Error {
         )
     }
 
+    /// True when the limit given to a wait ran out ([`Timeout`](Error::Timeout) of
+    /// [`Mutex::lock_timeout`](crate::Mutex::lock_timeout) or
+    /// [`Election::campaign_timeout`](crate::Election::campaign_timeout)): the lock or
+    /// leadership stayed with others for the whole limit, or etcd was too slow to tell.
+    /// False for a single request that etcd did not answer in time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use etcd_sync::Error;
+    /// let busy = Error::Timeout { operation: "lock", after: Duration::from_secs(1), endpoint: None };
+    /// assert!(busy.is_wait_timeout() && busy.is_timeout());
+    /// let slow = Error::Timeout {
+    ///     operation: "etcd request",
+    ///     after: Duration::from_secs(5),
+    ///     endpoint: Some("http://127.0.0.1:2379".into()),
+    /// };
+    /// assert!(!slow.is_wait_timeout() && slow.is_timeout());
+    /// ```
+    pub fn is_wait_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { operation, .. } if wait::ALL.contains(operation))
+    }
+
+    /// The etcd endpoint the error belongs to, when it belongs to one: the member that
+    /// did not answer or whose connection broke ([`Unavailable`](Error::Unavailable),
+    /// [`Timeout`](Error::Timeout) of a request), or that refused our certificate
+    /// ([`ClientCertificateRejected`](Error::ClientCertificateRejected)).
+    ///
+    /// ```
+    /// use etcd_sync::Error;
+    /// let refused = Error::Unavailable {
+    ///     endpoint: Some("http://127.0.0.1:2379".into()),
+    ///     reason: "connection refused".into(),
+    ///     source: None,
+    /// };
+    /// assert_eq!(refused.endpoint(), Some("http://127.0.0.1:2379"));
+    /// assert_eq!(Error::LockLost.endpoint(), None);
+    /// ```
+    pub fn endpoint(&self) -> Option<&str> {
+        match self {
+            Error::Unavailable { endpoint, .. } | Error::Timeout { endpoint, .. } => {
+                endpoint.as_deref()
+            }
+            Error::ClientCertificateRejected { endpoint, .. } => Some(endpoint),
+            _ => None,
+        }
+    }
+
+    /// An [`Unavailable`](Error::Unavailable) error that belongs to no endpoint.
+    pub(crate) fn unavailable(reason: impl Into<String>) -> Error {
+        Error::Unavailable {
+            endpoint: None,
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// A wait that ran out of its limit (`operation` is one of [`wait::ALL`]).
+    pub(crate) fn wait_timeout(operation: &'static str, after: Duration) -> Error {
+        debug_assert!(wait::ALL.contains(&operation), "{operation}");
+        Error::Timeout {
+            operation,
+            after,
+            endpoint: None,
+        }
+    }
+
     /// True when a time limit ran out: one of ours ([`Timeout`](Error::Timeout): a request
     /// timeout, or the limit of [`Mutex::lock_timeout`](crate::Mutex::lock_timeout) /
     /// [`Election::campaign_timeout`](crate::Election::campaign_timeout)), or etcd's own
@@ -330,14 +445,23 @@ impl Error {
     /// ```
     /// use std::time::Duration;
     /// use etcd_sync::{Code, Error};
-    /// let lock_timeout = Error::Timeout { operation: "lock", after: Duration::from_secs(1) };
+    /// let lock_timeout = Error::Timeout {
+    ///     operation: "lock",
+    ///     after: Duration::from_secs(1),
+    ///     endpoint: None,
+    /// };
     /// assert!(lock_timeout.is_timeout());
     /// let etcd_timeout = Error::Server {
     ///     code: Code::DeadlineExceeded,
     ///     message: "etcdserver: request timed out".into(),
     /// };
     /// assert!(etcd_timeout.is_timeout());
-    /// assert!(!Error::Unavailable("connection refused".into()).is_timeout());
+    /// let refused = Error::Unavailable {
+    ///     endpoint: Some("http://127.0.0.1:2379".into()),
+    ///     reason: "connection refused".into(),
+    ///     source: None,
+    /// };
+    /// assert!(!refused.is_timeout());
     /// ```
     pub fn is_timeout(&self) -> bool {
         matches!(
@@ -373,7 +497,12 @@ impl Error {
     /// assert!(Error::LockLost.is_lost());
     /// assert!(Error::NotLeader.is_lost());
     /// assert!(Error::SessionLost(LossReason::Revoked).is_lost());
-    /// assert!(!Error::Unavailable("no leader".into()).is_lost());
+    /// let no_leader = Error::Unavailable {
+    ///     endpoint: None,
+    ///     reason: "etcdserver: no leader".into(),
+    ///     source: None,
+    /// };
+    /// assert!(!no_leader.is_lost());
     /// ```
     pub fn is_lost(&self) -> bool {
         matches!(
@@ -396,7 +525,12 @@ impl Error {
     ///     reason: "connection refused".into(),
     /// };
     /// assert!(e.is_connect());
-    /// assert!(!Error::Unavailable("connection refused".into()).is_connect());
+    /// let refused = Error::Unavailable {
+    ///     endpoint: Some("http://127.0.0.1:2379".into()),
+    ///     reason: "connection refused".into(),
+    ///     source: None,
+    /// };
+    /// assert!(!refused.is_connect());
     /// ```
     pub fn is_connect(&self) -> bool {
         matches!(
@@ -504,8 +638,10 @@ mod tests {
             Error::Timeout {
                 operation: "etcd request",
                 after: Duration::from_secs(5),
+                endpoint: Some("http://127.0.0.1:2379".into()),
             },
-            Error::Unavailable("etcdserver: no leader".into()),
+            Error::wait_timeout(wait::LOCK, Duration::from_secs(1)),
+            Error::unavailable("etcdserver: no leader"),
             Error::SessionLost(LossReason::Expired),
             Error::LockLost,
             Error::NotLeader,
@@ -562,8 +698,10 @@ mod tests {
                 Error::Timeout {
                     operation: "etcd request",
                     after: Duration::from_secs(5),
+                    endpoint: Some("http://127.0.0.1:2379".into()),
                 },
-                Error::Unavailable("etcdserver: no leader".into()),
+                Error::wait_timeout(wait::LOCK, Duration::from_secs(1)),
+                Error::unavailable("etcdserver: no leader"),
                 server(Code::DeadlineExceeded),
                 server(Code::ResourceExhausted),
                 server(Code::Aborted),
@@ -581,8 +719,10 @@ mod tests {
                 Error::Timeout {
                     operation: "etcd request",
                     after: Duration::from_secs(5),
+                    endpoint: Some("http://127.0.0.1:2379".into()),
                 },
-                Error::Unavailable("etcdserver: no leader".into()),
+                Error::wait_timeout(wait::LOCK, Duration::from_secs(1)),
+                Error::unavailable("etcdserver: no leader"),
             ])
         );
         for e in every_error() {
@@ -598,10 +738,48 @@ mod tests {
                 Error::Timeout {
                     operation: "etcd request",
                     after: Duration::from_secs(5),
+                    endpoint: Some("http://127.0.0.1:2379".into()),
                 },
+                Error::wait_timeout(wait::LOCK, Duration::from_secs(1)),
                 server(Code::DeadlineExceeded),
             ])
         );
+    }
+
+    #[test]
+    fn wait_timeout_is_only_a_wait_running_out() {
+        assert_eq!(
+            which(Error::is_wait_timeout),
+            debug(&[Error::wait_timeout(wait::LOCK, Duration::from_secs(1))])
+        );
+        for operation in wait::ALL {
+            let e = Error::wait_timeout(operation, Duration::from_secs(1));
+            assert!(e.is_wait_timeout() && e.is_timeout() && e.endpoint().is_none());
+        }
+    }
+
+    #[test]
+    fn transport_errors_name_their_endpoint() {
+        let e = Error::Unavailable {
+            endpoint: Some("http://127.0.0.1:2379".into()),
+            reason: "tcp connect error: Connection refused (os error 111)".into(),
+            source: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "etcd unavailable at http://127.0.0.1:2379: tcp connect error: \
+             Connection refused (os error 111)"
+        );
+        let slow = Error::Timeout {
+            operation: "etcd request",
+            after: Duration::from_secs(5),
+            endpoint: Some("http://127.0.0.1:2379".into()),
+        };
+        assert_eq!(
+            slow.to_string(),
+            "etcd request timed out after 5s at http://127.0.0.1:2379"
+        );
+        assert_eq!(slow.endpoint(), Some("http://127.0.0.1:2379"));
     }
 
     #[test]

@@ -50,7 +50,11 @@ impl KeepAlive {
                 // This thread runs the loop itself; the runtime worker only drives the socket.
                 handle.block_on(Renewals::new(rpc).run(&mut receiver));
             })
-            .map_err(|e| Error::Unavailable(format!("cannot start the keep-alive thread: {e}")))?;
+            .map_err(|e| Error::Unavailable {
+                endpoint: None,
+                reason: format!("cannot start the keep-alive thread: {e}"),
+                source: Some(std::sync::Arc::new(e)),
+            })?;
         Ok(KeepAlive {
             commands,
             thread: Some(thread),

@@ -151,9 +151,11 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// * [`Error::Timeout`] with `operation: "lock"` and `after: timeout`: the lock was not
-    ///   ours in time (someone else holds it, or etcd was too slow); no key is left behind.
-    ///   Request timeouts on the way are `Timeout`s too, with `operation: "etcd request"`.
+    /// * [`Error::Timeout`] with `operation: "lock"` and `after: timeout`
+    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the lock was not ours in time
+    ///   (someone else holds it, or etcd was too slow); no key is left behind. A request
+    ///   that timed out on the way is a `Timeout` too, with `operation: "etcd request"`
+    ///   and the endpoint that did not answer.
     /// * Otherwise as [`lock`](Mutex::lock): [`Error::SessionLost`], [`Error::LockLost`],
     ///   [`Error::WouldDeadlock`], [`Error::Unavailable`], [`Error::Server`],
     ///   [`Error::Authentication`], [`Error::InsideAsyncRuntime`].
@@ -164,7 +166,7 @@ impl Mutex {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// match session.mutex("db-migration")?.lock_timeout(Duration::from_secs(5)) {
     ///     Ok(_guard) => println!("migrating"),
-    ///     Err(etcd_sync::Error::Timeout { .. }) => println!("someone else is migrating"),
+    ///     Err(e) if e.is_wait_timeout() => println!("someone else is migrating"),
     ///     Err(e) => return Err(e),
     /// }
     /// # Ok(()) }

@@ -263,9 +263,7 @@ pub(crate) async fn enqueue(
     // Our key exists already (same session, earlier attempt or a resumed lease).
     let Some(mine) = ranges.next().and_then(|kvs| kvs.into_iter().next()) else {
         // Deleted between compare and read is impossible inside one txn; treat as gone.
-        return Err(Error::Unavailable(
-            "inconsistent lock transaction result".into(),
-        ));
+        return Err(Error::unavailable("inconsistent lock transaction result"));
     };
     let owner = ranges.next().and_then(|kvs| kvs.into_iter().next());
     let rev = mine.create_revision;

@@ -93,7 +93,11 @@ impl Runtime {
             .thread_name("etcd-sync-runtime")
             .enable_all()
             .build()
-            .map_err(|e| Error::Unavailable(format!("cannot start the I/O runtime: {e}")))?;
+            .map_err(|e| Error::Unavailable {
+                endpoint: None,
+                reason: format!("cannot start the I/O runtime: {e}"),
+                source: Some(Arc::new(e)),
+            })?;
         Ok(Runtime {
             rt: Some(rt),
             pending: Arc::default(),

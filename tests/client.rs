@@ -142,11 +142,52 @@ fn paused_server_times_out_instead_of_hanging() {
     let result = c.get("k");
     server.resume().unwrap();
     assert!(
-        matches!(result, Err(Error::Timeout { .. } | Error::Unavailable(_))),
+        matches!(
+            result,
+            Err(Error::Timeout { .. } | Error::Unavailable { .. })
+        ),
         "{result:?}"
     );
+    let error = result.unwrap_err();
+    assert_eq!(
+        error.endpoint(),
+        Some(server.endpoints()[0].as_str()),
+        "{error}"
+    );
+    assert!(error.is_retryable(), "{error:?}");
     assert!(start.elapsed() < Duration::from_secs(3));
     assert_eq!(c.get("k").unwrap().unwrap().value, b"v");
+}
+
+#[test]
+fn a_dead_member_is_named_with_the_os_error_under_it() {
+    let server = etcd();
+    let c = common::client_with_timeout(&server.endpoints(), Duration::from_millis(500));
+    c.put("k", "v").unwrap();
+    server.kill().unwrap();
+    let error = c.get("k").unwrap_err();
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert!(error.is_retryable() && !error.is_lost(), "{error:?}");
+    let endpoint = server.endpoints()[0].clone();
+    assert_eq!(error.endpoint(), Some(endpoint.as_str()));
+    let text = error.to_string();
+    assert!(text.contains(&format!("at {endpoint}")), "{text}");
+    // The chain under it ends at the socket's io::Error, which has the OS error's words.
+    let mut innermost = None;
+    let mut next = std::error::Error::source(&error);
+    while let Some(layer) = next {
+        innermost = Some(layer);
+        next = layer.source();
+    }
+    let innermost = innermost.expect("a source chain under a transport error");
+    assert!(
+        innermost.downcast_ref::<std::io::Error>().is_some(),
+        "innermost cause {innermost:?} in {error:?}"
+    );
+    assert!(
+        text.contains(&innermost.to_string()),
+        "{text} lacks {innermost}"
+    );
 }
 
 #[test]

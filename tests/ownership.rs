@@ -57,7 +57,10 @@ fn an_ambiguous_enqueue_never_deletes_the_next_holders_key() {
     server.pause().unwrap();
     let frozen = m.lock();
     assert!(
-        matches!(frozen, Err(Error::Timeout { .. } | Error::Unavailable(_))),
+        matches!(
+            frozen,
+            Err(Error::Timeout { .. } | Error::Unavailable { .. })
+        ),
         "{frozen:?}"
     );
     std::thread::sleep(Duration::from_millis(300));

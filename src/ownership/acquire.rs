@@ -34,7 +34,7 @@ async fn take_turn(
             turn = turn.lock_owned() => Ok(turn),
             reason = session.wait_lost() => Err(Error::SessionLost(reason).into()),
             _ = tokio::time::sleep_until(deadline.into()) => {
-                Err(Error::Timeout { operation, after }.into())
+                Err(Error::wait_timeout(operation, after).into())
             }
         },
     }
@@ -49,7 +49,7 @@ async fn within<T>(
     match wait {
         Wait::Until(deadline, after) => tokio::time::timeout_at(deadline.into(), fut)
             .await
-            .unwrap_or(Err(Error::Timeout { operation, after })),
+            .unwrap_or_else(|_| Err(Error::wait_timeout(operation, after))),
         Wait::Forever | Wait::Never => fut.await,
     }
 }

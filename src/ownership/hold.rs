@@ -213,6 +213,7 @@ impl Held {
                 Err(Error::Timeout {
                     operation: "release (still retried in the background)",
                     after: limit,
+                    endpoint: None,
                 })
             }
         }
@@ -375,8 +376,6 @@ pub(crate) fn guarded_txn(
             inner.revision = response.revision;
             Ok(Some(inner))
         }
-        _ => Err(Error::Unavailable(
-            "malformed guarded transaction response".into(),
-        )),
+        _ => Err(Error::unavailable("malformed guarded transaction response")),
     }
 }

@@ -59,8 +59,8 @@ impl Kind {
     /// The operation's name in errors.
     fn operation(self) -> &'static str {
         match self {
-            Kind::Lock => "lock",
-            Kind::Lead => "campaign",
+            Kind::Lock => crate::error::wait::LOCK,
+            Kind::Lead => crate::error::wait::CAMPAIGN,
         }
     }
 }

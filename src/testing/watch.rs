@@ -89,7 +89,7 @@ impl RawWatch {
             Ok(delete) => delete.map(Some),
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => {
-                Err(Error::Unavailable("the raw watch stream has ended".into()))
+                Err(Error::unavailable("the raw watch stream has ended"))
             }
         }
     }

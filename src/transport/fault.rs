@@ -8,8 +8,9 @@
 
 use std::error::Error as StdError;
 use std::io;
+use std::sync::Arc;
 
-use crate::error::{Code, Error};
+use crate::error::{Cause, Code, Error};
 
 /// The cause found in an error chain, most specific first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,25 +125,76 @@ pub(crate) fn wire_cause(error: &(dyn StdError + 'static)) -> Wire {
     classify(error).unwrap_or(Wire::Answered)
 }
 
-/// Maps a gRPC status from etcd to an error a caller can act on.
-pub(crate) fn status_error(status: &tonic::Status) -> Error {
+/// Maps a gRPC status from etcd, received from `endpoint`, to an error a caller can act on.
+pub(crate) fn status_error(status: &tonic::Status, endpoint: &str) -> Error {
     let message = status.message().to_string();
     // A broken connection reaches us as Unknown/Cancelled/Internal with a transport error
     // behind it: it is the wire failing, not etcd answering, so it is transient (and a
     // write in flight may or may not have been applied).
     if let Wire::Broken(kind) = wire_cause(status) {
-        return Error::Unavailable(format!("connection to etcd broke: {message} ({kind})"));
+        return Error::Unavailable {
+            endpoint: Some(endpoint.to_string()),
+            reason: broken_reason(status, kind),
+            source: Some(Arc::new(Below(status.clone()))),
+        };
     }
     match status.code() {
-        tonic::Code::Unavailable => Error::Unavailable(if message.is_empty() {
-            "connection to etcd failed".to_string()
-        } else {
-            message
-        }),
+        tonic::Code::Unavailable => Error::Unavailable {
+            endpoint: Some(endpoint.to_string()),
+            reason: if message.is_empty() {
+                "connection to etcd failed".to_string()
+            } else {
+                message
+            },
+            source: status
+                .source()
+                .is_some()
+                .then(|| Arc::new(Below(status.clone())) as Cause),
+        },
         code => Error::Server {
             code: code_of(code),
             message,
         },
+    }
+}
+
+/// One line for a broken connection: the transport's words, then the innermost cause
+/// (the OS error, e.g. `Connection refused (os error 111)`), so the message alone says
+/// what to check.
+fn broken_reason(status: &tonic::Status, kind: io::ErrorKind) -> String {
+    let mut innermost = None;
+    let mut next = status.source();
+    while let Some(layer) = next {
+        innermost = Some(layer.to_string());
+        next = match layer
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+            None => layer.source(),
+        };
+    }
+    let message = status.message();
+    match innermost {
+        Some(cause) if !message.contains(&cause) => format!("{message}: {cause}"),
+        _ => format!("connection broke: {message} ({kind})"),
+    }
+}
+
+/// The error chain under a failed call's status, without the status's own wrapping (its
+/// `Display` is a debug dump; its message and code are already in our error).
+#[derive(Debug)]
+struct Below(tonic::Status);
+
+impl std::fmt::Display for Below {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.message())
+    }
+}
+
+impl StdError for Below {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
     }
 }
 
@@ -210,8 +262,34 @@ mod tests {
             wire_cause(&status),
             Wire::Broken(io::ErrorKind::ConnectionReset)
         );
-        let error = status_error(&status);
+        let error = status_error(&status, "http://127.0.0.1:2379");
         assert!(error.is_transient(), "{error:?}");
+        assert_eq!(error.endpoint(), Some("http://127.0.0.1:2379"));
+    }
+
+    #[test]
+    fn a_refused_connection_names_the_endpoint_and_the_os_error() {
+        // What tonic reports for a connect to a closed port: "tcp connect error" with the
+        // socket's io::Error (and its OS error) at the bottom of the chain.
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        let os_text = refused.to_string();
+        let mut status = tonic::Status::unavailable("tcp connect error");
+        status.set_source(Arc::new(Layer(Box::new(refused))));
+        let error = status_error(&status, "http://127.0.0.1:1");
+        let text = error.to_string();
+        assert!(text.contains("at http://127.0.0.1:1"), "{text}");
+        assert!(text.contains("tcp connect error"), "{text}");
+        assert!(text.contains(&os_text), "{text}");
+        assert!(error.is_retryable() && !error.is_connect(), "{error:?}");
+        // The chain under the error ends at the io::Error itself, for callers that walk it.
+        let mut chain = Vec::new();
+        let mut next = StdError::source(&error);
+        while let Some(layer) = next {
+            chain.push(layer.to_string());
+            next = layer.source();
+        }
+        assert_eq!(chain.first().map(String::as_str), Some("tcp connect error"));
+        assert_eq!(chain.last(), Some(&os_text), "{chain:?}");
     }
 
     #[cfg(feature = "tls")]

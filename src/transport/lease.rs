@@ -98,9 +98,12 @@ impl Rpc {
             let stream = LeaseClient::new(channel)
                 .lease_keep_alive(request)
                 .await
-                .map_err(|s| super::fault::status_error(&s))?
+                .map_err(|s| super::fault::status_error(&s, rpc.endpoint_url(endpoint)))?
                 .into_inner();
-            Ok(KeepAliveReceiver { stream })
+            Ok(KeepAliveReceiver {
+                stream,
+                endpoint: rpc.endpoint_url(endpoint).to_string(),
+            })
         };
         let sender = KeepAliveSender {
             rpc: self.clone(),
@@ -134,6 +137,8 @@ impl KeepAliveSender {
 /// The receiving half of a keep-alive stream.
 pub(crate) struct KeepAliveReceiver {
     stream: tonic::Streaming<pb::LeaseKeepAliveResponse>,
+    /// The endpoint's URL, for errors.
+    endpoint: String,
 }
 
 impl KeepAliveReceiver {
@@ -144,7 +149,7 @@ impl KeepAliveReceiver {
                 id: r.id,
                 ttl: r.ttl,
             })),
-            Err(status) => Err(super::fault::status_error(&status)),
+            Err(status) => Err(super::fault::status_error(&status, &self.endpoint)),
         }
     }
 }

@@ -277,6 +277,11 @@ impl Rpc {
         &self.inner.endpoints
     }
 
+    /// The URL of endpoint `index`, for errors that name it.
+    pub(crate) fn endpoint_url(&self, index: usize) -> &str {
+        &self.inner.endpoints[index % self.inner.endpoints.len()]
+    }
+
     /// The endpoint requests go to now, with its index for [`Rpc::fail_over`].
     pub(crate) fn channel(&self) -> (usize, Channel) {
         let i = self.current();
@@ -389,7 +394,7 @@ impl Rpc {
             match tokio::time::timeout(self.inner.request_timeout, call(channel, request)).await {
                 Ok(Ok(response)) => return Ok(response.into_inner()),
                 Ok(Err(status)) => {
-                    let error = fault::status_error(&status);
+                    let error = fault::status_error(&status, self.endpoint_url(index));
                     if !error.is_transient() {
                         return Err(error);
                     }
@@ -401,6 +406,7 @@ impl Rpc {
                     last = Error::Timeout {
                         operation: "etcd request",
                         after: self.inner.request_timeout,
+                        endpoint: Some(self.endpoint_url(index).to_string()),
                     };
                 }
             }
@@ -412,6 +418,7 @@ impl Rpc {
     /// create request before awaiting.
     pub(crate) async fn watch(
         &self,
+        endpoint: usize,
         channel: Channel,
         requests: UnboundedReceiver<pb::WatchRequest>,
     ) -> Result<tonic::Streaming<pb::WatchResponse>> {
@@ -420,7 +427,7 @@ impl Rpc {
             .watch(request)
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| fault::status_error(&s))
+            .map_err(|s| fault::status_error(&s, self.endpoint_url(endpoint)))
     }
 }
 

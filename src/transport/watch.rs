@@ -135,6 +135,8 @@ pub(crate) struct WatchStream {
     early: VecDeque<WatchResponse>,
     /// The endpoint this stream runs on.
     endpoint: usize,
+    /// Its URL, for errors.
+    url: String,
 }
 
 /// What `open` learned: one watch id per create request, in order (`None` where etcd
@@ -180,10 +182,13 @@ impl WatchStream {
             Self::open_on(rpc, endpoint, channel, creates),
         )
         .await
-        .unwrap_or(Err(Error::Timeout {
-            operation: "opening a watch",
-            after: rpc.request_timeout(),
-        }));
+        .unwrap_or_else(|_| {
+            Err(Error::Timeout {
+                operation: "opening a watch",
+                after: rpc.request_timeout(),
+                endpoint: Some(rpc.endpoint_url(endpoint).to_string()),
+            })
+        });
         if let Err(e) = &result
             && e.is_transient()
         {
@@ -208,12 +213,13 @@ impl WatchStream {
                 )),
             });
         }
-        let stream = rpc.watch(channel, receiver).await?;
+        let stream = rpc.watch(endpoint, channel, receiver).await?;
         let mut watch = WatchStream {
             requests,
             stream,
             early: VecDeque::new(),
             endpoint,
+            url: rpc.endpoint_url(endpoint).to_string(),
         };
         let mut created = Created {
             ids: Vec::with_capacity(wanted),
@@ -270,14 +276,22 @@ impl WatchStream {
             .send(pb::WatchRequest {
                 request_union: Some(request),
             })
-            .map_err(|_| Error::Unavailable("the watch stream is closed".into()))
+            .map_err(|_| self.unavailable("the watch stream is closed"))
     }
 
     async fn receive(&mut self) -> Result<WatchResponse> {
         match self.stream.message().await {
             Ok(Some(response)) => Ok(response.into()),
-            Ok(None) => Err(Error::Unavailable("etcd closed the watch stream".into())),
-            Err(status) => Err(super::fault::status_error(&status)),
+            Ok(None) => Err(self.unavailable("etcd closed the watch stream")),
+            Err(status) => Err(super::fault::status_error(&status, &self.url)),
+        }
+    }
+
+    fn unavailable(&self, reason: &str) -> Error {
+        Error::Unavailable {
+            endpoint: Some(self.url.clone()),
+            reason: reason.to_string(),
+            source: None,
         }
     }
 
@@ -325,5 +339,5 @@ pub(crate) fn cancel_error(response: &WatchResponse) -> Error {
             message: reason,
         };
     }
-    Error::Unavailable(reason)
+    Error::unavailable(reason)
 }

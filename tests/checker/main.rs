@@ -278,7 +278,7 @@ fn error_kind(e: &Error) -> &'static str {
     match e {
         Error::Timeout { .. } => "timeout",
         Error::SessionLost(_) => "session_lost",
-        Error::Unavailable(_) => "unavailable",
+        Error::Unavailable { .. } => "unavailable",
         Error::LockLost | Error::NotLeader => "lost",
         Error::WouldDeadlock(_) => "would_deadlock",
         _ => "other",

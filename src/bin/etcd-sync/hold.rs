@@ -88,10 +88,8 @@ pub fn acquire(
 ) -> Result<Held, Exit> {
     match interruptible(f)? {
         Waited::Done(Ok(held)) => Ok(held),
-        Waited::Done(Err(Error::Timeout {
-            operation: "lock" | "campaign",
-            after,
-        })) if timeout.is_some() => {
+        Waited::Done(Err(e)) if e.is_wait_timeout() && timeout.is_some() => {
+            let after = timeout.unwrap_or_default();
             eprintln!("etcd-sync: gave up waiting for {name:?} after {after:?} (--timeout)");
             Err(EXIT_TIMEOUT)
         }
