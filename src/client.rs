@@ -376,7 +376,7 @@ impl Client {
     }
 }
 
-fn non_empty_key(key: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn non_empty_key(key: &[u8]) -> Result<Vec<u8>> {
     if key.is_empty() {
         return Err(Error::InvalidArgument("empty key".into()));
     }

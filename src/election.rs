@@ -68,18 +68,18 @@ impl Election {
     /// # Errors
     ///
     /// * [`Error::SessionLost`]: the session was lost before the call or while waiting
-    ///   (at once, not at the end of the wait); no key is left behind.
+    ///   (at once, not at the end of the wait), or etcd answered the enqueue with
+    ///   `requested lease not found` (the lease was revoked elsewhere before the
+    ///   keep-alive noticed: the session is marked lost with
+    ///   [`LossReason::Revoked`](crate::LossReason::Revoked)); no key is left behind.
     /// * [`Error::NotLeader`]: our key was deleted by someone else while we waited, or (on a
     ///   re-campaign) it was no longer ours when the new value was to be proclaimed.
     /// * [`Error::WouldDeadlock`]: this thread holds a [`MutexGuard`](crate::MutexGuard) of
     ///   this name on this session.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached (each
     ///   request is tried on every endpoint first); our key is removed in the background.
-    /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`). Also
-    ///   `NotFound` (`requested lease not found`) when the session's lease was revoked
-    ///   elsewhere and this process has not noticed yet; the session reports the loss at
-    ///   its next keep-alive. [`Error::Authentication`]: re-authenticating after an expired
-    ///   token failed.
+    /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`).
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
     /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
@@ -358,8 +358,11 @@ impl Leadership {
     ///   the session's lease); nothing was written.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
     ///   write may or may not have been applied.
+    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
+    ///   was acknowledged before the lease deadline); nothing was sent.
+    /// * [`Error::InvalidArgument`]: `key` is empty; nothing was sent.
     /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
-    ///   `InvalidArgument` for an empty key or a value above its size limit);
+    ///   `InvalidArgument` for a value above its size limit);
     ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
     /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
@@ -371,7 +374,8 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<TxnResponse> {
-        self.txn(Txn::new().and_then([TxnOp::put(key.as_ref(), value.as_ref())]))
+        let key = crate::client::non_empty_key(key.as_ref())?;
+        self.txn(Txn::new().and_then([TxnOp::put(key, value.as_ref())]))
     }
 
     /// Deletes `key` only while we lead; [`Error::NotLeader`] otherwise.
@@ -383,9 +387,11 @@ impl Leadership {
     ///   the session's lease); nothing was written.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
     ///   write may or may not have been applied.
-    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
-    ///   `InvalidArgument` for an empty key); [`Error::Authentication`]:
-    ///   re-authenticating after an expired token failed.
+    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
+    ///   was acknowledged before the lease deadline); nothing was sent.
+    /// * [`Error::InvalidArgument`]: `key` is empty; nothing was sent.
+    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
     /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
@@ -396,7 +402,8 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<TxnResponse> {
-        self.txn(Txn::new().and_then([TxnOp::delete(key.as_ref())]))
+        let key = crate::client::non_empty_key(key.as_ref())?;
+        self.txn(Txn::new().and_then([TxnOp::delete(key)]))
     }
 
     /// Runs `txn` only while we lead, atomically with that check. A failed comparison of
@@ -409,6 +416,8 @@ impl Leadership {
     ///   the session's lease); nothing was written.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
     ///   write may or may not have been applied.
+    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
+    ///   was acknowledged before the lease deadline); nothing was sent.
     /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
     ///   `InvalidArgument` for a malformed `txn`); [`Error::Authentication`]:
     ///   re-authenticating after an expired token failed.
@@ -424,16 +433,8 @@ impl Leadership {
     /// ```
     pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         // A superseded or resigned guard must not write, although etcd would still see
-        // the same key and revision.
-        if !self.held.is_current() {
-            return Err(Error::NotLeader);
-        }
-        ownership::guarded_txn(
-            self.held.line().session().client(),
-            self.ownership_compare(),
-            txn,
-        )
-        .and_then(|r| r.ok_or(Error::NotLeader))
+        // the same key and revision: `guarded_txn` sends nothing for it.
+        self.held.guarded_txn(txn)?.ok_or(Error::NotLeader)
     }
 
     /// Gives up leadership (deletes our key if it still has our create revision). Returns

@@ -192,6 +192,22 @@ impl LeaseState {
         }
     }
 
+    /// `error`, from a request that used this lease, as the session sees it: etcd's
+    /// `requested lease not found` means the lease is gone (revoked elsewhere, or expired
+    /// on the server) before the keep-alive told us, so the session is lost now.
+    pub(crate) fn judge(&self, error: Error) -> Error {
+        match &error {
+            Error::Server {
+                code: crate::error::Code::NotFound,
+                message,
+            } if message.contains("lease not found") => {
+                self.mark_lost(LossReason::Revoked);
+                self.check().err().unwrap_or(error)
+            }
+            _ => error,
+        }
+    }
+
     /// `Err(SessionLost)` once the session is gone.
     pub(crate) fn check(&self) -> Result<()> {
         match self.loss_reason() {

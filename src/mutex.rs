@@ -118,17 +118,17 @@ impl Mutex {
     /// # Errors
     ///
     /// * [`Error::SessionLost`]: the session was lost before the call or while waiting
-    ///   (at once, not at the end of the wait); no key is left behind.
+    ///   (at once, not at the end of the wait), or etcd answered the enqueue with
+    ///   `requested lease not found` (the lease was revoked elsewhere before the
+    ///   keep-alive noticed: the session is marked lost with
+    ///   [`LossReason::Revoked`](crate::LossReason::Revoked)); no key is left behind.
     /// * [`Error::LockLost`]: our queued key was deleted by someone else while we waited.
     /// * [`Error::WouldDeadlock`]: this thread holds a guard of this name on this session
     ///   (a [`MutexGuard`], or a [`Leadership`](crate::Leadership) of the same name).
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached (each
     ///   request is tried on every endpoint first); our key is removed in the background.
-    /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`). Also
-    ///   `NotFound` (`requested lease not found`) when the session's lease was revoked
-    ///   elsewhere and this process has not noticed yet; the session reports the loss at
-    ///   its next keep-alive. [`Error::Authentication`]: re-authenticating after an expired
-    ///   token failed.
+    /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`).
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
     /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
@@ -355,8 +355,11 @@ impl MutexGuard {
     ///   someone else, or gone with the session's lease); nothing was written.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
     ///   write may or may not have been applied.
+    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
+    ///   was acknowledged before the lease deadline); nothing was sent.
+    /// * [`Error::InvalidArgument`]: `key` is empty; nothing was sent.
     /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
-    ///   `InvalidArgument` for an empty key or a value above its size limit);
+    ///   `InvalidArgument` for a value above its size limit);
     ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
     /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
@@ -368,7 +371,8 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<TxnResponse> {
-        self.txn(Txn::new().and_then([TxnOp::put(key.as_ref(), value.as_ref())]))
+        let key = crate::client::non_empty_key(key.as_ref())?;
+        self.txn(Txn::new().and_then([TxnOp::put(key, value.as_ref())]))
     }
 
     /// Deletes `key` only while we hold the lock; [`Error::LockLost`] otherwise.
@@ -379,9 +383,11 @@ impl MutexGuard {
     ///   someone else, or gone with the session's lease); nothing was written.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
     ///   write may or may not have been applied.
-    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
-    ///   `InvalidArgument` for an empty key); [`Error::Authentication`]:
-    ///   re-authenticating after an expired token failed.
+    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
+    ///   was acknowledged before the lease deadline); nothing was sent.
+    /// * [`Error::InvalidArgument`]: `key` is empty; nothing was sent.
+    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
     /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
     /// ```no_run
@@ -392,7 +398,8 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<TxnResponse> {
-        self.txn(Txn::new().and_then([TxnOp::delete(key.as_ref())]))
+        let key = crate::client::non_empty_key(key.as_ref())?;
+        self.txn(Txn::new().and_then([TxnOp::delete(key)]))
     }
 
     /// Runs `txn` only while we hold the lock, atomically with that check; returns `txn`'s
@@ -405,6 +412,8 @@ impl MutexGuard {
     ///   someone else, or gone with the session's lease); nothing was written.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
     ///   write may or may not have been applied.
+    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
+    ///   was acknowledged before the lease deadline); nothing was sent.
     /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
     ///   `InvalidArgument` for a malformed `txn`); [`Error::Authentication`]:
     ///   re-authenticating after an expired token failed.
@@ -424,12 +433,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        ownership::guarded_txn(
-            self.held.line().session().client(),
-            self.ownership_compare(),
-            txn,
-        )
-        .and_then(|r| r.ok_or(Error::LockLost))
+        self.held.guarded_txn(txn)?.ok_or(Error::LockLost)
     }
 
     /// Releases the lock and reports the outcome: [`Error::LockLost`] if it was no longer

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, cluster, etcd, eventually, keys, session};
-use etcd_sync::{Client, Error, TryLockError};
+use etcd_sync::{Client, Error, LossReason, TryLockError};
 
 /// Item 1: a timed-out campaign's cleanup used to be lease-scoped and ran on in the
 /// background, deleting the key of the next campaign on the same session.
@@ -329,4 +329,75 @@ fn a_late_applied_enqueue_leaves_no_key_behind() {
         .expect("the next holder does not wait for our session");
     assert!(next.fencing_token() > token);
     assert!(s.is_alive());
+}
+
+/// A lease revoked elsewhere, before the keep-alive noticed: the next lock and campaign
+/// say the session is lost (etcd's `requested lease not found` for the enqueue), not an
+/// etcd error, and mark the session lost for every other call.
+#[test]
+fn a_wait_on_a_lease_revoked_elsewhere_reports_the_session_lost() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 60);
+    let out = etcdctl(
+        &server.endpoint(),
+        &["lease", "revoke", &format!("{:x}", s.lease_id())],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let locked = s.mutex("after-revoke").unwrap().lock();
+    assert!(
+        matches!(&locked, Err(Error::SessionLost(LossReason::Revoked))),
+        "{locked:?}"
+    );
+    assert_eq!(s.loss_reason(), Some(LossReason::Revoked));
+    let campaigned = s.election("after-revoke-e").unwrap().campaign("v");
+    assert!(
+        matches!(&campaigned, Err(Error::SessionLost(LossReason::Revoked))),
+        "{campaigned:?}"
+    );
+    assert!(keys(&c, "after-revoke").is_empty());
+}
+
+/// Guard writes and re-campaigns send nothing once the session is known lost, although
+/// etcd still shows our key (an orphaned session's lease lives until its TTL ends).
+#[test]
+fn guards_of_a_lost_session_write_nothing() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 30);
+    let g = s.mutex("lost-writes").unwrap().lock().unwrap();
+    let election = s.election("lost-writes-e").unwrap();
+    let l = election.campaign("first").unwrap();
+    // Bad input is refused before anything is sent.
+    assert!(matches!(g.put("", "v"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(l.delete(""), Err(Error::InvalidArgument(_))));
+    s.orphan();
+    assert_eq!(
+        keys(&c, "lost-writes").len(),
+        2,
+        "the keys outlive the keep-alive"
+    );
+    for result in [
+        g.put("lost-writes-data", "v"),
+        l.put("lost-writes-data", "v"),
+    ] {
+        assert!(
+            matches!(&result, Err(Error::SessionLost(LossReason::Orphaned))),
+            "{result:?}"
+        );
+    }
+    assert!(matches!(
+        l.proclaim("second"),
+        Err(Error::SessionLost(LossReason::Orphaned))
+    ));
+    assert!(matches!(
+        election.campaign("second"),
+        Err(Error::SessionLost(LossReason::Orphaned))
+    ));
+    assert!(c.get("lost-writes-data").unwrap().is_none());
+    assert_eq!(
+        c.get(l.key()).unwrap().unwrap().value,
+        b"first",
+        "nothing was proclaimed"
+    );
 }

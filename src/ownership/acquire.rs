@@ -86,7 +86,8 @@ pub(crate) fn acquire(
                 Err(e) => {
                     // The Txn may have applied (or apply later): remove by lease, turn in hand.
                     clean_up_ambiguous(line, turn);
-                    return Err(e.into());
+                    // A lease revoked elsewhere shows here first: say the session is lost.
+                    return Err(session.judge(e).into());
                 }
             };
         // 2. Wait for our turn in etcd, unless asked not to.

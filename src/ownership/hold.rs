@@ -12,7 +12,7 @@ use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::follow::Followed;
 use crate::kv::text;
-use crate::kv::{Compare, Txn, TxnOp, TxnResponse};
+use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use crate::lease::LeaseState;
 use crate::queue::{self, Owned};
 use crate::session::Session;
@@ -133,6 +133,20 @@ impl Held {
     pub(crate) fn is_current(&self) -> bool {
         let state = self.hold.state();
         state.generation == self.generation && !state.ended
+    }
+
+    /// Runs `txn` inside a transaction that first checks that our key still has our
+    /// create revision: `Ok(None)` if it does not. Nothing is sent once this process
+    /// knows the hold is over: a superseded guard (`Ok(None)`), or a lost session
+    /// (`SessionLost`; past its keep-alive deadline the lease may be gone on the server
+    /// although etcd's answer would still show our key).
+    pub(crate) fn guarded_txn(&self, txn: Txn) -> Result<Option<TxnResponse>> {
+        self.hold.line.session.lease().check()?;
+        if !self.is_current() {
+            return Ok(None);
+        }
+        let ownership = Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev());
+        guarded_txn(self.hold.line.session.client(), ownership, txn)
     }
 
     /// Held as far as this process can tell without asking etcd: current, not lost, and
@@ -271,14 +285,20 @@ impl Drop for Held {
 /// revision *and* the value revision we last wrote or read, so an attempt that reaches etcd
 /// late (after a newer proclamation) changes nothing. `Ok(false)`: the key is not ours.
 pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8]) -> Result<bool> {
+    // A lost session writes nothing, although etcd may still show our key.
+    let lease = hold.line.session.lease().clone();
+    lease.check()?;
     let hold = hold.clone();
     let value = value.to_vec();
     let session = hold.line.session.clone();
     let rpc = session.client().rpc().clone();
-    session.client().block_on(async move {
-        let _one_at_a_time = hold.proclaiming.lock().await;
-        proclaim_once(&rpc, &hold, &value).await
-    })
+    session
+        .client()
+        .block_on(async move {
+            let _one_at_a_time = hold.proclaiming.lock().await;
+            proclaim_once(&rpc, &hold, &value).await
+        })
+        .map_err(|e| lease.judge(e))
 }
 
 /// The proclaim Txn with the exactly-once condition; on a failed condition, one read tells
@@ -359,7 +379,7 @@ async fn remove_until_answered(
 
 /// Runs `txn` nested inside an outer transaction that first checks `ownership`:
 /// `Ok(Some(response))` if we still own, `Ok(None)` if not.
-pub(crate) fn guarded_txn(
+fn guarded_txn(
     client: &crate::Client,
     ownership: Compare,
     txn: Txn,

@@ -33,7 +33,7 @@ mod acquire;
 mod hold;
 
 pub(crate) use acquire::acquire;
-pub(crate) use hold::{Held, Hold, Released, guarded_txn, proclaim};
+pub(crate) use hold::{Held, Hold, Released, proclaim};
 
 /// What a hold is for: decides what to do with a key this session already has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
