@@ -463,7 +463,10 @@ impl ClientBuilder {
         self
     }
 
-    /// How long connecting may take before [`Error::Connect`] (default 3 s).
+    /// How long connecting may take before [`Error::Connect`] (default 3 s). Until an
+    /// endpoint answers, the client keeps trying every endpoint, pausing up to 1 s between
+    /// rounds (like etcdctl's `--dial-timeout`): a long timeout waits for an etcd that is
+    /// still starting. An endpoint that refuses the client certificate ends it at once.
     ///
     /// ```
     /// let b = etcd_sync::Client::builder().connect_timeout(std::time::Duration::from_secs(1));

@@ -132,6 +132,32 @@ fn unreachable_endpoint_fails_within_connect_timeout() {
     assert!(took < Duration::from_secs(3), "took {took:?}");
 }
 
+/// Like grpc-go's blocking dial (etcdctl's `--dial-timeout`): connecting keeps trying
+/// until the connect timeout, so a client started beside its etcd waits for it.
+#[test]
+fn connect_waits_for_an_etcd_that_starts_within_the_connect_timeout() {
+    let server = etcd();
+    server.kill().unwrap();
+    let endpoints = server.endpoints();
+    let start = Instant::now();
+    let connecting = std::thread::spawn(move || {
+        Client::builder()
+            .endpoints(&endpoints)
+            .connect_timeout(Duration::from_secs(30))
+            .connect()
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    server.restart().unwrap();
+    let client = connecting
+        .join()
+        .unwrap()
+        .expect("connected once etcd was up");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(1500), "took {took:?}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    client.put("k", "v").unwrap();
+}
+
 #[test]
 fn paused_server_times_out_instead_of_hanging() {
     let server = etcd();

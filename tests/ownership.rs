@@ -401,3 +401,39 @@ fn guards_of_a_lost_session_write_nothing() {
         "nothing was proclaimed"
     );
 }
+
+/// Item 6 of the newcomer issue: with etcd frozen, `try_lock()` must give up after about
+/// one request timeout (one endpoint), not several.
+#[test]
+fn try_lock_on_a_frozen_etcd_gives_up_after_one_request_timeout() {
+    let server = etcd();
+    let c = common::client_with_timeout(&server.endpoints(), Duration::from_secs(1));
+    let s = session(&c, 20);
+    let m = s.mutex("frozen-try").unwrap();
+    server.pause().unwrap();
+    let start = Instant::now();
+    let tried = m.try_lock();
+    let took = start.elapsed();
+    let start = Instant::now();
+    let timed = m.lock_timeout(Duration::from_millis(500));
+    let timed_took = start.elapsed();
+    server.resume().unwrap();
+    eprintln!("try_lock {took:?}, lock_timeout(500ms) {timed_took:?}");
+    assert!(
+        matches!(&tried, Err(TryLockError::Error(e)) if e.is_retryable()),
+        "{tried:?}"
+    );
+    assert!(took < Duration::from_millis(1600), "try_lock took {took:?}");
+    assert!(timed.as_ref().is_err_and(Error::is_timeout), "{timed:?}");
+    assert!(
+        timed_took < Duration::from_millis(1100),
+        "lock_timeout took {timed_took:?}"
+    );
+    // Nothing is left once etcd answers again.
+    assert!(eventually(Duration::from_secs(10), || keys(
+        &c,
+        "frozen-try"
+    )
+    .is_empty()));
+    assert!(m.try_lock().is_ok());
+}

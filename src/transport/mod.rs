@@ -23,6 +23,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use fault::{Wire, wire_cause};
 use generated::etcdserverpb as pb;
@@ -147,16 +148,13 @@ pub(crate) fn parse_endpoint(raw: &str, tls: bool) -> Result<String> {
 
 impl Rpc {
     /// Connects to the endpoints in order. Endpoints that answer get a live channel, the
-    /// others a lazy one (they may come back later); it fails only if none answers within
-    /// the connect timeout.
+    /// others a lazy one (they may come back later). Until one answers, rounds over all of
+    /// them repeat with a growing pause, as grpc-go's blocking dial does (so a long connect
+    /// timeout waits for an etcd that is still starting, or frozen); it fails when none
+    /// answered within the connect timeout, or at once if one refused our certificate.
     pub(crate) async fn connect(config: &RpcConfig) -> Result<Rpc> {
-        let mut channels = Vec::with_capacity(config.endpoints.len());
-        let mut first_live = None;
-        let mut last_error = String::new();
-        // An endpoint that refused our client certificate: reported as such, because
-        // "is etcd running?" would send the user the wrong way.
-        let mut refused = None;
-        for (i, url) in config.endpoints.iter().enumerate() {
+        let mut endpoints = Vec::with_capacity(config.endpoints.len());
+        for url in &config.endpoints {
             let endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|e| Error::InvalidArgument(format!("endpoint {url:?}: {e}")))?
                 .connect_timeout(config.connect_timeout)
@@ -174,17 +172,25 @@ impl Rpc {
                 })?,
                 None => endpoint,
             };
-            if first_live.is_none() {
-                let failure =
-                    match tokio::time::timeout(config.connect_timeout, probe(&endpoint)).await {
-                        Ok(Ok(channel)) => {
-                            first_live = Some(i);
-                            channels.push(channel);
-                            continue;
-                        }
-                        Ok(Err(failure)) => failure,
-                        Err(_) => ProbeFailure::silent(config.connect_timeout),
-                    };
+            endpoints.push(endpoint);
+        }
+        let deadline = tokio::time::Instant::now() + config.connect_timeout;
+        let mut pause = Backoff::new(CONNECT_RETRY_FIRST, CONNECT_RETRY_MAX);
+        let mut last_error = String::new();
+        // An endpoint that refused our client certificate: reported as such, because
+        // "is etcd running?" would send the user the wrong way.
+        let mut refused = None;
+        let mut first_live = None;
+        'rounds: loop {
+            for (i, (url, endpoint)) in config.endpoints.iter().zip(&endpoints).enumerate() {
+                let failure = match tokio::time::timeout_at(deadline, probe(endpoint)).await {
+                    Ok(Ok(channel)) => {
+                        first_live = Some((i, channel));
+                        break 'rounds;
+                    }
+                    Ok(Err(failure)) => failure,
+                    Err(_) => ProbeFailure::silent(config.connect_timeout),
+                };
                 match failure.refused_certificate(config) {
                     Some(detail) => refused = Some((url.clone(), detail)),
                     None => last_error = failure.explain(),
@@ -192,9 +198,25 @@ impl Rpc {
                 if config.endpoints.len() > 1 {
                     last_error = format!("{url}: {last_error}");
                 }
+                if tokio::time::Instant::now() >= deadline {
+                    break 'rounds;
+                }
             }
-            channels.push(endpoint.connect_lazy());
+            let now = tokio::time::Instant::now();
+            if refused.is_some() || now >= deadline {
+                break;
+            }
+            tokio::time::sleep_until(deadline.min(now + pause.next_pause())).await;
         }
+        let channels: Vec<Channel> = endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, endpoint)| match &first_live {
+                Some((live, channel)) if *live == i => channel.clone(),
+                _ => endpoint.connect_lazy(),
+            })
+            .collect();
+        let first_live = first_live.map(|(i, _)| i);
         let Some(current) = first_live else {
             if let Some((endpoint, detail)) = refused {
                 tracing::warn!(%endpoint, %detail, "etcd refused our TLS client certificate");
@@ -430,6 +452,10 @@ impl Rpc {
             .map_err(|s| fault::status_error(&s, self.endpoint_url(endpoint)))
     }
 }
+
+/// The first pause between connect rounds, and the longest.
+const CONNECT_RETRY_FIRST: Duration = Duration::from_millis(50);
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Why the connect probe failed at one endpoint.
 struct ProbeFailure {

@@ -43,7 +43,8 @@ pub struct GlobalOpts {
     #[arg(long, global = true, default_value_t = 10, value_parser = parse_ttl, value_name = "SECONDS")]
     ttl: u64,
 
-    /// Time limit for connecting to etcd (e.g. 3s, 500ms)
+    /// Time limit for connecting to etcd (e.g. 3s, 500ms, at most 1h); until an endpoint
+    /// answers, every endpoint is tried again and again
     #[arg(long, global = true, default_value = "3s", value_parser = text::parse_duration, value_name = "DURATION")]
     dial_timeout: Duration,
 
