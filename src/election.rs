@@ -9,7 +9,7 @@ use crossbeam_channel::Receiver;
 use crate::error::TryLockError;
 use crate::error::{Error, Result};
 use crate::kv::text;
-use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use crate::observe::{Leader, Observer, leader_of, observe_prefix};
 use crate::ownership::{self, Held, Kind, Line, Wait};
 use crate::session::Session;
@@ -349,7 +349,9 @@ impl Leadership {
         Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.held.rev())
     }
 
-    /// Puts `key = value` only while we lead; [`Error::NotLeader`] otherwise.
+    /// Puts `key = value` only while we lead; [`Error::NotLeader`] otherwise. Returns the
+    /// store revision of the write, as [`Client::put`](crate::Client::put) does (use
+    /// [`txn`](Self::txn) for the whole response).
     ///
     /// # Errors
     ///
@@ -373,12 +375,16 @@ impl Leadership {
     /// l.put("config/written-by", "the leader")?;
     /// # Ok(()) }
     /// ```
-    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<TxnResponse> {
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<i64> {
         let key = crate::client::non_empty_key(key.as_ref())?;
-        self.txn(Txn::new().and_then([TxnOp::put(key, value.as_ref())]))
+        // The revision of the write, as `Client::put` returns it.
+        Ok(self
+            .txn(Txn::new().and_then([TxnOp::put(key, value.as_ref())]))?
+            .revision)
     }
 
-    /// Deletes `key` only while we lead; [`Error::NotLeader`] otherwise.
+    /// Deletes `key` only while we lead; [`Error::NotLeader`] otherwise. Returns the number
+    /// of keys deleted (0 or 1), as [`Client::delete`](crate::Client::delete) does.
     ///
     /// # Errors
     ///
@@ -401,9 +407,14 @@ impl Leadership {
     /// l.delete("config/stale")?;
     /// # Ok(()) }
     /// ```
-    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<TxnResponse> {
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<i64> {
         let key = crate::client::non_empty_key(key.as_ref())?;
-        self.txn(Txn::new().and_then([TxnOp::delete(key)]))
+        let response = self.txn(Txn::new().and_then([TxnOp::delete(key)]))?;
+        // The number of keys deleted, as `Client::delete` returns it.
+        Ok(match response.responses.first() {
+            Some(TxnOpResponse::Delete { deleted }) => *deleted,
+            _ => 0,
+        })
     }
 
     /// Runs `txn` only while we lead, atomically with that check. A failed comparison of
@@ -442,6 +453,11 @@ impl Leadership {
     /// [`Error::Timeout`] while the resignation goes on in the background, and calling
     /// `resign` again waits for it once more. After success (or on a guard superseded by a
     /// re-campaign) it does nothing.
+    ///
+    /// Unlike [`MutexGuard::unlock`](crate::MutexGuard::unlock), which takes its guard by
+    /// value, this takes `&mut self`: a leader that must know it has stepped down (before
+    /// another takes over work only one may do) calls it until it succeeds, as with Go's
+    /// `Election.Resign`. Dropping the `Leadership` resigns too, in the background.
     ///
     /// # Errors
     ///

@@ -8,7 +8,7 @@ use crossbeam_channel::Receiver;
 
 use crate::error::{Error, Result, TryLockError};
 use crate::kv::text;
-use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use crate::ownership::{self, Held, Kind, Line, Released, Wait};
 use crate::session::Session;
 
@@ -347,7 +347,9 @@ impl MutexGuard {
         Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.held.rev())
     }
 
-    /// Puts `key = value` only while we hold the lock; [`Error::LockLost`] otherwise.
+    /// Puts `key = value` only while we hold the lock; [`Error::LockLost`] otherwise. Returns the
+    /// store revision of the write, as [`Client::put`](crate::Client::put) does (use
+    /// [`txn`](Self::txn) for the whole response).
     ///
     /// # Errors
     ///
@@ -370,12 +372,16 @@ impl MutexGuard {
     /// guard.put("state", "written by the holder")?;
     /// # Ok(()) }
     /// ```
-    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<TxnResponse> {
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<i64> {
         let key = crate::client::non_empty_key(key.as_ref())?;
-        self.txn(Txn::new().and_then([TxnOp::put(key, value.as_ref())]))
+        // The revision of the write, as `Client::put` returns it.
+        Ok(self
+            .txn(Txn::new().and_then([TxnOp::put(key, value.as_ref())]))?
+            .revision)
     }
 
-    /// Deletes `key` only while we hold the lock; [`Error::LockLost`] otherwise.
+    /// Deletes `key` only while we hold the lock; [`Error::LockLost`] otherwise. Returns the number
+    /// of keys deleted (0 or 1), as [`Client::delete`](crate::Client::delete) does.
     ///
     /// # Errors
     ///
@@ -397,9 +403,14 @@ impl MutexGuard {
     /// guard.delete("state")?;
     /// # Ok(()) }
     /// ```
-    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<TxnResponse> {
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<i64> {
         let key = crate::client::non_empty_key(key.as_ref())?;
-        self.txn(Txn::new().and_then([TxnOp::delete(key)]))
+        let response = self.txn(Txn::new().and_then([TxnOp::delete(key)]))?;
+        // The number of keys deleted, as `Client::delete` returns it.
+        Ok(match response.responses.first() {
+            Some(TxnOpResponse::Delete { deleted }) => *deleted,
+            _ => 0,
+        })
     }
 
     /// Runs `txn` only while we hold the lock, atomically with that check; returns `txn`'s
@@ -441,6 +452,12 @@ impl MutexGuard {
     /// request timeout; if etcd has not answered by then, the release goes on in the
     /// background (the next holder of this session and name waits for it) and this
     /// returns [`Error::Timeout`].
+    ///
+    /// It takes the guard by value, like `parking_lot`'s `MutexGuard::unlock`: after it
+    /// the lock is not ours whatever the outcome, and a later [`Mutex::lock`] of this
+    /// session waits for a release still running. [`Leadership::resign`](crate::Leadership::resign)
+    /// takes `&mut self` instead, because a leader usually wants to *confirm* that it has
+    /// stepped down (Go's `Election.Resign` can be called again).
     ///
     /// # Errors
     ///

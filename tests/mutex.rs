@@ -267,8 +267,12 @@ fn guarded_writes_fail_once_the_lock_is_lost() {
     let c = client(&server.endpoints());
     let s = session(&c, 10);
     let g = s.mutex("gw").unwrap().lock().unwrap();
-    let r = g.put("gw-data", "1").unwrap();
-    assert!(r.revision > 0);
+    let revision = g.put("gw-data", "1").unwrap();
+    assert!(revision > 0);
+    assert_eq!(c.get("gw-data").unwrap().unwrap().mod_revision, revision);
+    g.put("gw-scratch", "x").unwrap();
+    assert_eq!(g.delete("gw-scratch").unwrap(), 1, "one key deleted");
+    assert_eq!(g.delete("gw-scratch").unwrap(), 0, "nothing left to delete");
     assert_eq!(c.get("gw-data").unwrap().unwrap().value, b"1");
     let other = client(&server.endpoints());
     other

@@ -141,10 +141,10 @@ impl Held {
     /// (`SessionLost`; past its keep-alive deadline the lease may be gone on the server
     /// although etcd's answer would still show our key).
     pub(crate) fn guarded_txn(&self, txn: Txn) -> Result<Option<TxnResponse>> {
-        self.hold.line.session.lease().check()?;
         if !self.is_current() {
             return Ok(None);
         }
+        self.hold.line.session.lease().check()?;
         let ownership = Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev());
         guarded_txn(self.hold.line.session.client(), ownership, txn)
     }

@@ -180,7 +180,7 @@ impl Guard {
             Guard::Lead(l) => l.is_leader(),
         }
     }
-    fn put(&self, key: &str, value: String) -> etcd_sync::Result<etcd_sync::TxnResponse> {
+    fn put(&self, key: &str, value: String) -> etcd_sync::Result<i64> {
         match self {
             Guard::Lock(g) => g.put(key, value),
             Guard::Lead(l) => l.put(key, value),
@@ -309,12 +309,12 @@ fn worker(
         let (mut accepted, mut rejected, mut first_rev, mut last_rev) = (0u32, 0u32, 0i64, 0i64);
         for _ in 0..1 + rng.below(3) {
             match guard.put(&format!("{name}-data"), format!("{token}:{who}")) {
-                Ok(r) => {
+                Ok(revision) => {
                     accepted += 1;
                     if first_rev == 0 {
-                        first_rev = r.revision;
+                        first_rev = revision;
                     }
-                    last_rev = r.revision;
+                    last_rev = revision;
                 }
                 Err(_) => rejected += 1,
             }
