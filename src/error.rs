@@ -218,11 +218,10 @@ pub enum LossReason {
     Orphaned,
     /// etcd says the lease does not exist: it was revoked, or it expired on the server.
     Revoked,
-    /// No keep-alive was acknowledged in time: the lease may have expired on the server,
+    /// No keep-alive was acknowledged in time (etcd unreachable, or refusing every
+    /// keep-alive): the lease may have expired on the server,
     /// so it is treated as gone (see [`Session::valid_until`](crate::Session::valid_until)).
     Expired,
-    /// etcd rejected the keep-alive with an error that retrying cannot fix.
-    KeepAliveFailed(String),
     /// The client was shut down.
     ClientClosed,
 }
@@ -236,7 +235,6 @@ impl fmt::Display for LossReason {
             LossReason::Expired => {
                 f.write_str("no keep-alive was acknowledged before the lease deadline")
             }
-            LossReason::KeepAliveFailed(msg) => write!(f, "keep-alive failed: {msg}"),
             LossReason::ClientClosed => f.write_str("the client was shut down"),
         }
     }
@@ -793,7 +791,6 @@ mod tests {
             LossReason::Orphaned,
             LossReason::Revoked,
             LossReason::Expired,
-            LossReason::KeepAliveFailed("etcdserver: permission denied".into()),
             LossReason::ClientClosed,
         ] {
             let e = Error::SessionLost(reason.clone());

@@ -264,9 +264,9 @@ impl Session {
     /// # Errors
     ///
     /// * [`Error::SessionLost`] with the [`LossReason`] if the session had been lost before
-    ///   (any reason but [`LossReason::Closed`]). For [`Expired`](LossReason::Expired) and
-    ///   [`KeepAliveFailed`](LossReason::KeepAliveFailed) the lease may still exist on the
-    ///   server, so the revoke is still sent (best effort) before returning; a
+    ///   (any reason but [`LossReason::Closed`]). For [`Expired`](LossReason::Expired) the
+    ///   lease may still exist on the server, so the revoke is still sent (best effort)
+    ///   before returning; a
     ///   [`Revoked`](LossReason::Revoked) lease is gone already, and an
     ///   [`Orphaned`](LossReason::Orphaned) one is left alone (another session may have
     ///   resumed it).
@@ -301,7 +301,7 @@ impl Session {
         };
         match reason {
             LossReason::Closed => self.revoke(),
-            LossReason::Expired | LossReason::KeepAliveFailed(_) => {
+            LossReason::Expired => {
                 // Lost as far as we can tell, but the lease may still exist on the server:
                 // revoking it lets its keys go now rather than at its TTL.
                 if let Err(e) = self.revoke() {
