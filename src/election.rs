@@ -10,6 +10,7 @@ use crate::error::TryLockError;
 use crate::error::{Error, Result};
 use crate::kv::text;
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use crate::mode::Mode;
 use crate::observe::{Leader, Observer, leader_of, observe_prefix};
 use crate::ownership::{self, Held, Kind, Line, Wait};
 use crate::session::Session;
@@ -511,7 +512,7 @@ impl Session {
     /// ```
     pub fn election(&self, name: impl AsRef<[u8]>) -> Result<Election> {
         Ok(Election {
-            line: Line::of(self, name.as_ref())?,
+            line: Line::of(self, name.as_ref(), Mode::Exclusive)?,
         })
     }
 }

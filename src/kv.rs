@@ -199,6 +199,8 @@ pub(crate) struct Range {
     /// 0: no bound.
     pub(crate) max_create_revision: i64,
     pub(crate) keys_only: bool,
+    /// Read the store as of this revision; 0: the newest.
+    pub(crate) revision: i64,
 }
 
 impl Range {

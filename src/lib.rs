@@ -45,6 +45,7 @@ mod follow;
 mod keepalive;
 mod kv;
 mod lease;
+mod mode;
 mod mutex;
 mod observe;
 mod ownership;

@@ -9,6 +9,7 @@ use crossbeam_channel::Receiver;
 use crate::error::{Error, Result, TryLockError};
 use crate::kv::text;
 use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use crate::mode::Mode;
 use crate::ownership::{self, Held, Kind, Line, Released, Wait};
 use crate::session::Session;
 
@@ -71,7 +72,7 @@ impl Session {
     /// ```
     pub fn mutex(&self, name: impl AsRef<[u8]>) -> Result<Mutex> {
         Ok(Mutex {
-            line: Line::of(self, name.as_ref())?,
+            line: Line::of(self, name.as_ref(), Mode::Exclusive)?,
         })
     }
 }

@@ -1,5 +1,6 @@
-//! The waiting line shared by [`Mutex`](crate::Mutex) and [`Election`](crate::Election):
-//! keys `<name>/<lease hex>` ordered by create revision, where the oldest key owns.
+//! The waiting line shared by every recipe: keys `<name>/<lease hex>[suffix]` ordered by
+//! create revision. An exclusive key owns when it is the oldest; shared keys and permits
+//! pass some of the keys ahead of them (see `mode.rs`).
 //!
 //! One implementation of "wait for the keys before mine": the enqueue Txn returns them
 //! (keys only); one watcher of deletes under the name, shared by every waiter of the name
@@ -8,13 +9,13 @@
 //! stops at once if our session is lost or our key disappears (upstream Go keeps waiting,
 //! etcd #19597).
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::kv::text;
 use crate::kv::{Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOpResponse};
 use crate::lease::LeaseState;
+use crate::mode::{Mode, Sorted};
 use crate::transport::watch::Only;
 use crate::transport::{Retry, Rpc};
 use crate::watches::{Awaited, Delivery, Spec, Subscription, UNSYNCED_WINDOW, Watches};
@@ -38,10 +39,12 @@ pub(crate) fn key_prefix(name: &[u8]) -> Result<Vec<u8>> {
     Ok(prefix)
 }
 
-/// Our key under `prefix`, named like Go's: `<prefix><lease id as lowercase hex>`.
-pub(crate) fn own_key(prefix: &[u8], lease: i64) -> Vec<u8> {
+/// Our key under `prefix`, named like Go's: `<prefix><lease id as lowercase hex>`, with
+/// the mode's suffix (none for an exclusive key, so Go and etcdctl see theirs).
+pub(crate) fn own_key(prefix: &[u8], lease: i64, mode: Mode) -> Vec<u8> {
     let mut key = prefix.to_vec();
     key.extend_from_slice(LeaseHex(lease).to_string().as_bytes());
+    key.extend_from_slice(&mode.suffix());
     key
 }
 
@@ -50,26 +53,42 @@ pub(crate) fn own_key(prefix: &[u8], lease: i64) -> Vec<u8> {
 pub(crate) enum Position {
     /// Our key is gone, or is not the one we created.
     Gone,
-    /// Ours is the oldest key: we own.
+    /// No key before ours keeps us from holding: we own.
     Owner,
-    /// Keys created before ours exist.
+    /// Keys created before ours keep us waiting.
     Behind(Ahead),
+    /// Another participant uses the name as a semaphore of another size: we must not wait.
+    Refused(String),
 }
 
-/// The keys created before ours. No key can join them (create revisions only grow), so a
-/// waiter that sees each of them deleted, on one watcher that also covers its own key, knows
-/// it owns without reading again.
+/// The keys created before ours that keep us waiting. No key can join them (create
+/// revisions only grow), so a waiter that sees enough of them deleted, on one watcher that
+/// also covers its own key, knows it owns without reading again.
 #[derive(Debug, Clone)]
 pub(crate) struct Ahead {
-    keys: HashSet<Vec<u8>>,
-    /// Whether `keys` is every key before ours, or only the newest [`TRACKED`] of them (a
-    /// very long line): then a read finds the rest when these are gone.
+    keys: Sorted,
+    /// Whether `keys` come from every key before ours, or only the newest [`TRACKED`] of
+    /// them (a very long line): then a read finds the rest when these are gone.
     complete: bool,
 }
 
 impl Ahead {
     fn len(&self) -> usize {
         self.keys.len()
+    }
+}
+
+/// Where a key in `mode` stands, given the keys before it (all of them if `complete`).
+/// `None`: those keys let us hold, but older ones were not read (read further back).
+fn judge(mode: Mode, prefix: &[u8], before: Vec<Vec<u8>>, complete: bool) -> Option<Position> {
+    let keys = match mode.sort(prefix, before) {
+        Ok(keys) => keys,
+        Err(disagreement) => return Some(Position::Refused(disagreement.0)),
+    };
+    match (keys.is_clear(), complete) {
+        (true, true) => Some(Position::Owner),
+        (true, false) => None,
+        (false, _) => Some(Position::Behind(Ahead { keys, complete })),
     }
 }
 
@@ -102,19 +121,16 @@ fn the_line(prefix: &[u8]) -> Range {
     }
 }
 
-/// The position of `key`, just put, from [`the_line`] read in the same Txn.
-fn ahead_of_new(kvs: Vec<KeyValue>, key: &[u8]) -> Position {
+/// The position of `key`, just put, from [`the_line`] read in the same Txn; `None` if
+/// older keys beyond the ones returned must be read to tell.
+fn ahead_of_new(kvs: Vec<KeyValue>, ours: Ours<'_>) -> Option<Position> {
     let complete = (kvs.len() as i64) <= TRACKED;
-    let keys: HashSet<Vec<u8>> = kvs
+    let before = kvs
         .into_iter()
         .map(|kv| kv.key)
-        .filter(|k| k != key)
+        .filter(|k| k != ours.key)
         .collect();
-    if keys.is_empty() && complete {
-        Position::Owner
-    } else {
-        Position::Behind(Ahead { keys, complete })
-    }
+    judge(ours.mode, ours.prefix, before, complete)
 }
 
 /// Range over `prefix` oldest-first, one key: the owner (Go's `WithFirstCreate`).
@@ -126,38 +142,28 @@ pub(crate) fn first_created(prefix: &[u8]) -> Range {
     }
 }
 
-/// Interprets "our key and the ones before it" (newest first, from [`newest_up_to`]).
-fn position_of(kvs: Vec<KeyValue>, key: &[u8], rev: i64) -> Position {
+/// Interprets "our key and the ones before it" (newest first, from [`newest_up_to`]): the
+/// keys before ours, and whether they are all of them; `None` if our key is gone.
+fn before_ours(kvs: Vec<KeyValue>, ours: Ours<'_>) -> Option<(Vec<KeyValue>, bool)> {
     let mut kvs = kvs.into_iter();
     match kvs.next() {
-        Some(first) if first.key == key && first.create_revision == rev => {
+        Some(first) if first.key == ours.key && first.create_revision == ours.rev => {
             let before: Vec<KeyValue> = kvs.collect();
-            if before.is_empty() {
-                return Position::Owner;
-            }
             let complete = (before.len() as i64) < TRACKED;
-            Position::Behind(Ahead {
-                keys: before.into_iter().map(|kv| kv.key).collect(),
-                complete,
-            })
+            Some((before, complete))
         }
-        _ => Position::Gone,
+        _ => None,
     }
-}
-
-/// Whether `key` has the shape of a lock or election key under `prefix`:
-/// `<prefix><lease id in lowercase hex>` (what Go and we create).
-fn is_lock_key(prefix: &[u8], key: &[u8]) -> bool {
-    key.strip_prefix(prefix).is_some_and(|id| {
-        (1..=16).contains(&id.len()) && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    })
 }
 
 /// Warns about keys ahead that no lock or campaign created: data under the name (`jobs/x`
 /// for the lock `jobs`) or another lock nested in it (`jobs/nightly/<lease>`). They block
 /// the line like holders (Go's Mutex counts them too), usually to the user's surprise.
 fn warn_of_foreign_keys(prefix: &[u8], ahead: &Ahead) {
-    let mut foreign = ahead.keys.iter().filter(|k| !is_lock_key(prefix, k));
+    let mut foreign = ahead
+        .keys
+        .keys()
+        .filter(|k| Mode::of_key(prefix, k).is_none());
     if let Some(first) = foreign.next() {
         tracing::warn!(
             name = %text(&prefix[..prefix.len().saturating_sub(1)]),
@@ -170,28 +176,55 @@ fn warn_of_foreign_keys(prefix: &[u8], ahead: &Ahead) {
     }
 }
 
-/// Our key in the line: the name's prefix, the key, and the revision that created it.
+/// Our key in the line: the name's prefix, the key, its mode, and the revision that
+/// created it (0 while unknown).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ours<'a> {
     pub(crate) prefix: &'a [u8],
     pub(crate) key: &'a [u8],
+    pub(crate) mode: Mode,
     pub(crate) rev: i64,
 }
 
-/// One linearizable read: does our key still exist with our revision, and who is before
-/// it? With the store revision of the read.
+/// One linearizable read: does our key still exist with our revision, and what is before
+/// it? With the store revision of the read. A reader or a permit whose newest keys ahead
+/// let it hold reads further back, at the same revision, until the keys it has seen
+/// decide (an exclusive key is decided by any key ahead).
 async fn read_position_at(rpc: &Rpc, ours: Ours<'_>) -> Result<(Position, i64)> {
-    let Ours { prefix, key, rev } = ours;
-    let read = rpc.read(&newest_up_to(prefix, rev)).await?;
+    let read = rpc.read(&newest_up_to(ours.prefix, ours.rev)).await?;
+    let at = read.revision;
     tracing::debug!(
-        key = %text(key),
-        rev,
-        at = read.revision,
+        key = %text(ours.key),
+        rev = ours.rev,
+        at,
         found = ?read.kvs.iter().take(3).map(|kv| (text(&kv.key).into_owned(), kv.create_revision)).collect::<Vec<_>>(),
         keys = read.kvs.len(),
         "position read"
     );
-    Ok((position_of(read.kvs, key, rev), read.revision))
+    let Some((mut page, mut complete)) = before_ours(read.kvs, ours) else {
+        return Ok((Position::Gone, at));
+    };
+    let mut before = Vec::new();
+    loop {
+        let oldest = page.iter().map(|kv| kv.create_revision).min();
+        before.extend(page.into_iter().map(|kv| kv.key));
+        if let Some(position) = judge(ours.mode, ours.prefix, before.clone(), complete) {
+            return Ok((position, at));
+        }
+        // Older keys were not returned: read the next page back, in the same snapshot.
+        let Some(oldest) = oldest else {
+            return Ok((Position::Owner, at));
+        };
+        let older = rpc
+            .read(&Range {
+                revision: at,
+                limit: TRACKED,
+                ..newest_up_to(ours.prefix, oldest - 1)
+            })
+            .await?;
+        complete = (older.kvs.len() as i64) < TRACKED;
+        page = older.kvs;
+    }
 }
 
 /// Read interval inside [`UNSYNCED_WINDOW`].
@@ -222,11 +255,11 @@ pub(crate) struct Enqueued {
 /// (it may still be applied late, after the key is gone again).
 pub(crate) async fn enqueue(
     rpc: &Rpc,
-    prefix: &[u8],
-    key: &[u8],
+    ours: Ours<'_>,
     value: &[u8],
     lease: i64,
 ) -> Result<Enqueued> {
+    let Ours { prefix, key, .. } = ours;
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
@@ -251,13 +284,22 @@ pub(crate) async fn enqueue(
     });
     if resp.succeeded {
         let line = ranges.next().unwrap_or_default();
+        let ours = Ours {
+            rev: txn_revision,
+            ..ours
+        };
+        let (position, seen_at) = match ahead_of_new(line, ours) {
+            Some(position) => (position, txn_revision),
+            // A reader or permit behind a very long line: the Txn's answer cannot tell.
+            None => read_position_at(rpc, ours).await?,
+        };
         return Ok(Enqueued {
             rev: txn_revision,
             existed: false,
             value: value.to_vec(),
             value_rev: txn_revision,
-            position: ahead_of_new(line, key),
-            seen_at: txn_revision,
+            position,
+            seen_at,
         });
     }
     // Our key exists already (same session, earlier attempt or a resumed lease).
@@ -269,7 +311,7 @@ pub(crate) async fn enqueue(
     let rev = mine.create_revision;
     let (position, seen_at) = match owner {
         Some(owner) if owner.create_revision == rev => (Position::Owner, txn_revision),
-        _ => read_position_at(rpc, Ours { prefix, key, rev }).await?,
+        _ => read_position_at(rpc, Ours { rev, ..ours }).await?,
     };
     Ok(Enqueued {
         rev,
@@ -351,8 +393,8 @@ async fn key_gone_error(rpc: &Rpc, session: &LeaseState) -> Error {
     }
 }
 
-/// Blocks (asynchronously) until our key is the oldest under `prefix`, and returns the
-/// revision that proves it.
+/// Blocks (asynchronously) until no key ahead keeps ours from holding (for an exclusive
+/// key: until it is the oldest under `prefix`), and returns the revision that proves it.
 ///
 /// The proof (ARCHITECTURE.md, "Handoff without a read"): `ahead` is exact at revision
 /// `seen_at`, and no key can join it later. One watcher of deletes under the prefix —
@@ -376,6 +418,7 @@ pub(crate) async fn wait_turn(
         // The revision of the read that showed us first: the key exists there.
         Position::Owner => return Ok(seen_at),
         Position::Gone => return Err(key_gone_error(rpc, session).await),
+        Position::Refused(why) => return Err(Error::InvalidArgument(why)),
         Position::Behind(ahead) => ahead,
     };
     tracing::debug!(key = %text(key), ahead = ahead.len(), complete = ahead.complete, "waiting");
@@ -465,6 +508,7 @@ async fn reread(
     match read_position_at(rpc, ours).await? {
         (Position::Owner, at) => Ok(Reread::Owner(at)),
         (Position::Gone, _) => Err(key_gone_error(rpc, session).await),
+        (Position::Refused(why), _) => Err(Error::InvalidArgument(why)),
         (Position::Behind(ahead), at) => {
             deletes.await_again(awaited(ours.key, ahead, at));
             Ok(Reread::Waiting(at))
@@ -481,8 +525,16 @@ mod tests {
         let prefix = key_prefix(b"mylock").unwrap_or_default();
         assert_eq!(prefix, b"mylock/");
         assert_eq!(
-            own_key(&prefix, 0x694d82254d5fa305),
+            own_key(&prefix, 0x694d82254d5fa305, Mode::Exclusive),
             b"mylock/694d82254d5fa305"
+        );
+        assert_eq!(
+            own_key(&prefix, 0x694d82254d5fa305, Mode::Shared),
+            b"mylock/694d82254d5fa305.shared"
+        );
+        assert_eq!(
+            own_key(&prefix, 0x694d82254d5fa305, Mode::Permits(3)),
+            b"mylock/694d82254d5fa305.permits-3"
         );
         assert!(key_prefix(b"").is_err());
         assert!(key_prefix(&vec![b'x'; MAX_NAME_LEN + 1]).is_err());
@@ -496,17 +548,40 @@ mod tests {
         }
     }
 
+    fn ours(key: &[u8], mode: Mode, rev: i64) -> Ours<'_> {
+        Ours {
+            prefix: b"p/",
+            key,
+            mode,
+            rev,
+        }
+    }
+
+    /// The position from one newest-first read, if one read decides it.
+    fn position_of(kvs: Vec<KeyValue>, ours: Ours<'_>) -> Option<Position> {
+        match before_ours(kvs, ours) {
+            None => Some(Position::Gone),
+            Some((before, complete)) => judge(
+                ours.mode,
+                ours.prefix,
+                before.into_iter().map(|kv| kv.key).collect(),
+                complete,
+            ),
+        }
+    }
+
     #[test]
     fn position_read_tracks_every_key_before_ours() {
+        let a = ours(b"p/a", Mode::Exclusive, 5);
         assert!(matches!(
-            position_of(vec![kv(b"p/a", 5)], b"p/a", 5),
-            Position::Owner
+            position_of(vec![kv(b"p/a", 5)], a),
+            Some(Position::Owner)
         ));
         // Newest first: ours, then the keys before it.
-        match position_of(vec![kv(b"p/a", 5), kv(b"p/b", 3), kv(b"p/c", 2)], b"p/a", 5) {
-            Position::Behind(ahead) => {
+        match position_of(vec![kv(b"p/a", 5), kv(b"p/b", 3), kv(b"p/c", 2)], a) {
+            Some(Position::Behind(ahead)) => {
                 assert_eq!(ahead.len(), 2);
-                assert!(ahead.keys.contains(b"p/b".as_slice()));
+                assert!(ahead.keys.blocking.contains(b"p/b".as_slice()));
                 assert!(ahead.complete);
             }
             other => panic!("expected Behind, got {other:?}"),
@@ -514,34 +589,44 @@ mod tests {
         // A full answer: only the newest keys are known.
         let mut long = vec![kv(b"p/a", 5000)];
         long.extend((0..TRACKED).map(|i| kv(format!("p/k{i}").as_bytes(), 4000 - i)));
-        match position_of(long, b"p/a", 5000) {
-            Position::Behind(ahead) => assert!(!ahead.complete),
+        match position_of(long, ours(b"p/a", Mode::Exclusive, 5000)) {
+            Some(Position::Behind(ahead)) => assert!(!ahead.complete),
             other => panic!("expected Behind, got {other:?}"),
         }
         for gone in [vec![kv(b"p/b", 3)], vec![kv(b"p/a", 9)], vec![]] {
-            assert!(matches!(position_of(gone, b"p/a", 5), Position::Gone));
+            assert!(matches!(position_of(gone, a), Some(Position::Gone)));
         }
     }
 
     #[test]
-    fn lock_keys_are_told_from_data_and_nested_names() {
-        assert!(is_lock_key(b"jobs/", b"jobs/694d82254d5fa305"));
-        assert!(is_lock_key(b"jobs/", b"jobs/1"));
-        assert!(!is_lock_key(b"jobs/", b"jobs/nightly-progress"));
-        assert!(!is_lock_key(b"jobs/", b"jobs/nightly/694d82254d5fa305"));
-        assert!(!is_lock_key(b"jobs/", b"jobs/"));
-        assert!(!is_lock_key(b"jobs/", b"jobs/694D82254D5FA305"));
-        assert!(!is_lock_key(b"jobs/", b"jobs/694d82254d5fa3051"));
+    fn readers_and_permits_need_older_keys_when_the_newest_let_them_hold() {
+        // A full page of readers ahead of a reader: the keys before them decide.
+        let mut long = vec![kv(b"p/a.shared", 5000)];
+        long.extend((0..TRACKED).map(|i| kv(format!("p/{i:x}.shared").as_bytes(), 4000 - i)));
+        assert!(position_of(long.clone(), ours(b"p/a.shared", Mode::Shared, 5000)).is_none());
+        // A writer behind them is decided at once.
+        long[0] = kv(b"p/a", 5000);
+        assert!(matches!(
+            position_of(long, ours(b"p/a", Mode::Exclusive, 5000)),
+            Some(Position::Behind(_))
+        ));
+        // A permit of another size is refused.
+        let mixed = vec![kv(b"p/a.permits-2", 9), kv(b"p/b.permits-3", 4)];
+        assert!(matches!(
+            position_of(mixed, ours(b"p/a.permits-2", Mode::Permits(2), 9)),
+            Some(Position::Refused(_))
+        ));
     }
 
     #[test]
     fn a_new_key_has_every_other_key_of_the_line_ahead() {
+        let a = ours(b"p/a", Mode::Exclusive, 5);
         assert!(matches!(
-            ahead_of_new(vec![kv(b"p/a", 5)], b"p/a"),
-            Position::Owner
+            ahead_of_new(vec![kv(b"p/a", 5)], a),
+            Some(Position::Owner)
         ));
-        match ahead_of_new(vec![kv(b"p/0", 2), kv(b"p/a", 5), kv(b"p/data", 3)], b"p/a") {
-            Position::Behind(ahead) => {
+        match ahead_of_new(vec![kv(b"p/0", 2), kv(b"p/a", 5), kv(b"p/data", 3)], a) {
+            Some(Position::Behind(ahead)) => {
                 assert_eq!(ahead.len(), 2);
                 assert!(ahead.complete);
             }
@@ -551,9 +636,15 @@ mod tests {
         let full: Vec<KeyValue> = (0..=TRACKED)
             .map(|i| kv(format!("p/k{i}").as_bytes(), i + 1))
             .collect();
-        match ahead_of_new(full, b"p/a") {
-            Position::Behind(ahead) => assert!(!ahead.complete),
+        match ahead_of_new(full, a) {
+            Some(Position::Behind(ahead)) => assert!(!ahead.complete),
             other => panic!("expected Behind, got {other:?}"),
         }
+        // A reader behind readers holds with them.
+        let readers = vec![kv(b"p/1.shared", 2), kv(b"p/a.shared", 5)];
+        assert!(matches!(
+            ahead_of_new(readers, ours(b"p/a.shared", Mode::Shared, 5)),
+            Some(Position::Owner)
+        ));
     }
 }

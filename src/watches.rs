@@ -19,7 +19,7 @@
 //! Watch ids are ours (etcd 3.4+ accepts client-chosen ids), so a `created` answer or a
 //! late event for a cancelled watcher is never confused with another watcher's.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -29,6 +29,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::kv::prefix_end;
+use crate::mode::Sorted;
 use crate::transport::Rpc;
 use crate::transport::watch::{
     Event, EventKind, Only, Watch, WatchResponse, WatchStream, cancel_error,
@@ -82,7 +83,9 @@ pub(crate) type Batch = Arc<Vec<Event>>;
 #[derive(Debug, Clone)]
 pub(crate) struct Awaited {
     pub(crate) own: Vec<u8>,
-    pub(crate) keys: HashSet<Vec<u8>>,
+    /// The keys ahead, sorted by what they mean to `own`: cleared once none that blocks
+    /// and fewer permits than there are remain.
+    pub(crate) keys: Sorted,
     /// Passed back in [`Delivery::Cleared`]: whether `keys` were all the keys ahead.
     pub(crate) complete: bool,
     pub(crate) known: i64,
@@ -108,7 +111,7 @@ impl Awaited {
         // A batch can span revisions (etcd's catch-up): all of it counts before deciding.
         if own_deleted {
             Some(Delivery::OwnDeleted)
-        } else if self.keys.is_empty() {
+        } else if self.keys.is_clear() {
             Some(Delivery::Cleared {
                 at: through,
                 complete: self.complete,
@@ -718,6 +721,7 @@ impl Hub {
 mod tests {
     use super::*;
     use crate::kv::KeyValue;
+    use crate::mode::Mode;
 
     fn delete(key: &[u8], rev: i64) -> Event {
         Event {
@@ -731,12 +735,39 @@ mod tests {
     }
 
     fn awaiting(keys: &[&[u8]], known: i64) -> Awaited {
+        let keys = Mode::Exclusive
+            .sort(b"l/", keys.iter().map(|k| k.to_vec()))
+            .unwrap_or_else(|d| panic!("{d:?}"));
         Awaited {
             own: b"l/own".to_vec(),
-            keys: keys.iter().map(|k| k.to_vec()).collect(),
+            keys,
             complete: true,
             known,
         }
+    }
+
+    #[test]
+    fn a_permit_is_cleared_when_fewer_than_n_older_permits_remain() {
+        let keys = Mode::Permits(2)
+            .sort(
+                b"l/",
+                ["l/1.permits-2", "l/2.permits-2", "l/3.shared"]
+                    .iter()
+                    .map(|k| k.as_bytes().to_vec()),
+            )
+            .unwrap_or_else(|d| panic!("{d:?}"));
+        let mut a = Awaited {
+            own: b"l/4.permits-2".to_vec(),
+            keys,
+            complete: true,
+            known: 10,
+        };
+        // The reader ahead blocks; one permit may remain.
+        assert!(a.apply(&[delete(b"l/1.permits-2", 11)]).is_none());
+        assert!(matches!(
+            a.apply(&[delete(b"l/3.shared", 12)]),
+            Some(Delivery::Cleared { at: 12, .. })
+        ));
     }
 
     #[test]

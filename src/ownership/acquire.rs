@@ -12,7 +12,7 @@ use crate::error::{Error, Result, TryLockError};
 use crate::follow::{Follow, Followed};
 use crate::kv::text;
 use crate::lease::LeaseState;
-use crate::queue::{self, Ours, Owned, Position};
+use crate::queue::{self, Owned, Position};
 use crate::signal::Signal;
 use crate::transport::Rpc;
 
@@ -65,9 +65,7 @@ pub(crate) fn acquire(
     crate::runtime::ensure_blocking_allowed()?;
     let session = line.session.lease().clone();
     session.check()?;
-    if let Some(hold) = line.live_hold()
-        && hold.state().thread == std::thread::current().id()
-    {
+    if line.held_by_this_thread() {
         // Waiting for a turn this thread owns would never end.
         return Err(match wait {
             Wait::Never => TryLockError::WouldBlock,
@@ -93,7 +91,8 @@ pub(crate) fn acquire(
         // 2. Wait for our turn in etcd, unless asked not to.
         let waited = match (wait, &enqueued.position) {
             (_, Position::Owner) => Ok(enqueued.seen_at),
-            (Wait::Never, _) => Err(TryLockError::WouldBlock),
+            // Only a busy line is `WouldBlock`: a refusal is an error.
+            (Wait::Never, Position::Behind(_)) => Err(TryLockError::WouldBlock),
             (_, _) => within(
                 wait,
                 kind.operation(),
@@ -101,11 +100,7 @@ pub(crate) fn acquire(
                     &rpc,
                     line.pin_deletes(),
                     &session,
-                    Ours {
-                        prefix: &line.prefix,
-                        key: &line.key,
-                        rev: enqueued.rev,
-                    },
+                    line.ours(enqueued.rev),
                     (enqueued.position.clone(), enqueued.seen_at),
                 ),
             )
@@ -219,7 +214,7 @@ async fn enqueue_once_or_sweep(
     let mut attempts = rpc.endpoints().len();
     loop {
         attempts -= 1;
-        match queue::enqueue(rpc, &line.prefix, &line.key, value, lease).await {
+        match queue::enqueue(rpc, line.ours(0), value, lease).await {
             Err(e) if e.is_transient() && attempts > 0 => ambiguous = true,
             Ok(enqueued) => {
                 if ambiguous {

@@ -24,7 +24,8 @@ use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::queue;
+use crate::mode::Mode;
+use crate::queue::{self, Ours};
 use crate::session::Session;
 use crate::transport::watch::Only;
 use crate::watches::{Pin, Spec, Watches};
@@ -80,6 +81,8 @@ pub(crate) struct Line {
     session: Session,
     name: Vec<u8>,
     prefix: Vec<u8>,
+    /// How the key shares the name; it is part of the key (see `mode.rs`).
+    mode: Mode,
     key: Vec<u8>,
     /// The process-local turn: owned by whoever uses the key (waiter, guard, cleanup).
     turn: Arc<tokio::sync::Mutex<()>>,
@@ -90,7 +93,7 @@ pub(crate) struct Line {
     deletes_pinned: OnceLock<Pin>,
 }
 
-/// The lines of every session of this process, by session and name. It lives here, not in
+/// The lines of every session of this process, by session, name and mode. It lives here, not in
 /// the session, so the session module does not depend on the ownership core.
 static LINES: StdMutex<Lines> = StdMutex::new(Lines {
     slots: BTreeMap::new(),
@@ -100,7 +103,7 @@ static LINES: StdMutex<Lines> = StdMutex::new(Lines {
 /// The table of [`LINES`]. Dead slots are pruned when the table has doubled since the last
 /// prune, so creating a line costs O(log n) amortized however many lines the process has.
 struct Lines {
-    slots: BTreeMap<(u64, Vec<u8>), Slot>,
+    slots: BTreeMap<(u64, Vec<u8>, Mode), Slot>,
     prune_at: usize,
 }
 
@@ -122,10 +125,11 @@ impl std::fmt::Debug for Line {
 }
 
 impl Line {
-    /// The session's line under `name`, shared by every recipe of that session and name
-    /// (so a Mutex and an Election of one name on one session take turns on one key).
-    pub(crate) fn of(session: &Session, name: &[u8]) -> Result<Arc<Line>> {
-        let id = (session.lease().serial(), name.to_vec());
+    /// The session's line under `name` in `mode`, shared by every recipe of that session,
+    /// name and mode (so a Mutex, an Election and an RwLock writer of one name on one
+    /// session take turns on one key).
+    pub(crate) fn of(session: &Session, name: &[u8], mode: Mode) -> Result<Arc<Line>> {
+        let id = (session.lease().serial(), name.to_vec(), mode);
         let mut lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
         let turn = match lines.slots.get(&id) {
             Some(slot) => match slot.line.upgrade() {
@@ -135,7 +139,7 @@ impl Line {
             None => None,
         };
         let turn = turn.unwrap_or_default();
-        let line = Arc::new(Line::new(session.clone(), name, turn.clone())?);
+        let line = Arc::new(Line::new(session.clone(), name, mode, turn.clone())?);
         if lines.slots.len() >= lines.prune_at {
             lines
                 .slots
@@ -152,13 +156,19 @@ impl Line {
         Ok(line)
     }
 
-    fn new(session: Session, name: &[u8], turn: Arc<tokio::sync::Mutex<()>>) -> Result<Line> {
+    fn new(
+        session: Session,
+        name: &[u8],
+        mode: Mode,
+        turn: Arc<tokio::sync::Mutex<()>>,
+    ) -> Result<Line> {
         let prefix = queue::key_prefix(name)?;
-        let key = queue::own_key(&prefix, session.lease_id());
+        let key = queue::own_key(&prefix, session.lease_id(), mode);
         Ok(Line {
             session,
             name: name.to_vec(),
             prefix,
+            mode,
             key,
             turn,
             current: StdMutex::new(Weak::new()),
@@ -180,6 +190,37 @@ impl Line {
 
     pub(crate) fn key(&self) -> &[u8] {
         &self.key
+    }
+
+    /// Our key in the line, created at revision `rev`.
+    pub(crate) fn ours(&self, rev: i64) -> Ours<'_> {
+        Ours {
+            prefix: &self.prefix,
+            key: &self.key,
+            mode: self.mode,
+            rev,
+        }
+    }
+
+    /// Whether the calling thread owns a live hold on this session's line of this name in
+    /// any mode: a wait now could wait on that hold's key (a writer behind this thread's
+    /// own read, or the other way round), which would never end.
+    pub(crate) fn held_by_this_thread(&self) -> bool {
+        let serial = self.session.lease().serial();
+        let lines: Vec<Arc<Line>> = {
+            let lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
+            lines
+                .slots
+                .range((serial, self.name.clone(), Mode::Exclusive)..)
+                .take_while(|((s, name, _), _)| *s == serial && *name == self.name)
+                .filter_map(|(_, slot)| slot.line.upgrade())
+                .collect()
+        };
+        let me = std::thread::current().id();
+        lines.iter().any(|line| {
+            line.live_hold()
+                .is_some_and(|hold| hold.state().thread == me)
+        })
     }
 
     /// The client's watches, with the watcher of deletes under the name pinned for the

@@ -34,6 +34,7 @@ pub(super) fn range_request(range: &Range) -> pb::RangeRequest {
         sort_target: sort_target as i32,
         max_create_revision: range.max_create_revision,
         keys_only: range.keys_only,
+        revision: range.revision,
         ..Default::default()
     }
 }
