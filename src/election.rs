@@ -9,7 +9,7 @@ use crossbeam_channel::Receiver;
 use crate::error::TryLockError;
 use crate::error::{Error, Result};
 use crate::kv::text;
-use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use crate::kv::{Compare, CompareOp, Txn, TxnResponse};
 use crate::mode::Mode;
 use crate::observe::{Leader, Observer, leader_of, observe_prefix};
 use crate::ownership::{self, Held, Kind, Line, Wait};
@@ -377,11 +377,9 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<i64> {
-        let key = crate::client::non_empty_key(key.as_ref())?;
-        // The revision of the write, as `Client::put` returns it.
-        Ok(self
-            .txn(Txn::new().and_then([TxnOp::put(key, value.as_ref())]))?
-            .revision)
+        self.held
+            .put(key.as_ref(), value.as_ref())?
+            .ok_or(Error::NotLeader)
     }
 
     /// Deletes `key` only while we lead; [`Error::NotLeader`] otherwise. Returns the number
@@ -409,13 +407,7 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<i64> {
-        let key = crate::client::non_empty_key(key.as_ref())?;
-        let response = self.txn(Txn::new().and_then([TxnOp::delete(key)]))?;
-        // The number of keys deleted, as `Client::delete` returns it.
-        Ok(match response.responses.first() {
-            Some(TxnOpResponse::Delete { deleted }) => *deleted,
-            _ => 0,
-        })
+        self.held.delete(key.as_ref())?.ok_or(Error::NotLeader)
     }
 
     /// Runs `txn` only while we lead, atomically with that check. A failed comparison of

@@ -193,8 +193,14 @@ pub(crate) mod wait {
     pub(crate) const LOCK: &str = "lock";
     /// [`Election::campaign_timeout`](crate::Election::campaign_timeout).
     pub(crate) const CAMPAIGN: &str = "campaign";
+    /// [`RwLock::read_timeout`](crate::RwLock::read_timeout).
+    pub(crate) const READ: &str = "read";
+    /// [`RwLock::write_timeout`](crate::RwLock::write_timeout).
+    pub(crate) const WRITE: &str = "write";
+    /// [`Semaphore::acquire_timeout`](crate::Semaphore::acquire_timeout).
+    pub(crate) const ACQUIRE: &str = "acquire";
     /// Every wait with a limit.
-    pub(crate) const ALL: [&str; 2] = [LOCK, CAMPAIGN];
+    pub(crate) const ALL: [&str; 5] = [LOCK, CAMPAIGN, READ, WRITE, ACQUIRE];
 }
 
 /// Why a [`Session`](crate::Session) ended.

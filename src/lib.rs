@@ -42,6 +42,7 @@ mod clock;
 mod election;
 mod error;
 mod follow;
+mod guard;
 mod keepalive;
 mod kv;
 mod lease;
@@ -51,6 +52,8 @@ mod observe;
 mod ownership;
 mod queue;
 mod runtime;
+mod rwlock;
+mod semaphore;
 mod session;
 mod signal;
 #[cfg(feature = "testing")]
@@ -69,10 +72,12 @@ pub use client::{
 /// re-exported so that `select!` needs no version guessing.
 pub use crossbeam_channel;
 pub use election::{Election, Leadership};
-pub use error::{Code, Error, LossReason, Result, TryLockError};
+pub use error::{Cause, Code, Error, LossReason, Result, TryLockError};
 pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 pub use mutex::{Mutex, MutexGuard};
 pub use observe::{Leader, LeaderEvent, Observer};
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{Permit, Semaphore};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]

@@ -171,7 +171,7 @@ async fn join(
     // We own the turn, so no guard of this process uses the key: it came with a resumed
     // lease, or from a release or cleanup that never reached etcd.
     match kind {
-        Kind::Lock => {
+        Kind::Lock(_) => {
             // A fresh create revision for every acquisition: fencing tokens strictly grow.
             queue::remove(rpc, &line.key, Owned::Revision(enqueued.rev)).await?;
             enqueue_once_or_sweep(rpc, line, value, lease).await

@@ -149,6 +149,34 @@ impl Held {
         guarded_txn(self.hold.line.session.client(), ownership, txn)
     }
 
+    /// Puts `key = value` while we own: the revision of the write, or `None` if not ours.
+    pub(crate) fn put(&self, key: &[u8], value: &[u8]) -> Result<Option<i64>> {
+        let key = crate::client::non_empty_key(key)?;
+        let response = self.guarded_txn(Txn::new().and_then([TxnOp::put(key, value)]))?;
+        Ok(response.map(|r| r.revision))
+    }
+
+    /// Deletes `key` while we own: how many keys went (0 or 1), or `None` if not ours.
+    pub(crate) fn delete(&self, key: &[u8]) -> Result<Option<i64>> {
+        let key = crate::client::non_empty_key(key)?;
+        let response = self.guarded_txn(Txn::new().and_then([TxnOp::delete(key)]))?;
+        Ok(response.map(|r| match r.responses.first() {
+            Some(crate::TxnOpResponse::Delete { deleted }) => *deleted,
+            _ => 0,
+        }))
+    }
+
+    /// A guard's explicit release: waits one request timeout for etcd's answer;
+    /// `LockLost` if the key was no longer ours.
+    pub(crate) fn release_now(&mut self) -> Result<()> {
+        crate::runtime::ensure_blocking_allowed()?;
+        let wait = self.hold.line.session.client().rpc().request_timeout();
+        match self.release(Some(wait))? {
+            Released::Deleted => Ok(()),
+            Released::NotOurs | Released::NotCurrent => Err(Error::LockLost),
+        }
+    }
+
     /// Held as far as this process can tell without asking etcd: current, not lost, and
     /// the session's lease deadline has not passed.
     pub(crate) fn is_held(&self) -> bool {

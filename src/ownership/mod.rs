@@ -23,7 +23,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::error::Result;
+use crate::error::{Error, Result, TryLockError};
+use crate::kv::text;
 use crate::mode::Mode;
 use crate::queue::{self, Ours};
 use crate::session::Session;
@@ -34,13 +35,35 @@ mod acquire;
 mod hold;
 
 pub(crate) use acquire::acquire;
-pub(crate) use hold::{Held, Hold, Released, proclaim};
+pub(crate) use hold::{Held, Hold, proclaim};
+
+/// One acquisition of `line` for a lock guard, traced under `operation`.
+pub(crate) fn lock(
+    line: &Arc<Line>,
+    operation: &'static str,
+    wait: Wait,
+) -> std::result::Result<Held, TryLockError> {
+    let span = tracing::debug_span!("acquire", operation, key = %text(line.key()));
+    let _entered = span.enter();
+    let held = acquire(line, Kind::Lock(operation), b"", wait)?;
+    tracing::debug!(fencing_token = held.rev(), "acquired");
+    Ok(held)
+}
+
+/// A blocking wait's result: it never reports `WouldBlock`.
+pub(crate) fn blocking<G>(result: std::result::Result<G, TryLockError>) -> Result<G> {
+    result.map_err(|e| match e {
+        TryLockError::Error(e) => e,
+        TryLockError::WouldBlock => Error::LockLost,
+    })
+}
 
 /// What a hold is for: decides what to do with a key this session already has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// A lock: an existing key of ours is replaced, so fencing tokens strictly increase.
-    Lock,
+    /// A lock (a mutex, a read or write lock, a permit), by the name of its wait in
+    /// errors: an existing key of ours is replaced, so fencing tokens strictly increase.
+    Lock(&'static str),
     /// Leadership: an existing key of ours is adopted with its place (Go's re-campaign
     /// after a restart with a resumed lease), and its value proclaimed.
     Lead,
@@ -60,7 +83,7 @@ impl Kind {
     /// The operation's name in errors.
     fn operation(self) -> &'static str {
         match self {
-            Kind::Lock => crate::error::wait::LOCK,
+            Kind::Lock(operation) => operation,
             Kind::Lead => crate::error::wait::CAMPAIGN,
         }
     }

@@ -1,0 +1,281 @@
+//! A distributed read-write lock: `std::sync::RwLock`'s distributed sibling, fair, on the
+//! same line as [`Mutex`](crate::Mutex).
+//!
+//! Writers take the exclusive key `<name>/<lease hex>`, the one a `Mutex` and
+//! `etcdctl lock NAME` take: all three exclude each other and every reader. Readers take
+//! `<name>/<lease hex>.shared` and wait only for the keys ahead of them that are not
+//! shared, so readers in a row hold together, while a reader that arrives after a waiting
+//! writer queues behind it (writers do not starve). See `mode.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+// `Error` names the variants in the docs' `# Errors` links.
+#[allow(unused_imports)]
+use crate::error::Error;
+use crate::error::{Result, TryLockError, wait};
+use crate::mode::Mode;
+use crate::ownership::{self, Line, Wait};
+use crate::session::Session;
+
+/// A distributed read-write lock named by a string, held through a [`Session`].
+///
+/// Fair by arrival (the keys' create revisions): a reader waits for every writer that
+/// queued before it, a writer for everyone that queued before it. The write side is the
+/// same line as [`Mutex`](crate::Mutex) and `etcdctl lock` of the same name, so they
+/// exclude each other and every reader; readers of one name share.
+///
+/// As with `Mutex`, threads of one session take turns on that session's key: two read
+/// guards of one name on one session do not overlap (use a session per reader for that),
+/// and a thread that holds a read or write guard of a name gets
+/// [`Error::WouldDeadlock`] instead of waiting for the other side on the same session.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+/// let session = client.session()?;
+/// let config = session.rwlock("config")?;
+/// {
+///     let _read = config.read()?; // many processes may read at once
+/// }
+/// let write = config.write()?; // waits for the readers before it; excludes everyone
+/// write.put("config/version", "7")?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RwLock {
+    readers: Arc<Line>,
+    writers: Arc<Line>,
+}
+
+impl Session {
+    /// A read-write lock named `name` on this session. No request is sent until you lock
+    /// it.
+    ///
+    /// The name is a key prefix, as for [`mutex`](Session::mutex): every key under
+    /// `<name>/` that is not a reader's counts as a writer.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `name` is empty or longer than 4096 bytes.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let lock = session.rwlock("catalog")?;
+    /// assert!(session.rwlock("").is_err()); // InvalidArgument
+    /// # let _ = lock;
+    /// # Ok(()) }
+    /// ```
+    pub fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<RwLock> {
+        Ok(RwLock {
+            readers: Line::of(self, name.as_ref(), Mode::Shared)?,
+            writers: Line::of(self, name.as_ref(), Mode::Exclusive)?,
+        })
+    }
+}
+
+impl RwLock {
+    /// The lock's name.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert_eq!(session.rwlock("x")?.name(), b"x");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &[u8] {
+        self.writers.name()
+    }
+
+    /// The session this lock is taken with.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert_eq!(session.rwlock("x")?.session().lease_id(), session.lease_id());
+    /// # Ok(()) }
+    /// ```
+    pub fn session(&self) -> &Session {
+        self.writers.session()
+    }
+
+    /// Blocks until the read lock is held: until no writer (or `Mutex`, or
+    /// `etcdctl lock`) that queued before us holds or waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::lock`](crate::Mutex::lock): [`Error::SessionLost`] (at once, while
+    /// waiting too), [`Error::LockLost`] (our queued key was deleted by someone else),
+    /// [`Error::WouldDeadlock`] (this thread holds a guard of this name on this session),
+    /// [`Error::Timeout`] / [`Error::Unavailable`], [`Error::Server`],
+    /// [`Error::Authentication`], [`Error::InsideAsyncRuntime`]. No key is left behind.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.rwlock("catalog")?.read()?;
+    /// println!("reading under {}", guard.key_str());
+    /// # Ok(()) }
+    /// ```
+    pub fn read(&self) -> Result<RwLockReadGuard> {
+        ownership::blocking(self.read_with(Wait::Forever))
+    }
+
+    /// Like [`read`](RwLock::read), but gives up after `timeout`, leaving no key behind.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] with `operation: "read"`
+    /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
+    /// [`read`](RwLock::read).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.rwlock("catalog")?.read_timeout(std::time::Duration::from_secs(1)) {
+    ///     Ok(_guard) => println!("reading"),
+    ///     Err(e) if e.is_wait_timeout() => println!("a writer holds it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn read_timeout(&self, timeout: Duration) -> Result<RwLockReadGuard> {
+        ownership::blocking(self.read_with(Wait::from_timeout(timeout)))
+    }
+
+    /// Takes the read lock only if no writer holds or waits before us now.
+    ///
+    /// # Errors
+    ///
+    /// [`TryLockError::WouldBlock`] if a writer is ahead (our queued key is removed);
+    /// otherwise as [`read`](RwLock::read), in [`TryLockError::Error`].
+    ///
+    /// ```no_run
+    /// use etcd_sync::TryLockError;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.rwlock("catalog")?.try_read() {
+    ///     Ok(_guard) => println!("reading"),
+    ///     Err(TryLockError::WouldBlock) => println!("a writer is ahead"),
+    ///     Err(TryLockError::Error(e)) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_read(&self) -> std::result::Result<RwLockReadGuard, TryLockError> {
+        self.read_with(Wait::Never)
+    }
+
+    /// Blocks until the write lock is held: until everyone who queued before us (readers,
+    /// writers, `Mutex` and `etcdctl lock` holders of this name) is gone.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](RwLock::read).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.rwlock("catalog")?.write()?;
+    /// guard.put("catalog/version", "8")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write(&self) -> Result<RwLockWriteGuard> {
+        ownership::blocking(self.write_with(Wait::Forever))
+    }
+
+    /// Like [`write`](RwLock::write), but gives up after `timeout`, leaving no key behind.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] with `operation: "write"`
+    /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
+    /// [`write`](RwLock::write).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let lock = session.rwlock("catalog")?;
+    /// if let Ok(guard) = lock.write_timeout(std::time::Duration::from_secs(5)) {
+    ///     guard.put("catalog/version", "9")?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn write_timeout(&self, timeout: Duration) -> Result<RwLockWriteGuard> {
+        ownership::blocking(self.write_with(Wait::from_timeout(timeout)))
+    }
+
+    /// Takes the write lock only if nobody holds or waits for this name now.
+    ///
+    /// # Errors
+    ///
+    /// [`TryLockError::WouldBlock`] if anyone is ahead (our queued key is removed);
+    /// otherwise as [`write`](RwLock::write), in [`TryLockError::Error`].
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// if let Ok(guard) = session.rwlock("catalog")?.try_write() {
+    ///     guard.put("catalog/version", "10")?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_write(&self) -> std::result::Result<RwLockWriteGuard, TryLockError> {
+        self.write_with(Wait::Never)
+    }
+
+    fn read_with(&self, wait: Wait) -> std::result::Result<RwLockReadGuard, TryLockError> {
+        let held = ownership::lock(&self.readers, wait::READ, wait)?;
+        Ok(RwLockReadGuard { held })
+    }
+
+    fn write_with(&self, wait: Wait) -> std::result::Result<RwLockWriteGuard, TryLockError> {
+        let held = ownership::lock(&self.writers, wait::WRITE, wait)?;
+        Ok(RwLockWriteGuard { held })
+    }
+}
+
+crate::guard::lock_guard! {
+    /// Proof that the read lock is held; releases it on `Drop`.
+    ///
+    /// Readers of one name hold together; no writer (nor a `Mutex` or `etcdctl lock` of
+    /// the name) holds while this guard does. The surface is
+    /// [`MutexGuard`](crate::MutexGuard)'s: a fencing token, [`lost`](RwLockReadGuard::lost),
+    /// guarded writes, and a release that never deletes a newer key.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.rwlock("catalog")?.read()?;
+    /// let catalog = session.client().get("catalog/data")?;
+    /// if !guard.is_held() {
+    ///     eprintln!("lost the read lock while reading: read again");
+    /// }
+    /// # let _ = catalog;
+    /// # Ok(()) }
+    /// ```
+    RwLockReadGuard, what = "read lock", get = "session.rwlock(\"m\")?.read()?", release = unlock
+}
+
+crate::guard::lock_guard! {
+    /// Proof that the write lock is held; releases it on `Drop`.
+    ///
+    /// Nobody else holds the name while this guard does: no reader, no writer, no `Mutex`
+    /// or `etcdctl lock`. The surface is [`MutexGuard`](crate::MutexGuard)'s.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.rwlock("catalog")?.write()?;
+    /// guard.put("catalog/data", "new contents")?; // only while we hold the write lock
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    RwLockWriteGuard, what = "write lock", get = "session.rwlock(\"m\")?.write()?", release = unlock
+}

@@ -1,0 +1,251 @@
+//! A distributed counting semaphore: at most N holders of one name, FIFO, on the same line
+//! model as [`Mutex`](crate::Mutex).
+//!
+//! A permit is the key `<name>/<lease hex>.permits-<N>`: the number of permits is part of
+//! every key, so each participant checks the others' N in the keys it already reads to
+//! wait (no extra key, nothing to agree on first). The first N permits by create revision
+//! hold; a waiter holds once fewer than N older permits remain. A key of another N, and
+//! any key that is not a permit (a `Mutex`, `etcdctl lock`, a reader), is waited for
+//! entirely, so `etcdctl lock NAME` excludes every permit holder. See `mode.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result, TryLockError, wait};
+use crate::kv::KeyValue;
+use crate::mode::{MAX_PERMITS, Mode};
+use crate::ownership::{self, Line, Wait};
+use crate::session::Session;
+
+/// A distributed counting semaphore named by a string: at most `permits` holders at once,
+/// across every process that uses the name with the same number of permits.
+///
+/// Waiters are served in arrival order (the keys' create revisions); releasing a permit
+/// wakes only the waiter that can now hold. A participant whose number of permits differs
+/// from that of a key ahead of it gets [`Error::InvalidArgument`] naming that key, and
+/// leaves no key behind. `permits = 1` behaves as a [`Mutex`](crate::Mutex) (but its keys
+/// differ, so a one-permit semaphore and a `Mutex` of one name exclude each other rather
+/// than share a line).
+///
+/// As with `Mutex`, one session holds at most one permit of a name at a time: threads of
+/// one session take turns on that session's key. Use one session per concurrent holder.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+/// let session = client.session()?;
+/// let api = session.semaphore("licensed-api", 4)?; // at most 4 callers fleet-wide
+/// let permit = api.acquire()?;
+/// println!("calling the API with permit {}", permit.fencing_token());
+/// drop(permit);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Semaphore {
+    line: Arc<Line>,
+    permits: u32,
+}
+
+impl Session {
+    /// A semaphore named `name` with `permits` permits on this session. No request is sent
+    /// until you acquire it.
+    ///
+    /// The name is a key prefix, as for [`mutex`](Session::mutex): every key under
+    /// `<name>/` that is not a permit of this semaphore is waited for as a whole.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `name` is empty or longer than 4096 bytes, or if
+    /// `permits` is 0 or above 1024.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let workers = session.semaphore("batch-workers", 8)?;
+    /// assert!(session.semaphore("batch-workers", 0).is_err()); // InvalidArgument
+    /// # let _ = workers;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore> {
+        if !(1..=MAX_PERMITS).contains(&permits) {
+            return Err(Error::InvalidArgument(format!(
+                "a semaphore has 1 to {MAX_PERMITS} permits, not {permits}"
+            )));
+        }
+        Ok(Semaphore {
+            line: Line::of(self, name.as_ref(), Mode::Permits(permits))?,
+            permits,
+        })
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert_eq!(session.semaphore("x", 2)?.name(), b"x");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &[u8] {
+        self.line.name()
+    }
+
+    /// How many holders the semaphore admits at once.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert_eq!(session.semaphore("x", 3)?.permits(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The session this semaphore acquires with.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert_eq!(session.semaphore("x", 2)?.session().lease_id(), session.lease_id());
+    /// # Ok(()) }
+    /// ```
+    pub fn session(&self) -> &Session {
+        self.line.session()
+    }
+
+    /// Who holds a permit now: the oldest keys of this semaphore, at most
+    /// [`permits`](Semaphore::permits) of them, oldest first, from one linearizable read.
+    /// Their [`create_revision`](KeyValue::create_revision) is the holder's fencing token
+    /// and [`lease`](KeyValue::lease) its session's lease. Empty while a key this
+    /// semaphore must wait for as a whole (a `Mutex`, `etcdctl lock`) is oldest.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (the read is
+    /// retried on every endpoint first); [`Error::Server`] / [`Error::Authentication`]:
+    /// etcd refused the read; [`Error::InsideAsyncRuntime`]: called on an async worker
+    /// thread.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// for holder in session.semaphore("licensed-api", 4)?.holders()? {
+    ///     println!("{} holds with token {}", holder.key_str(), holder.create_revision);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn holders(&self) -> Result<Vec<KeyValue>> {
+        let mode = Mode::Permits(self.permits);
+        let prefix = self.line.prefix();
+        let keys = self.session().client().get_prefix(prefix)?;
+        let mut by_age = keys;
+        by_age.sort_by_key(|kv| kv.create_revision);
+        // The oldest keys hold while they are permits of this size, up to N of them.
+        Ok(by_age
+            .into_iter()
+            .take_while(|kv| Mode::of_key(prefix, &kv.key) == Some(mode))
+            .take(self.permits as usize)
+            .collect())
+    }
+
+    /// Blocks until a permit is held: until fewer than N permits that were queued before
+    /// ours remain, and no key of this name that is not a permit of this size is older.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: a key ahead of ours is a permit of another size
+    ///   (participants disagree on N); our key is removed.
+    /// * Otherwise as [`Mutex::lock`](crate::Mutex::lock): [`Error::SessionLost`],
+    ///   [`Error::LockLost`], [`Error::WouldDeadlock`], [`Error::Timeout`] /
+    ///   [`Error::Unavailable`], [`Error::Server`], [`Error::Authentication`],
+    ///   [`Error::InsideAsyncRuntime`]. No key is left behind.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let permit = session.semaphore("batch-workers", 8)?.acquire()?;
+    /// permit.put("batch-workers-status/host-a", "busy")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire(&self) -> Result<Permit> {
+        ownership::blocking(self.acquire_with(Wait::Forever))
+    }
+
+    /// Like [`acquire`](Semaphore::acquire), but gives up after `timeout`, leaving no key
+    /// behind.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] with `operation: "acquire"`
+    /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
+    /// [`acquire`](Semaphore::acquire).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.semaphore("batch-workers", 8)?.acquire_timeout(std::time::Duration::from_secs(2)) {
+    ///     Ok(_permit) => println!("working"),
+    ///     Err(e) if e.is_wait_timeout() => println!("all 8 permits are taken"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Permit> {
+        ownership::blocking(self.acquire_with(Wait::from_timeout(timeout)))
+    }
+
+    /// Takes a permit only if one is free now (and nobody queued before us waits).
+    ///
+    /// # Errors
+    ///
+    /// [`TryLockError::WouldBlock`] if no permit is free (our queued key is removed);
+    /// otherwise as [`acquire`](Semaphore::acquire), in [`TryLockError::Error`].
+    ///
+    /// ```no_run
+    /// use etcd_sync::TryLockError;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.semaphore("batch-workers", 8)?.try_acquire() {
+    ///     Ok(_permit) => println!("working"),
+    ///     Err(TryLockError::WouldBlock) => println!("all permits are taken"),
+    ///     Err(TryLockError::Error(e)) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire(&self) -> std::result::Result<Permit, TryLockError> {
+        self.acquire_with(Wait::Never)
+    }
+
+    fn acquire_with(&self, wait: Wait) -> std::result::Result<Permit, TryLockError> {
+        let held = ownership::lock(&self.line, wait::ACQUIRE, wait)?;
+        Ok(Permit { held })
+    }
+}
+
+crate::guard::lock_guard! {
+    /// Proof that a permit of a [`Semaphore`] is held; releases it on `Drop`.
+    ///
+    /// The surface is [`MutexGuard`](crate::MutexGuard)'s: a fencing token (unique per
+    /// acquisition, growing), [`lost`](Permit::lost), guarded writes that commit only while
+    /// the permit is ours, and [`release`](Permit::release) to see the outcome.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let permit = session.semaphore("licensed-api", 4)?.acquire()?;
+    /// crossbeam_channel::select! {
+    ///     recv(permit.lost()) -> _ => eprintln!("permit lost: stop calling the API"),
+    ///     default(std::time::Duration::from_secs(1)) => println!("called the API"),
+    /// }
+    /// permit.release()?;
+    /// # Ok(()) }
+    /// ```
+    Permit, what = "permit", get = "session.semaphore(\"m\", 2)?.acquire()?", release = release
+}
