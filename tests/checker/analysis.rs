@@ -7,6 +7,8 @@ use super::REQUEST_TIMEOUT;
 
 #[derive(Debug)]
 pub(crate) struct Section {
+    /// `x` exclusive, `s` shared (a read lock), `pN` a permit of N.
+    pub(crate) mode: String,
     pub(crate) token: i64,
     pub(crate) holder: String,
     pub(crate) enter: u64,
@@ -38,17 +40,18 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
         for line in text.lines() {
             let f: Vec<&str> = line.split(' ').collect();
             match (f.first(), f.len()) {
-                (Some(&"CS"), 10) => {
+                (Some(&"CS"), 11) => {
                     let parsed = (|| {
                         Some(Section {
-                            token: f[2].parse().ok()?,
-                            holder: f[3].to_string(),
-                            enter: f[4].parse().ok()?,
-                            confirmed: f[5].parse().ok()?,
-                            accepted: f[6].parse().ok()?,
-                            rejected: f[7].parse().ok()?,
-                            first_rev: f[8].parse().ok()?,
-                            last_rev: f[9].parse().ok()?,
+                            mode: f[2].to_string(),
+                            token: f[3].parse().ok()?,
+                            holder: f[4].to_string(),
+                            enter: f[5].parse().ok()?,
+                            confirmed: f[6].parse().ok()?,
+                            accepted: f[7].parse().ok()?,
+                            rejected: f[8].parse().ok()?,
+                            first_rev: f[9].parse().ok()?,
+                            last_rev: f[10].parse().ok()?,
                         })
                     })();
                     if let Some(section) = parsed {
@@ -94,32 +97,67 @@ pub(crate) fn session_of(holder: &str) -> &str {
         .map_or(holder, |(session, _)| session)
 }
 
-/// Intervals never overlap in token order; writes land in token order.
+/// How many sections of `mode` may overlap: none for an exclusive one, any number of
+/// shared ones, N permits of N.
+fn shares_with(mode: &str) -> usize {
+    match mode {
+        "s" => usize::MAX,
+        permits if permits.starts_with('p') => permits[1..].parse().unwrap_or(1),
+        _ => 1,
+    }
+}
+
+/// No two sessions hold one token; overlapping intervals only where the modes allow
+/// (exclusive with nothing, shared with shared, at most N permits of N); exclusive
+/// guards' writes land in token order.
 pub(crate) fn check_name(name: &str, sections: &mut [Section], violations: &mut Vec<String>) {
     sections.sort_by_key(|s| (s.token, s.enter));
     for pair in sections.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         // One token under two guards is one hold handed over by a re-campaign: allowed
-        // within one session (pid:session), and never at the same time.
+        // within one session (pid:session), and never at the same time (below).
         if a.token == b.token && session_of(&a.holder) != session_of(&b.holder) {
             violations.push(format!(
                 "{name}: token {} held by {} and {}",
                 a.token, a.holder, b.holder
             ));
         }
-        if b.enter < a.confirmed {
+    }
+    // Sweep in order of entry; `active` are the sections still confirmed at that instant.
+    let mut order: Vec<&Section> = sections.iter().collect();
+    order.sort_by_key(|s| s.enter);
+    let mut active: Vec<&Section> = Vec::new();
+    for s in order {
+        active.retain(|a| a.confirmed > s.enter);
+        for a in &active {
+            let allowed = a.mode == s.mode && shares_with(&s.mode) > 1;
+            if !allowed {
+                violations.push(format!(
+                    "{name}: {} token {} ({}) still confirmed {} µs after {} token {} ({}) entered",
+                    a.mode,
+                    a.token,
+                    a.holder,
+                    (a.confirmed - s.enter) / 1000,
+                    s.mode,
+                    s.token,
+                    s.holder
+                ));
+            }
+        }
+        let same = active.iter().filter(|a| a.mode == s.mode).count();
+        if same + 1 > shares_with(&s.mode) && shares_with(&s.mode) > 1 {
             violations.push(format!(
-                "{name}: token {} ({}) still confirmed {} µs after token {} ({}) entered",
-                a.token,
-                a.holder,
-                (a.confirmed - b.enter) / 1000,
-                b.token,
-                b.holder
+                "{name}: {} holders of {} at once when token {} ({}) entered",
+                same + 1,
+                s.mode,
+                s.token,
+                s.holder
             ));
         }
+        active.push(s);
     }
     let mut last: Option<&Section> = None;
-    for s in sections.iter().filter(|s| s.accepted > 0) {
+    for s in sections.iter().filter(|s| s.accepted > 0 && s.mode == "x") {
         if let Some(prev) = last
             && prev.token != s.token
             && prev.last_rev >= s.first_rev
@@ -130,5 +168,48 @@ pub(crate) fn check_name(name: &str, sections: &mut [Section], violations: &mut 
             ));
         }
         last = Some(s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(mode: &str, token: i64, enter: u64, confirmed: u64) -> Section {
+        Section {
+            mode: mode.into(),
+            token,
+            holder: format!("{token}:0:0"),
+            enter,
+            confirmed,
+            accepted: 0,
+            rejected: 0,
+            first_rev: 0,
+            last_rev: 0,
+        }
+    }
+
+    fn violations(mut sections: Vec<Section>) -> usize {
+        let mut found = Vec::new();
+        check_name("n", &mut sections, &mut found);
+        found.len()
+    }
+
+    #[test]
+    fn overlaps_are_judged_by_mode() {
+        let readers = vec![section("s", 1, 0, 10), section("s", 2, 5, 20)];
+        assert_eq!(violations(readers), 0);
+        let reader_and_writer = vec![section("s", 1, 0, 10), section("x", 2, 5, 20)];
+        assert_eq!(violations(reader_and_writer), 1);
+        let two_of_two = vec![section("p2", 1, 0, 10), section("p2", 2, 5, 20)];
+        assert_eq!(violations(two_of_two), 0);
+        let three_of_two = vec![
+            section("p2", 1, 0, 10),
+            section("p2", 2, 5, 20),
+            section("p2", 3, 6, 8),
+        ];
+        assert_eq!(violations(three_of_two), 1);
+        let in_turn = vec![section("x", 1, 0, 10), section("x", 2, 10, 20)];
+        assert_eq!(violations(in_turn), 0);
     }
 }

@@ -1,7 +1,8 @@
 //! The randomized checker: child processes, each with one client, two sessions and two
 //! threads per session, run random sequences of the public API (lock, lock_timeout with
 //! short timeouts, try_lock, unlock, drop, retry loops, campaign, campaign_timeout,
-//! re-campaign, proclaim, resign) on a few names of a real 3-member cluster, while the
+//! re-campaign, proclaim, resign; on one name read and write locks mixed with Mutex, on
+//! another a two-permit semaphore) on a few names of a real 3-member cluster, while the
 //! parent SIGKILLs children, kills and restarts members, pauses members, and freezes the
 //! whole cluster for longer than the request timeout.
 //!
@@ -9,8 +10,10 @@
 //! `is_held()` / `is_leader()` confirmed it (on the machine-wide monotonic clock), its
 //! fencing token and the revisions of its guarded writes. The parent then checks, per name:
 //!
-//! * intervals of different guards never overlap, and tokens increase with time;
-//! * etcd accepted each guard's writes strictly in token order;
+//! * an exclusive guard's interval (Mutex, Leadership, write lock) overlaps no other
+//!   guard's on its name; read locks overlap only read locks; at most two permits of the
+//!   semaphore overlap; tokens of one name are never held by two sessions;
+//! * etcd accepted each exclusive guard's writes strictly in token order;
 //! * a guarded write under a released or lost guard's condition never commits;
 //! * no key is left once every session is closed;
 //! * no wait outlives its timeout by more than two request timeouts.
@@ -38,12 +41,20 @@ use std::time::{Duration, Instant};
 
 use common::{CHILD_ROLE, ChildGuard, eventually, keys, monotonic_ns, spawn_child};
 use etcd_sync::testing::EtcdCluster;
-use etcd_sync::{Client, Error, Leadership, MutexGuard, Session, Txn, TxnOp};
+use etcd_sync::{
+    Client, Error, Leadership, MutexGuard, Permit, RwLockReadGuard, RwLockWriteGuard, Session,
+    TryLockError, Txn, TxnOp,
+};
 
 const PROCESSES: usize = 3;
 const SESSIONS: usize = 2;
 const THREADS_PER_SESSION: usize = 2;
-const NAMES: [&str; 2] = ["ck-a", "ck-b"];
+const NAMES: [&str; 4] = ["ck-a", "ck-b", RW_NAME, SEM_NAME];
+/// The name taken by read locks, write locks and Mutexes.
+const RW_NAME: &str = "ck-rw";
+/// The name taken by a semaphore of [`PERMITS`].
+const SEM_NAME: &str = "ck-sem";
+const PERMITS: u32 = 2;
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const TTL: Duration = Duration::from_secs(3);
 
@@ -161,35 +172,63 @@ fn current_session(client: &Client, slot: &StdMutex<Option<Session>>) -> Option<
     Some(fresh)
 }
 
-/// A held guard of either kind.
+/// A held guard of any kind.
 enum Guard {
     Lock(MutexGuard),
     Lead(Leadership),
+    Read(RwLockReadGuard),
+    Write(RwLockWriteGuard),
+    Permit(Permit),
+}
+
+/// The same call on whichever guard it is.
+macro_rules! each {
+    ($guard:expr, $g:ident => $call:expr) => {
+        match $guard {
+            Guard::Lock($g) => $call,
+            Guard::Lead($g) => $call,
+            Guard::Read($g) => $call,
+            Guard::Write($g) => $call,
+            Guard::Permit($g) => $call,
+        }
+    };
 }
 
 impl Guard {
     fn token(&self) -> i64 {
-        match self {
-            Guard::Lock(g) => g.fencing_token(),
-            Guard::Lead(l) => l.fencing_token(),
-        }
+        each!(self, g => g.fencing_token())
     }
     fn is_held(&self) -> bool {
         match self {
-            Guard::Lock(g) => g.is_held(),
             Guard::Lead(l) => l.is_leader(),
+            Guard::Lock(g) => g.is_held(),
+            Guard::Read(g) => g.is_held(),
+            Guard::Write(g) => g.is_held(),
+            Guard::Permit(p) => p.is_held(),
         }
     }
     fn put(&self, key: &str, value: String) -> etcd_sync::Result<i64> {
-        match self {
-            Guard::Lock(g) => g.put(key, value),
-            Guard::Lead(l) => l.put(key, value),
-        }
+        each!(self, g => g.put(key, value))
     }
     fn ownership_compare(&self) -> etcd_sync::Compare {
+        each!(self, g => g.ownership_compare())
+    }
+    /// How the guard shares its name, for the log: exclusive, shared, or a permit.
+    fn mode(&self) -> String {
         match self {
-            Guard::Lock(g) => g.ownership_compare(),
-            Guard::Lead(l) => l.ownership_compare(),
+            Guard::Read(_) => "s".into(),
+            Guard::Permit(_) => format!("p{PERMITS}"),
+            _ => "x".into(),
+        }
+    }
+    /// Releases and reports whether etcd confirmed it.
+    fn release(self) -> bool {
+        match self {
+            Guard::Lock(g) => g.unlock().is_ok(),
+            Guard::Lead(mut l) => l.is_leader() && l.resign().is_ok(),
+            Guard::Read(g) => g.unlock().is_ok(),
+            Guard::Write(g) => g.unlock().is_ok(),
+            Guard::Permit(p) => p.release().is_ok(),
         }
     }
 }
@@ -203,52 +242,16 @@ fn acquire(
     log_file: &Log,
 ) -> Option<Guard> {
     let started = Instant::now();
-    let op = rng.below(7);
     let timeout = rng.millis(20, 600);
-    let result: etcd_sync::Result<Guard> = match op {
-        0 => session.mutex(name).and_then(|m| m.lock()).map(Guard::Lock),
-        1 => session
-            .mutex(name)
-            .and_then(|m| m.lock_timeout(timeout))
-            .map(Guard::Lock),
-        2 => match session.mutex(name).map(|m| m.try_lock()) {
-            Ok(Ok(g)) => Ok(Guard::Lock(g)),
-            Ok(Err(_)) | Err(_) => return None,
-        },
-        3 => {
-            // A retry loop around a short timeout, as users write them.
-            let m = session.mutex(name).ok()?;
-            let mut result = Err(Error::Closed);
-            for _ in 0..3 {
-                result = m.lock_timeout(timeout).map(Guard::Lock);
-                if !matches!(result, Err(Error::Timeout { .. })) {
-                    break;
-                }
-            }
-            result
-        }
-        4 => session
-            .election(name)
-            .and_then(|e| e.campaign(value))
-            .map(Guard::Lead),
-        5 => session
-            .election(name)
-            .and_then(|e| e.campaign_timeout(value, timeout))
-            .map(Guard::Lead),
-        _ => {
-            let e = session.election(name).ok()?;
-            let mut result = Err(Error::Closed);
-            for _ in 0..3 {
-                result = e.campaign_timeout(value, timeout).map(Guard::Lead);
-                if !matches!(result, Err(Error::Timeout { .. })) {
-                    break;
-                }
-            }
-            result
-        }
+    let (timed, result) = match name {
+        RW_NAME => read_or_write(session, rng, timeout),
+        SEM_NAME => permit(session, rng, timeout),
+        _ => lock_or_lead(session, name, value, rng, timeout),
     };
+    // `None`: a `try_*` found the name busy, which is no error.
+    let result = result?;
     let took = started.elapsed();
-    if matches!(op, 1 | 5) {
+    if timed {
         log(
             log_file,
             format!(
@@ -272,6 +275,122 @@ fn acquire(
             None
         }
     }
+}
+
+/// A `try_*` result as the others': `WouldBlock` is "no guard", not an error.
+fn tried<G>(result: Result<G, TryLockError>) -> etcd_sync::Result<Option<G>> {
+    match result {
+        Ok(g) => Ok(Some(g)),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// One attempt: whether its wait had a limit, and its outcome (`None`: a `try_*` found
+/// the name busy).
+type Attempt = (bool, Option<etcd_sync::Result<Guard>>);
+
+/// A `try_*` attempt.
+fn attempt<G>(result: Result<G, TryLockError>, wrap: fn(G) -> Guard) -> Attempt {
+    (false, tried(result).map(|g| g.map(wrap)).transpose())
+}
+
+/// Read and write locks and a Mutex on [`RW_NAME`].
+fn read_or_write(session: &Session, rng: &mut Rng, timeout: Duration) -> Attempt {
+    let rw = match session.rwlock(RW_NAME) {
+        Ok(rw) => rw,
+        Err(e) => return (false, Some(Err(e))),
+    };
+    match rng.below(7) {
+        0 | 1 => (false, Some(rw.read().map(Guard::Read))),
+        2 => (true, Some(rw.read_timeout(timeout).map(Guard::Read))),
+        3 => attempt(rw.try_read(), Guard::Read),
+        4 => (false, Some(rw.write().map(Guard::Write))),
+        5 => (true, Some(rw.write_timeout(timeout).map(Guard::Write))),
+        _ => (
+            false,
+            Some(
+                session
+                    .mutex(RW_NAME)
+                    .and_then(|m| m.lock())
+                    .map(Guard::Lock),
+            ),
+        ),
+    }
+}
+
+/// The semaphore of [`PERMITS`] on [`SEM_NAME`].
+fn permit(session: &Session, rng: &mut Rng, timeout: Duration) -> Attempt {
+    let sem = match session.semaphore(SEM_NAME, PERMITS) {
+        Ok(sem) => sem,
+        Err(e) => return (false, Some(Err(e))),
+    };
+    match rng.below(3) {
+        0 => (false, Some(sem.acquire().map(Guard::Permit))),
+        1 => (true, Some(sem.acquire_timeout(timeout).map(Guard::Permit))),
+        _ => attempt(sem.try_acquire(), Guard::Permit),
+    }
+}
+
+/// Mutex and Election on the other names; whether the wait had a limit.
+fn lock_or_lead(
+    session: &Session,
+    name: &str,
+    value: &str,
+    rng: &mut Rng,
+    timeout: Duration,
+) -> Attempt {
+    let op = rng.below(7);
+    let result: etcd_sync::Result<Guard> = match op {
+        0 => session.mutex(name).and_then(|m| m.lock()).map(Guard::Lock),
+        1 => session
+            .mutex(name)
+            .and_then(|m| m.lock_timeout(timeout))
+            .map(Guard::Lock),
+        2 => match session.mutex(name).map(|m| tried(m.try_lock())) {
+            Ok(Ok(Some(g))) => Ok(Guard::Lock(g)),
+            Ok(Ok(None)) => return (false, None),
+            Ok(Err(e)) | Err(e) => Err(e),
+        },
+        3 => {
+            // A retry loop around a short timeout, as users write them.
+            let m = match session.mutex(name) {
+                Ok(m) => m,
+                Err(e) => return (false, Some(Err(e))),
+            };
+            let mut result = Err(Error::Closed);
+            for _ in 0..3 {
+                result = m.lock_timeout(timeout).map(Guard::Lock);
+                if !matches!(result, Err(Error::Timeout { .. })) {
+                    break;
+                }
+            }
+            result
+        }
+        4 => session
+            .election(name)
+            .and_then(|e| e.campaign(value))
+            .map(Guard::Lead),
+        5 => session
+            .election(name)
+            .and_then(|e| e.campaign_timeout(value, timeout))
+            .map(Guard::Lead),
+        _ => {
+            let e = match session.election(name) {
+                Ok(e) => e,
+                Err(e) => return (false, Some(Err(e))),
+            };
+            let mut result = Err(Error::Closed);
+            for _ in 0..3 {
+                result = e.campaign_timeout(value, timeout).map(Guard::Lead);
+                if !matches!(result, Err(Error::Timeout { .. })) {
+                    break;
+                }
+            }
+            result
+        }
+    };
+    (matches!(op, 1 | 5), Some(result))
 }
 
 fn error_kind(e: &Error) -> &'static str {
@@ -305,6 +424,7 @@ fn worker(
         };
         let mut enter = monotonic_ns();
         let token = guard.token();
+        let mode = guard.mode();
         let mut confirmed = enter;
         let (mut accepted, mut rejected, mut first_rev, mut last_rev) = (0u32, 0u32, 0i64, 0i64);
         for _ in 0..1 + rng.below(3) {
@@ -332,7 +452,7 @@ fn worker(
                 log(
                     log_file,
                     format!(
-                        "CS {name} {token} {who} {enter} {confirmed} {accepted} {rejected} {first_rev} {last_rev}"
+                        "CS {name} {mode} {token} {who} {enter} {confirmed} {accepted} {rejected} {first_rev} {last_rev}"
                     ),
                 );
                 guard = Guard::Lead(again);
@@ -351,19 +471,17 @@ fn worker(
         log(
             log_file,
             format!(
-                "CS {name} {token} {who} {enter} {confirmed} {accepted} {rejected} {first_rev} {last_rev}"
+                "CS {name} {mode} {token} {who} {enter} {confirmed} {accepted} {rejected} {first_rev} {last_rev}"
             ),
         );
         // Release; only a release etcd confirmed makes the old condition stale (a drop, or
         // a release that timed out, may still be finishing in the background, and a
         // superseded guard's hold lives on in its successor).
-        let confirmed_release = match (guard, rng.below(3)) {
-            (Guard::Lock(g), 0) => g.unlock().is_ok(),
-            (Guard::Lead(mut l), 0) => l.is_leader() && l.resign().is_ok(),
-            (guard, _) => {
-                drop(guard);
-                false
-            }
+        let confirmed_release = if rng.below(3) == 0 {
+            guard.release()
+        } else {
+            drop(guard);
+            false
         };
         if confirmed_release
             && let Ok(r) = client.txn(
@@ -498,10 +616,17 @@ fn randomized_checker() {
         violations.push(diverged);
     }
     let acquisitions: usize = totals.sections.values().map(Vec::len).sum();
+    // Acquisitions per name and mode, so a run shows that every primitive was exercised.
+    let mut by_mode = std::collections::BTreeMap::<String, usize>::new();
+    for (name, sections) in &totals.sections {
+        for s in sections {
+            *by_mode.entry(format!("{name}:{}", s.mode)).or_default() += 1;
+        }
+    }
     let rejected: u64 = totals.sections.values().flatten().map(|s| s.rejected).sum();
     println!(
         "CHECKER seed={seed} secs={secs} processes={PROCESSES}x{SESSIONS}x{THREADS_PER_SESSION} \
-         acquisitions={acquisitions} faults={faults:?} timed_waits={} errors={:?} \
+         acquisitions={acquisitions} by_mode={by_mode:?} faults={faults:?} timed_waits={} errors={:?} \
          stale_writes_rejected={}/{} guarded_writes_rejected={rejected} clean_exits={clean_exits} \
          violations={}",
         totals.waits,
@@ -522,6 +647,12 @@ fn randomized_checker() {
         acquisitions > 20,
         "seed {seed}: too little progress: {acquisitions} acquisitions"
     );
+    for mode in ["ck-rw:s", "ck-rw:x", "ck-sem:p2"] {
+        assert!(
+            by_mode.get(mode).copied().unwrap_or(0) > 0,
+            "seed {seed}: no acquisition of {mode}: {by_mode:?}"
+        );
+    }
     assert!(
         totals.stale_attempts > 0,
         "seed {seed}: no stale write was tried"
@@ -577,15 +708,14 @@ fn key_deletion_fires_lost_within_a_second() {
     let rounds = 20;
     for round in 0..rounds {
         let name = format!("del-{}", rng.below(3));
-        let guard = if rng.below(2) == 0 {
-            Guard::Lock(session.mutex(&name).unwrap().lock().unwrap())
-        } else {
-            Guard::Lead(session.election(&name).unwrap().campaign("v").unwrap())
+        let guard = match rng.below(5) {
+            0 => Guard::Lock(session.mutex(&name).unwrap().lock().unwrap()),
+            1 => Guard::Lead(session.election(&name).unwrap().campaign("v").unwrap()),
+            2 => Guard::Read(session.rwlock(&name).unwrap().read().unwrap()),
+            3 => Guard::Write(session.rwlock(&name).unwrap().write().unwrap()),
+            _ => Guard::Permit(session.semaphore(&name, 2).unwrap().acquire().unwrap()),
         };
-        let (key, lost) = match &guard {
-            Guard::Lock(g) => (g.key_str().into_owned(), g.lost()),
-            Guard::Lead(l) => (l.key_str().into_owned(), l.lost()),
-        };
+        let (key, lost) = each!(&guard, g => (g.key_str().into_owned(), g.lost()));
         std::thread::sleep(rng.millis(0, 50));
         let deleted_at = Instant::now();
         let out = std::process::Command::new(&etcdctl)
