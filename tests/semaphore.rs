@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, client, cluster, etcd, eventually, keys, session, try_client_for};
+use common::{
+    ChildGuard, client, cluster, etcd, eventually, handled, keys, session, try_client_for,
+};
 use etcd_sync::testing::etcdctl_binary;
 use etcd_sync::{Error, TryLockError};
 
@@ -283,5 +285,96 @@ fn at_most_n_holders_under_churn_and_member_faults() {
         failed + lost <= holds.len(),
         "{failed} failed waits and {lost} lost holds against {} holds",
         holds.len()
+    );
+}
+
+/// The costs issue 14 sets: an uncontended acquire is 1 Txn and a release 1 Txn; with 16
+/// waiters behind two permits, a release hands one permit to exactly one waiter, with no
+/// read (no herd: the other waiters are not woken to read again). The same for a write lock
+/// handed to the readers queued behind it.
+#[test]
+fn acquire_and_release_cost_one_txn_and_a_release_wakes_only_who_can_hold() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let metrics = || server.metrics().unwrap();
+    let count = |method| handled(&metrics(), method);
+    let holders = [session(&c, 30), session(&c, 30)];
+    let (txn0, range0) = (count("Txn"), count("Range"));
+    let p = holders[0].semaphore("cost", 2).unwrap().acquire().unwrap();
+    assert_eq!(count("Txn") - txn0, 1, "uncontended acquire = 1 Txn");
+    drop(p);
+    assert_eq!(count("Txn") - txn0, 2, "release = 1 Txn");
+    assert_eq!(count("Range") - range0, 0);
+
+    let mut held: Vec<_> = holders
+        .iter()
+        .map(|s| s.semaphore("cost", 2).unwrap().acquire().unwrap())
+        .collect();
+    let waiters: Vec<_> = (0..16)
+        .map(|_| {
+            let s = session(&c, 30);
+            std::thread::spawn(move || {
+                let p = s.semaphore("cost", 2).unwrap().acquire();
+                (p, s)
+            })
+        })
+        .collect();
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "cost/")
+        .len()
+        == 18));
+    // Past every waiter's double-check window for a just-created watcher.
+    std::thread::sleep(Duration::from_millis(600));
+    let (txn1, range1) = (count("Txn"), count("Range"));
+    drop(held.remove(0));
+    assert!(eventually(Duration::from_secs(5), || waiters
+        .iter()
+        .filter(|w| w.is_finished())
+        .count()
+        == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        waiters.iter().filter(|w| w.is_finished()).count(),
+        1,
+        "one released permit admitted more than one waiter"
+    );
+    assert_eq!(count("Txn") - txn1, 1, "only the release");
+    assert_eq!(count("Range") - range1, 0, "no waiter read again");
+    drop(held);
+    let mut admitted = 0;
+    for w in waiters {
+        let (p, s) = w.join().unwrap();
+        drop(p.unwrap());
+        drop(s);
+        admitted += 1;
+    }
+    assert_eq!(admitted, 16);
+
+    // A write lock with readers queued behind it: its release admits all of them at once.
+    let writer = session(&c, 30);
+    let w = writer.rwlock("cost-rw").unwrap().write().unwrap();
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let s = session(&c, 30);
+            std::thread::spawn(move || {
+                let r = s.rwlock("cost-rw").unwrap().read();
+                std::thread::sleep(Duration::from_millis(500));
+                (r.map(|r| r.is_held()), s)
+            })
+        })
+        .collect();
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "cost-rw/")
+        .len()
+        == 9));
+    std::thread::sleep(Duration::from_millis(600));
+    let range2 = count("Range");
+    drop(w);
+    for r in readers {
+        let (held_together, _s) = r.join().unwrap();
+        assert!(held_together.unwrap(), "a reader lost its lock");
+    }
+    assert_eq!(
+        count("Range") - range2,
+        0,
+        "readers were admitted without a read"
     );
 }
