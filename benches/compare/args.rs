@@ -68,7 +68,8 @@ struct Cli {
     /// handoff floor; also run before contended and scaling), contended, scaling, diagnose
     /// (a shorter contended run while sampling etcd's unsynced-watcher gauge), resources
     /// (threads and memory with many sessions, then with --held locks held, each measured in
-    /// a fresh child process), held (only the second of those)
+    /// a fresh child process), held (only the second of those), shared (a semaphore of 4
+    /// and a read-write lock with 90 % reads beside a mutex, 16 contenders each)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 

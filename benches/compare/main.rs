@@ -23,6 +23,7 @@ mod handoff_floor;
 mod metrics;
 mod resources;
 mod scaling;
+mod shared;
 mod stats;
 mod turns;
 mod uncontended;
@@ -208,6 +209,7 @@ fn main() {
         Ok(())
     });
     run("diagnose", wants("diagnose"), &contended::diagnose);
+    run("shared", wants("shared"), &shared::shared);
     run(
         "resources",
         wants("resources"),
