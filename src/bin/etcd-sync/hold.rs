@@ -175,8 +175,11 @@ pub fn abandon(held: Held) -> Exit {
     EXIT_LOST
 }
 
+/// Why a hold ended without our release. A guard's `lost()` fires for a lost session or a
+/// deleted key; `loss_reason` checks the lease deadline itself, so a session that is not
+/// lost means the key went (deleted by someone, or etcd dropped it with the lease first).
 pub fn loss_reason(session: &Session) -> String {
     session
         .loss_reason()
-        .map_or_else(|| "unknown reason".into(), |reason| reason.to_string())
+        .map_or_else(|| "its key was deleted".into(), |reason| reason.to_string())
 }
