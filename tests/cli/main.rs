@@ -4,6 +4,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod modes;
 mod proc;
 
 use proc::{Proc, etcd_sync, etcd_sync_bare, etcdctl, lease_of, leases};
@@ -312,12 +313,12 @@ fn listen_prints_human_lines() {
 
 /// The CMD of the kill-on-loss tests: prints `started <pgid>` (its pid is its process
 /// group), starts a grandchild in its group, and waits.
-fn loss_script(on_term: &str) -> String {
+pub(crate) fn loss_script(on_term: &str) -> String {
     format!("trap '{on_term}' TERM; echo started $$; sleep 30 & wait")
 }
 
 /// Reads `started <pgid>` and registers the group for cleanup.
-fn expect_started(p: &mut Proc) {
+pub(crate) fn expect_started(p: &mut Proc) {
     let line = p.line(WAIT);
     let pgid = line
         .strip_prefix("started ")

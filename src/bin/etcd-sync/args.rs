@@ -179,10 +179,24 @@ fn parse_ttl(text: &str) -> Result<u64, String> {
     Ok(ttl)
 }
 
+/// The most permits `Session::semaphore` accepts (the library does not export its limit).
+/// Checked here so that a bad N is refused before connecting, like every other argument.
+const MAX_PERMITS: u32 = 1024;
+
+fn parse_permits(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(n) if (1..=MAX_PERMITS).contains(&n) => Ok(n),
+        Ok(_) => Err(format!("a semaphore has 1 to {MAX_PERMITS} permits")),
+        Err(_) => Err(format!(
+            "{text:?} is not a whole number of permits (1 to {MAX_PERMITS})"
+        )),
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Acquire a lock (shared with `etcdctl lock NAME`); hold it until a signal, or run CMD
-    /// while holding it
+    /// Acquire a lock (shared with `etcdctl lock NAME`), or with -n N one of N permits, or
+    /// with --shared a read lock; hold it until a signal, or run CMD while holding it
     #[command(after_help = SEE_EXIT_CODES, long_about = LOCK_ABOUT)]
     Lock(LockArgs),
     /// Campaign for leadership (shared with `etcdctl elect NAME`); lead until a signal, or
@@ -203,7 +217,18 @@ ETCD_LOCK_REV (its create revision: the fencing token) in its environment, relea
 afterwards and exit with CMD's code. CMD runs in its own process group. If the lock is \
 lost, CMD's group gets SIGTERM, then SIGKILL after --kill-grace, and etcd-sync exits 3. A \
 signal to etcd-sync is passed on to CMD's group (SIGKILL after --kill-grace), then the lock \
-is released.";
+is released.
+
+With -n N (--permits N): take one of N permits of the counting semaphore NAME instead (key \
+NAME/<lease id in hex>.permits-N): up to N holders at once. Every holder of NAME must use \
+the same N (a different N is refused: exit 2).
+
+With --shared: take the read side of the read-write lock NAME (key NAME/<lease id in \
+hex>.shared): --shared holders share it.
+
+A plain `lock` and `etcdctl lock NAME` exclude every permit and --shared holder. Output, \
+environment, exit codes, --timeout, signals and the kill on loss are the same in every \
+mode.";
 
 const ELECT_ABOUT: &str = "\
 Campaign for leadership of the election NAME with the value PROPOSAL: the key \
@@ -223,6 +248,22 @@ revision>,\"mod_revision\":..,\"lease\":\"<hex>\"} or {\"event\":\"no-leader\"}.
 
 #[derive(Debug, Args)]
 pub struct LockArgs {
+    /// Take one of N permits of a counting semaphore (N holders at once, 1 to 1024) instead
+    /// of the exclusive lock
+    #[arg(
+        short = 'n',
+        long = "permits",
+        value_name = "N",
+        value_parser = parse_permits,
+        conflicts_with = "shared"
+    )]
+    pub permits: Option<u32>,
+
+    /// Take the read side of a read-write lock (shared with other --shared holders) instead
+    /// of the exclusive lock
+    #[arg(long)]
+    pub shared: bool,
+
     /// The lock's name
     #[arg(value_parser = NonEmptyStringValueParser::new())]
     pub name: String,
@@ -288,5 +329,14 @@ mod tests {
         assert!(parse_ttl("0").is_err());
         assert!(parse_ttl("1.5").is_err());
         assert!(parse_ttl("99999999999").is_err());
+    }
+
+    #[test]
+    fn permits_bounds() {
+        assert_eq!(parse_permits("1"), Ok(1));
+        assert_eq!(parse_permits("1024"), Ok(1024));
+        for bad in ["0", "1025", "-1", "abc", "", "2.5"] {
+            assert!(parse_permits(bad).is_err(), "{bad:?} accepted");
+        }
     }
 }

@@ -5,33 +5,35 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use etcd_sync::{Error, Leadership, MutexGuard, Session};
+use etcd_sync::{Error, Leadership, Session};
 
 use crate::args::HoldOpts;
 use crate::command::run_command;
 use crate::exit::{EXIT_ERROR, EXIT_LOST, EXIT_OK, EXIT_SIGNAL_BASE, EXIT_TIMEOUT, Exit, fail};
+use crate::lock::LockGuard;
 use crate::signals;
 use crate::wait::{TICK, Waited, interruptible};
 
 /// A held lock or leadership.
 pub enum Held {
-    Lock(MutexGuard),
+    /// A lock, read lock or permit (`etcd-sync lock`, whatever the mode).
+    Lock(Box<dyn LockGuard>),
     /// The leadership and the value we campaigned with.
     Leadership(Leadership, String),
 }
 
 impl Held {
-    /// "lock" or "leadership", for messages.
+    /// "lock", "read lock", "permit" or "leadership", for messages.
     pub fn what(&self) -> &'static str {
         match self {
-            Held::Lock(_) => "lock",
+            Held::Lock(guard) => guard.what(),
             Held::Leadership(..) => "leadership",
         }
     }
 
     fn key(&self) -> String {
         match self {
-            Held::Lock(guard) => guard.key_str().into_owned(),
+            Held::Lock(guard) => guard.key(),
             Held::Leadership(leadership, _) => {
                 String::from_utf8_lossy(leadership.key()).into_owned()
             }
@@ -68,10 +70,10 @@ impl Held {
         }
     }
 
-    /// Unlocks or resigns (deleting the key only if it is still ours).
+    /// Unlocks, releases the permit, or resigns (deleting the key only if it is still ours).
     fn release(self) -> etcd_sync::Result<()> {
         match self {
-            Held::Lock(guard) => guard.unlock(),
+            Held::Lock(guard) => guard.release(),
             Held::Leadership(mut leadership, _) => leadership.resign(),
         }
     }
@@ -173,8 +175,11 @@ pub fn abandon(held: Held) -> Exit {
     EXIT_LOST
 }
 
+/// Why a hold ended without our release. A guard's `lost()` fires for a lost session or a
+/// deleted key; `loss_reason` checks the lease deadline itself, so a session that is not
+/// lost means the key went (deleted by someone, or etcd dropped it with the lease first).
 pub fn loss_reason(session: &Session) -> String {
     session
         .loss_reason()
-        .map_or_else(|| "unknown reason".into(), |reason| reason.to_string())
+        .map_or_else(|| "its key was deleted".into(), |reason| reason.to_string())
 }

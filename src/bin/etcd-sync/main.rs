@@ -5,6 +5,8 @@
 //! and either hold it until SIGINT/SIGTERM/SIGHUP or run CMD while holding it. Unlike
 //! etcdctl, when the lock or leadership is lost while CMD runs, CMD is stopped (SIGTERM to
 //! its process group, SIGKILL after `--kill-grace`), as `consul lock` does.
+//! `etcd-sync lock -n N NAME` takes one of N permits of a semaphore and `lock --shared NAME`
+//! the read side of a read-write lock instead; both are held the same way.
 //! `etcd-sync elect --listen NAME` prints every leadership change.
 //!
 //! The library is blocking; the tool is plain threads. A blocking acquire runs on a worker
@@ -13,7 +15,8 @@
 //! Exit codes are listed in [`exit::EXIT_CODES`].
 //!
 //! Modules: [`args`] (the command line), [`exit`] (exit codes), [`wait`] (blocking calls on
-//! worker threads while signals are watched), [`hold`] (acquire, hold, release or abandon),
+//! worker threads while signals are watched), [`lock`] (what `lock` takes: lock, read lock
+//! or permit), [`hold`] (acquire, hold, release or abandon),
 //! [`command`] (CMD while holding), [`child`] (CMD's process group), [`signals`], [`text`]
 //! (durations in, leadership events out).
 
@@ -22,6 +25,7 @@ mod child;
 mod command;
 mod exit;
 mod hold;
+mod lock;
 mod signals;
 mod text;
 mod wait;
@@ -35,6 +39,7 @@ use etcd_sync::{LossReason, Session};
 use args::{Cli, Command, ElectArgs, GlobalOpts, LockArgs};
 use exit::{EXIT_ERROR, EXIT_OK, EXIT_SIGNAL_BASE, Exit, fail};
 use hold::{Held, acquire, hold};
+use lock::Lock;
 use wait::{TICK, Waited, bounded, interruptible};
 
 /// How long to try revoking the lease after a loss before exiting anyway (etcd may be
@@ -97,17 +102,13 @@ fn finish(session: &Session) {
 }
 
 fn lock(session: &Session, args: &LockArgs) -> Exit {
-    let mutex = match session.mutex(&args.name) {
-        Ok(mutex) => mutex,
+    let lock = match Lock::new(session, args) {
+        Ok(lock) => lock,
         Err(e) => return fail(&e),
     };
     let timeout = args.hold.timeout;
     let acquired = acquire(session, &args.name, timeout, move || {
-        match timeout {
-            Some(timeout) => mutex.lock_timeout(timeout),
-            None => mutex.lock(),
-        }
-        .map(Held::Lock)
+        lock.acquire(timeout).map(Held::Lock)
     });
     match acquired {
         Ok(held) => hold(session, held, &args.hold),
