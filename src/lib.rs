@@ -74,6 +74,7 @@ pub use crossbeam_channel;
 pub use election::{Election, Leadership};
 pub use error::{Cause, Code, Error, LossReason, Result, TryLockError};
 pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
+pub use mode::MAX_PERMITS;
 pub use mutex::{Mutex, MutexGuard};
 pub use observe::{Leader, LeaderEvent, Observer};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -19,9 +19,13 @@ use std::collections::HashSet;
 
 use crate::kv::text;
 
-/// The most permits a semaphore may have: a waiter then knows it holds from the newest
-/// keys ahead of it that one read returns (see `queue::TRACKED`).
-pub(crate) const MAX_PERMITS: u32 = 1024;
+/// The most permits a [`Semaphore`](crate::Semaphore) may have (1,024): a waiter then
+/// knows whether it holds from the newest keys ahead of it that one read returns.
+///
+/// ```
+/// assert_eq!(etcd_sync::MAX_PERMITS, 1024);
+/// ```
+pub const MAX_PERMITS: u32 = 1024;
 
 /// How a key shares the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -41,7 +41,12 @@ struct Run {
     cost: Option<Counters>,
 }
 
-fn one_turn(session: &Session, name: &str, primitive: Primitive, read: bool) -> Res<Box<dyn std::any::Any>> {
+fn one_turn(
+    session: &Session,
+    name: &str,
+    primitive: Primitive,
+    read: bool,
+) -> Res<Box<dyn std::any::Any>> {
     Ok(match primitive {
         Primitive::Mutex => Box::new(session.mutex(name)?.lock_timeout(WAIT)?),
         Primitive::Semaphore => Box::new(session.semaphore(name, PERMITS)?.acquire_timeout(WAIT)?),

@@ -179,9 +179,9 @@ fn parse_ttl(text: &str) -> Result<u64, String> {
     Ok(ttl)
 }
 
-/// The most permits `Session::semaphore` accepts (the library does not export its limit).
-/// Checked here so that a bad N is refused before connecting, like every other argument.
-const MAX_PERMITS: u32 = 1024;
+// Checked here (with the library's own limit) so that a bad N is refused before
+// connecting, like every other argument.
+use etcd_sync::MAX_PERMITS;
 
 fn parse_permits(text: &str) -> Result<u32, String> {
     match text.trim().parse::<u32>() {
