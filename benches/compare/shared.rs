@@ -41,18 +41,32 @@ struct Run {
     cost: Option<Counters>,
 }
 
-fn one_turn(
-    session: &Session,
-    name: &str,
-    primitive: Primitive,
-    read: bool,
-) -> Res<Box<dyn std::any::Any>> {
-    Ok(match primitive {
-        Primitive::Mutex => Box::new(session.mutex(name)?.lock_timeout(WAIT)?),
-        Primitive::Semaphore => Box::new(session.semaphore(name, PERMITS)?.acquire_timeout(WAIT)?),
-        Primitive::RwLock(_) if read => Box::new(session.rwlock(name)?.read_timeout(WAIT)?),
-        Primitive::RwLock(_) => Box::new(session.rwlock(name)?.write_timeout(WAIT)?),
-    })
+/// One contender's handle on the primitive, made once: a handle keeps its name's watcher
+/// pinned, so turns after the first need no read (a handle made per turn pays a read to
+/// start a watcher each time, which is not what this phase measures).
+enum Handle {
+    Mutex(etcd_sync::Mutex),
+    Semaphore(etcd_sync::Semaphore),
+    RwLock(etcd_sync::RwLock),
+}
+
+impl Handle {
+    fn new(session: &Session, name: &str, primitive: Primitive) -> Res<Handle> {
+        Ok(match primitive {
+            Primitive::Mutex => Handle::Mutex(session.mutex(name)?),
+            Primitive::Semaphore => Handle::Semaphore(session.semaphore(name, PERMITS)?),
+            Primitive::RwLock(_) => Handle::RwLock(session.rwlock(name)?),
+        })
+    }
+
+    fn turn(&self, read: bool) -> Res<Box<dyn std::any::Any>> {
+        Ok(match self {
+            Handle::Mutex(m) => Box::new(m.lock_timeout(WAIT)?),
+            Handle::Semaphore(s) => Box::new(s.acquire_timeout(WAIT)?),
+            Handle::RwLock(rw) if read => Box::new(rw.read_timeout(WAIT)?),
+            Handle::RwLock(rw) => Box::new(rw.write_timeout(WAIT)?),
+        })
+    }
 }
 
 fn run(args: &Args, name: &str, primitive: Primitive) -> Res<Run> {
@@ -60,8 +74,10 @@ fn run(args: &Args, name: &str, primitive: Primitive) -> Res<Run> {
     for _ in 0..CONTENDERS {
         let client = connect(args)?;
         let session = client.session()?;
-        sessions.push((client, session));
+        let handle = Handle::new(&session, name, primitive)?;
+        sessions.push((client, session, handle));
     }
+    let mut kept = Vec::new();
     let inside = Arc::new(AtomicUsize::new(0));
     let (count, reads, violations, errors) = (
         Arc::new(AtomicU64::new(0)),
@@ -77,9 +93,14 @@ fn run(args: &Args, name: &str, primitive: Primitive) -> Res<Run> {
     let before = counters(&args.endpoints[0]).ok();
     let start = Instant::now();
     let mut handles = Vec::new();
-    for (me, (_client, session)) in sessions.iter().enumerate() {
-        let session = session.clone();
-        let name = name.to_string();
+    let handles_of: Vec<Arc<Handle>> = sessions
+        .drain(..)
+        .map(|(client, session, handle)| {
+            kept.push((client, session));
+            Arc::new(handle)
+        })
+        .collect();
+    for (me, handle) in handles_of.into_iter().enumerate() {
         let (inside, count, reads, violations, errors, stop) = (
             inside.clone(),
             count.clone(),
@@ -95,7 +116,7 @@ fn run(args: &Args, name: &str, primitive: Primitive) -> Res<Run> {
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 let read = matches!(primitive, Primitive::RwLock(share) if rng % 100 < share);
-                let guard = match one_turn(&session, &name, primitive, read) {
+                let guard = match handle.turn(read) {
                     Ok(guard) => guard,
                     Err(_) => {
                         errors.fetch_add(1, Ordering::SeqCst);
@@ -129,7 +150,7 @@ fn run(args: &Args, name: &str, primitive: Primitive) -> Res<Run> {
     let elapsed = start.elapsed();
     let left = join_bounded(handles, Instant::now() + WAIT * 2);
     let after = counters(&args.endpoints[0]).ok();
-    for (_client, session) in &sessions {
+    for (_client, session) in &kept {
         let _ = session.close();
     }
     Ok(Run {
