@@ -628,6 +628,20 @@ mod tests {
         }
     }
 
+    /// A request the member did not answer in time.
+    fn slow_request() -> Error {
+        Error::Timeout {
+            operation: "etcd request",
+            after: Duration::from_secs(5),
+            endpoint: Some("http://127.0.0.1:2379".into()),
+        }
+    }
+
+    /// A `lock_timeout` limit that ran out.
+    fn lock_wait_ran_out() -> Error {
+        Error::wait_timeout(wait::LOCK, Duration::from_secs(1))
+    }
+
     /// One error of every variant (and a `Server` error of every code).
     fn every_error() -> Vec<Error> {
         let mut errors = vec![
@@ -639,12 +653,8 @@ mod tests {
                 endpoint: "https://127.0.0.1:2379".into(),
                 detail: "TLS alert CertificateRequired".into(),
             },
-            Error::Timeout {
-                operation: "etcd request",
-                after: Duration::from_secs(5),
-                endpoint: Some("http://127.0.0.1:2379".into()),
-            },
-            Error::wait_timeout(wait::LOCK, Duration::from_secs(1)),
+            slow_request(),
+            lock_wait_ran_out(),
             Error::unavailable("etcdserver: no leader"),
             Error::SessionLost(LossReason::Expired),
             Error::LockLost,
@@ -699,12 +709,8 @@ mod tests {
         assert_eq!(
             which(Error::is_retryable),
             debug(&[
-                Error::Timeout {
-                    operation: "etcd request",
-                    after: Duration::from_secs(5),
-                    endpoint: Some("http://127.0.0.1:2379".into()),
-                },
-                Error::wait_timeout(wait::LOCK, Duration::from_secs(1)),
+                slow_request(),
+                lock_wait_ran_out(),
                 Error::unavailable("etcdserver: no leader"),
                 server(Code::DeadlineExceeded),
                 server(Code::ResourceExhausted),
@@ -720,12 +726,8 @@ mod tests {
         assert_eq!(
             which(Error::is_transient),
             debug(&[
-                Error::Timeout {
-                    operation: "etcd request",
-                    after: Duration::from_secs(5),
-                    endpoint: Some("http://127.0.0.1:2379".into()),
-                },
-                Error::wait_timeout(wait::LOCK, Duration::from_secs(1)),
+                slow_request(),
+                lock_wait_ran_out(),
                 Error::unavailable("etcdserver: no leader"),
             ])
         );
@@ -739,12 +741,8 @@ mod tests {
         assert_eq!(
             which(Error::is_timeout),
             debug(&[
-                Error::Timeout {
-                    operation: "etcd request",
-                    after: Duration::from_secs(5),
-                    endpoint: Some("http://127.0.0.1:2379".into()),
-                },
-                Error::wait_timeout(wait::LOCK, Duration::from_secs(1)),
+                slow_request(),
+                lock_wait_ran_out(),
                 server(Code::DeadlineExceeded),
             ])
         );
@@ -752,10 +750,7 @@ mod tests {
 
     #[test]
     fn wait_timeout_is_only_a_wait_running_out() {
-        assert_eq!(
-            which(Error::is_wait_timeout),
-            debug(&[Error::wait_timeout(wait::LOCK, Duration::from_secs(1))])
-        );
+        assert_eq!(which(Error::is_wait_timeout), debug(&[lock_wait_ran_out()]));
         for operation in wait::ALL {
             let e = Error::wait_timeout(operation, Duration::from_secs(1));
             assert!(e.is_wait_timeout() && e.is_timeout() && e.endpoint().is_none());

@@ -4,19 +4,10 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, client, etcd, eventually, keys, session};
+use common::{ChildGuard, client, etcd, etcdctl_command as etcdctl, eventually, keys, session};
 use etcd_sync::LeaderEvent;
-use etcd_sync::testing::etcdctl_binary;
-
-fn etcdctl(endpoint: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(etcdctl_binary().expect("etcdctl (apt-get install etcd-client)"));
-    cmd.arg("--endpoints").arg(endpoint).args(args);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-    cmd
-}
 
 #[test]
 fn our_lock_waits_for_etcdctl_lock() {

@@ -5,19 +5,10 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, client, etcd, eventually, keys, session};
-use etcd_sync::testing::etcdctl_binary;
+use common::{ChildGuard, client, etcd, etcdctl_command as etcdctl, eventually, keys, session};
 use etcd_sync::{Error, TryLockError};
-
-fn etcdctl(endpoint: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(etcdctl_binary().expect("etcdctl (apt-get install etcd-client)"));
-    cmd.arg("--endpoints").arg(endpoint).args(args);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-    cmd
-}
 
 #[test]
 fn readers_overlap_and_a_writer_excludes_them() {

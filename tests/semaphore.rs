@@ -5,15 +5,14 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    ChildGuard, client, cluster, etcd, eventually, handled, keys, session, try_client_for,
+    ChildGuard, client, cluster, etcd, etcdctl_command, eventually, handled, keys, session,
+    try_client_for,
 };
-use etcd_sync::testing::etcdctl_binary;
 use etcd_sync::{Error, TryLockError};
 
 #[test]
@@ -163,13 +162,10 @@ fn one_permit_is_a_mutex_and_etcdctl_lock_excludes_every_permit() {
     // Two permits held: etcdctl lock waits for both.
     let a = s1.semaphore("many", 2).unwrap().acquire().unwrap();
     let b = s2.semaphore("many", 2).unwrap().acquire().unwrap();
-    let mut cmd = Command::new(etcdctl_binary().expect("etcdctl"));
-    cmd.arg("--endpoints")
-        .arg(server.endpoint())
-        .args(["lock", "many", "--", "echo", "got-it"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = ChildGuard::spawn(cmd);
+    let mut child = ChildGuard::spawn(etcdctl_command(
+        &server.endpoint(),
+        &["lock", "many", "--", "echo", "got-it"],
+    ));
     std::thread::sleep(Duration::from_millis(800));
     drop(a);
     std::thread::sleep(Duration::from_millis(500));

@@ -188,3 +188,15 @@ pub fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// `etcdctl --endpoints <endpoint> <args>` with stdout piped and stderr dropped: the
+/// interop peer of the lock tests.
+pub fn etcdctl_command(endpoint: &str, args: &[&str]) -> std::process::Command {
+    let binary =
+        etcd_sync::testing::etcdctl_binary().expect("etcdctl (apt-get install etcd-client)");
+    let mut cmd = std::process::Command::new(binary);
+    cmd.arg("--endpoints").arg(endpoint).args(args);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    cmd
+}
