@@ -151,7 +151,8 @@ impl Rpc {
     /// others a lazy one (they may come back later). Until one answers, rounds over all of
     /// them repeat with a growing pause, as grpc-go's blocking dial does (so a long connect
     /// timeout waits for an etcd that is still starting, or frozen); it fails when none
-    /// answered within the connect timeout, or at once if one refused our certificate.
+    /// answered within the connect timeout, or at once if one refused our certificate or we
+    /// do not trust its own (retrying cannot fix either).
     pub(crate) async fn connect(config: &RpcConfig) -> Result<Rpc> {
         let mut endpoints = Vec::with_capacity(config.endpoints.len());
         for url in &config.endpoints {
@@ -181,29 +182,39 @@ impl Rpc {
         // "is etcd running?" would send the user the wrong way.
         let mut refused = None;
         let mut first_live = None;
+        // A server certificate we do not trust will not become trusted by trying again.
+        let mut untrusted = false;
         'rounds: loop {
             for (i, (url, endpoint)) in config.endpoints.iter().zip(&endpoints).enumerate() {
-                let failure = match tokio::time::timeout_at(deadline, probe(endpoint)).await {
+                let (failure, cut) = match tokio::time::timeout_at(deadline, probe(endpoint)).await
+                {
                     Ok(Ok(channel)) => {
                         first_live = Some((i, channel));
                         break 'rounds;
                     }
-                    Ok(Err(failure)) => failure,
-                    Err(_) => ProbeFailure::silent(config.connect_timeout),
+                    Ok(Err(failure)) => (failure, false),
+                    Err(_) => (ProbeFailure::silent(config.connect_timeout), true),
                 };
                 match failure.refused_certificate(config) {
                     Some(detail) => refused = Some((url.clone(), detail)),
-                    None => last_error = failure.explain(),
-                }
-                if config.endpoints.len() > 1 {
-                    last_error = format!("{url}: {last_error}");
+                    // A probe cut short by the deadline says less than an earlier failure.
+                    None if cut && !last_error.is_empty() => {}
+                    None => {
+                        let why = failure.explain();
+                        last_error = if config.endpoints.len() > 1 {
+                            format!("{url}: {why}")
+                        } else {
+                            why
+                        };
+                        untrusted |= failure.is_untrusted_server();
+                    }
                 }
                 if tokio::time::Instant::now() >= deadline {
                     break 'rounds;
                 }
             }
             let now = tokio::time::Instant::now();
-            if refused.is_some() || now >= deadline {
+            if refused.is_some() || untrusted || now >= deadline {
                 break;
             }
             tokio::time::sleep_until(deadline.min(now + pause.next_pause())).await;
@@ -496,6 +507,11 @@ impl ProbeFailure {
             )),
             _ => None,
         }
+    }
+
+    /// Whether we refused the server's certificate: a setting to fix, not a passing fault.
+    fn is_untrusted_server(&self) -> bool {
+        matches!(self.cause, Wire::ServerCertificateRejected(_))
     }
 
     /// The reason with the advice that fits it.
