@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    ChildGuard, client, cluster, etcd, etcdctl_command, eventually, handled, keys, session,
-    try_client_for,
+    ChildGuard, client, cluster, etcd, etcdctl_command, events_delivered, eventually, handled,
+    keys, session, try_client_for,
 };
 use etcd_sync::{Error, TryLockError};
 
@@ -286,8 +286,9 @@ fn at_most_n_holders_under_churn_and_member_faults() {
 
 /// The costs issue 14 sets: an uncontended acquire is 1 Txn and a release 1 Txn; with 16
 /// waiters behind two permits, a release hands one permit to exactly one waiter, with no
-/// read (no herd: the other waiters are not woken to read again). The same for a write lock
-/// handed to the readers queued behind it.
+/// read (no herd: the other waiters are not woken to read again), and etcd sends the
+/// delete to this client once, not once per waiter. The same for a write lock handed to the
+/// readers queued behind it. (`scripts/bench-compare --only herd` measures 256 waiters.)
 #[test]
 fn acquire_and_release_cost_one_txn_and_a_release_wakes_only_who_can_hold() {
     let server = etcd();
@@ -320,7 +321,8 @@ fn acquire_and_release_cost_one_txn_and_a_release_wakes_only_who_can_hold() {
         == 18));
     // Past every waiter's double-check window for a just-created watcher.
     std::thread::sleep(Duration::from_millis(600));
-    let (txn1, range1) = (count("Txn"), count("Range"));
+    let events = || events_delivered(&metrics());
+    let (txn1, range1, events1) = (count("Txn"), count("Range"), events());
     drop(held.remove(0));
     assert!(eventually(Duration::from_secs(5), || waiters
         .iter()
@@ -335,6 +337,11 @@ fn acquire_and_release_cost_one_txn_and_a_release_wakes_only_who_can_hold() {
     );
     assert_eq!(count("Txn") - txn1, 1, "only the release");
     assert_eq!(count("Range") - range1, 0, "no waiter read again");
+    let delivered = events() - events1;
+    assert!(
+        (1..=2).contains(&delivered),
+        "one client's 16 waiters share one watcher, yet the release was delivered {delivered} times"
+    );
     drop(held);
     let mut admitted = 0;
     for w in waiters {
@@ -362,8 +369,11 @@ fn acquire_and_release_cost_one_txn_and_a_release_wakes_only_who_can_hold() {
         .len()
         == 9));
     std::thread::sleep(Duration::from_millis(600));
-    let range2 = count("Range");
+    let (range2, events2) = (count("Range"), events());
     drop(w);
+    // Read while the readers still hold (500 ms): their own releases are deletes too.
+    std::thread::sleep(Duration::from_millis(200));
+    let delivered = events() - events2;
     for r in readers {
         let (held_together, _s) = r.join().unwrap();
         assert!(held_together.unwrap(), "a reader lost its lock");
@@ -372,5 +382,9 @@ fn acquire_and_release_cost_one_txn_and_a_release_wakes_only_who_can_hold() {
         count("Range") - range2,
         0,
         "readers were admitted without a read"
+    );
+    assert!(
+        (1..=2).contains(&delivered),
+        "8 readers on one client, yet the release was delivered {delivered} times"
     );
 }

@@ -69,7 +69,9 @@ struct Cli {
     /// (a shorter contended run while sampling etcd's unsynced-watcher gauge), resources
     /// (threads and memory with many sessions, then with --held locks held, each measured in
     /// a fresh child process), held (only the second of those), shared (a semaphore of 4
-    /// and a read-write lock with 90 % reads beside a mutex, 16 contenders each)
+    /// and a read-write lock with 90 % reads beside a mutex, 16 contenders each), herd (256
+    /// waiters on a semaphore and behind a write lock: who a release admits, its reads and
+    /// the watch events etcd delivers)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 

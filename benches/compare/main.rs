@@ -12,14 +12,15 @@
 //! /metrics over HTTP), [`turns`] (exclusion checks shared by the contended phases), and
 //! one module per phase: [`uncontended`] (a, d), [`election`] (c), [`cost`] (f),
 //! [`handoff_floor`] (the handoff floor, measured before the handoff phases of the same
-//! run), [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`resources`]
-//! (g, and the held-locks figures). The summary ends with the figures of issue #12.
+//! run), [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`shared`] (g),
+//! [`herd`] (h), [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
 mod contended;
 mod cost;
 mod election;
 mod handoff_floor;
+mod herd;
 mod metrics;
 mod resources;
 mod scaling;
@@ -210,6 +211,7 @@ fn main() {
     });
     run("diagnose", wants("diagnose"), &contended::diagnose);
     run("shared", wants("shared"), &shared::shared);
+    run("herd", wants("herd"), &herd::herd);
     run(
         "resources",
         wants("resources"),

@@ -88,6 +88,12 @@ pub fn handled(metrics: &str, method: &str) -> u64 {
     metrics.sum("grpc_server_handled_total", &[("grpc_method", method)]) as u64
 }
 
+/// Watch events etcd has sent to watchers, all streams together.
+pub fn events_delivered(metrics: &str) -> u64 {
+    let metrics = etcd_sync::testing::metrics::parse(metrics).expect("etcd's /metrics text");
+    metrics.sum("etcd_debugging_mvcc_events_total", &[]) as u64
+}
+
 /// How many streams of gRPC method `method` etcd has started (`Watch`, `LeaseKeepAlive`).
 pub fn streams_started(metrics: &str, method: &str) -> u64 {
     let metrics = etcd_sync::testing::metrics::parse(metrics).expect("etcd's /metrics text");
