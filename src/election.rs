@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
+use crate::cancel::WaitOptions;
 use crate::error::TryLockError;
 use crate::error::{Error, Result};
 use crate::kv::text;
@@ -91,7 +92,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn campaign(&self, value: impl AsRef<[u8]>) -> Result<Leadership> {
-        self.campaign_until(value.as_ref(), Wait::Forever)
+        self.campaign_until(value.as_ref(), Wait::forever())
     }
 
     /// Like [`campaign`](Election::campaign), but gives up with [`Error::Timeout`] after
@@ -126,9 +127,41 @@ impl Election {
         self.campaign_until(value.as_ref(), Wait::from_timeout(timeout))
     }
 
+    /// Like [`campaign`](Election::campaign), with a time limit and/or a
+    /// [`CancelToken`](crate::CancelToken) another thread may cancel (see
+    /// [`WaitOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Cancelled`]: the token was cancelled before or during the campaign,
+    ///   which returns within about one request round trip; no key is left behind.
+    /// * A wait timeout ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit
+    ///   passes, as for [`campaign_timeout`](Election::campaign_timeout).
+    /// * Otherwise as [`campaign`](Election::campaign).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let token = etcd_sync::CancelToken::new();
+    /// match session.election("scheduler")?.campaign_with("host-a", &token) {
+    ///     Ok(_leadership) => println!("leading"),
+    ///     Err(e) if e.is_cancelled() => println!("stopped campaigning"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn campaign_with(
+        &self,
+        value: impl AsRef<[u8]>,
+        options: impl Into<WaitOptions>,
+    ) -> Result<Leadership> {
+        self.campaign_until(value.as_ref(), Wait::from_options(options.into()))
+    }
+
     fn campaign_until(&self, value: &[u8], wait: Wait) -> Result<Leadership> {
         let span = tracing::debug_span!("campaign", key = %text(self.line.key()));
         let _entered = span.enter();
+        wait.check()?;
         if let Some(hold) = self.line.live_hold()
             && hold.kind() == Kind::Lead
         {

@@ -169,6 +169,11 @@ pub enum Error {
     #[error("client closed")]
     Closed,
 
+    /// A [`CancelToken`](crate::CancelToken) given to the wait was cancelled. The wait left
+    /// no key behind.
+    #[error("the wait was cancelled")]
+    Cancelled,
+
     /// etcd answered with an error status.
     #[error("etcd returned {code:?}: {message}")]
     Server {
@@ -394,6 +399,17 @@ impl Error {
     /// ```
     pub fn is_wait_timeout(&self) -> bool {
         matches!(self, Error::Timeout { operation, .. } if wait::ALL.contains(operation))
+    }
+
+    /// True for [`Cancelled`](Error::Cancelled): a [`CancelToken`](crate::CancelToken)
+    /// ended the wait.
+    ///
+    /// ```
+    /// assert!(etcd_sync::Error::Cancelled.is_cancelled());
+    /// assert!(!etcd_sync::Error::LockLost.is_cancelled());
+    /// ```
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled)
     }
 
     /// The etcd endpoint the error belongs to, when it belongs to one: the member that

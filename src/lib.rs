@@ -37,6 +37,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod cancel;
 mod client;
 mod clock;
 mod election;
@@ -64,6 +65,7 @@ mod tls;
 mod transport;
 mod watches;
 
+pub use cancel::{CancelToken, WaitOptions};
 pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
     MAX_KEEP_ALIVE_INTERVAL, MAX_TIMEOUT, MIN_KEEP_ALIVE_INTERVAL,

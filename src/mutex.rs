@@ -7,6 +7,8 @@ use std::time::Duration;
 // `Error` names the variants in the docs' `# Errors` links.
 #[allow(unused_imports)]
 use crate::error::Error;
+
+use crate::cancel::WaitOptions;
 use crate::error::{Result, TryLockError, wait};
 use crate::mode::Mode;
 use crate::ownership::{self, Line, Wait};
@@ -140,7 +142,7 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self) -> Result<MutexGuard> {
-        ownership::blocking(self.acquire(Wait::Forever))
+        ownership::blocking(self.acquire(Wait::forever()))
     }
 
     /// Like [`lock`](Mutex::lock), but gives up with [`Error::Timeout`] after `timeout`,
@@ -172,6 +174,37 @@ impl Mutex {
         ownership::blocking(self.acquire(Wait::from_timeout(timeout)))
     }
 
+    /// Like [`lock`](Mutex::lock), with a time limit and/or a [`CancelToken`](crate::CancelToken) that another
+    /// thread may cancel: `lock_with(&token)`, `lock_with(Duration::from_secs(5))`, or a
+    /// [`WaitOptions`] with both.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Cancelled`]: the token was cancelled before or during the wait. The call
+    ///   returns within about one request round trip (the removal of our queued key); no
+    ///   key is left behind.
+    /// * [`Error::Timeout`] ([`is_wait_timeout`](Error::is_wait_timeout)): the time limit
+    ///   passed, as for [`lock_timeout`](Mutex::lock_timeout).
+    /// * Otherwise as [`lock`](Mutex::lock).
+    ///
+    /// ```no_run
+    /// use etcd_sync::CancelToken;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let token = CancelToken::new();
+    /// let canceller = token.clone(); // give it to the thread that handles shutdown
+    /// # drop(canceller);
+    /// match session.mutex("db-migration")?.lock_with(&token) {
+    ///     Ok(_guard) => println!("migrating"),
+    ///     Err(e) if e.is_cancelled() => println!("shutting down"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_with(&self, options: impl Into<WaitOptions>) -> Result<MutexGuard> {
+        ownership::blocking(self.acquire(Wait::from_options(options.into())))
+    }
+
     /// Takes the lock only if it is free now. One transaction when free; when held, one
     /// more request removes our queued key, so nothing is left behind.
     ///
@@ -197,7 +230,7 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub fn try_lock(&self) -> std::result::Result<MutexGuard, TryLockError> {
-        self.acquire(Wait::Never)
+        self.acquire(Wait::never())
     }
 
     fn acquire(&self, wait: Wait) -> std::result::Result<MutexGuard, TryLockError> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use crate::backoff::Backoff;
+use crate::cancel::WaitOptions;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::kv::KeyValue;
@@ -418,6 +419,54 @@ impl Observer {
             Ok(event) => event.map(Some),
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => Err(Error::Closed),
+        }
+    }
+
+    /// Waits for the next change under a time limit and/or a
+    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]): `Ok(None)` when the limit
+    /// passed first, [`Error::Cancelled`] when the token was cancelled first (or before).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Cancelled`]: the token was cancelled.
+    /// * Otherwise as [`recv`](Observer::recv).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let observer = client.observe("scheduler")?;
+    /// let token = etcd_sync::CancelToken::new();
+    /// loop {
+    ///     match observer.recv_with(&token) {
+    ///         Ok(Some(event)) => println!("{event:?}"),
+    ///         Ok(None) => continue, // no time limit was set: not reached
+    ///         Err(e) if e.is_cancelled() => break,
+    ///         Err(e) => return Err(e),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn recv_with(&self, options: impl Into<WaitOptions>) -> Result<Option<LeaderEvent>> {
+        crate::runtime::ensure_blocking_allowed()?;
+        let options = options.into();
+        let cancelled = match options.cancel_token_value() {
+            Some(token) => {
+                token.check()?;
+                token.cancelled()
+            }
+            None => crossbeam_channel::never(),
+        };
+        let expired = match options.timeout_value() {
+            Some(limit) => crossbeam_channel::after(limit),
+            None => crossbeam_channel::never(),
+        };
+        crossbeam_channel::select_biased! {
+            recv(self.events) -> event => match event {
+                Ok(event) => event.map(Some),
+                Err(_) => Err(Error::Closed),
+            },
+            recv(cancelled) -> _ => Err(Error::Cancelled),
+            recv(expired) -> _ => Ok(None),
         }
     }
 

@@ -13,6 +13,8 @@ use std::time::Duration;
 // `Error` names the variants in the docs' `# Errors` links.
 #[allow(unused_imports)]
 use crate::error::Error;
+
+use crate::cancel::WaitOptions;
 use crate::error::{Result, TryLockError, wait};
 use crate::mode::Mode;
 use crate::ownership::{self, Line, Wait};
@@ -121,7 +123,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn read(&self) -> Result<RwLockReadGuard> {
-        ownership::blocking(self.read_with(Wait::Forever))
+        ownership::blocking(self.read_for(Wait::forever()))
     }
 
     /// Like [`read`](RwLock::read), but gives up after `timeout`, leaving no key behind.
@@ -143,7 +145,27 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn read_timeout(&self, timeout: Duration) -> Result<RwLockReadGuard> {
-        ownership::blocking(self.read_with(Wait::from_timeout(timeout)))
+        ownership::blocking(self.read_for(Wait::from_timeout(timeout)))
+    }
+
+    /// Like [`read`](RwLock::read), with a time limit and/or a
+    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`](crate::Error::Cancelled) when the token is cancelled (no key is
+    /// left behind), a wait timeout when the limit passes, otherwise as
+    /// [`read`](RwLock::read).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let token = etcd_sync::CancelToken::new();
+    /// let _reader = session.rwlock("catalog")?.read_with(&token)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_with(&self, options: impl Into<WaitOptions>) -> Result<RwLockReadGuard> {
+        ownership::blocking(self.read_for(Wait::from_options(options.into())))
     }
 
     /// Takes the read lock only if no writer holds or waits before us now.
@@ -165,7 +187,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn try_read(&self) -> std::result::Result<RwLockReadGuard, TryLockError> {
-        self.read_with(Wait::Never)
+        self.read_for(Wait::never())
     }
 
     /// Blocks until the write lock is held: until everyone who queued before us (readers,
@@ -183,7 +205,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn write(&self) -> Result<RwLockWriteGuard> {
-        ownership::blocking(self.write_with(Wait::Forever))
+        ownership::blocking(self.write_for(Wait::forever()))
     }
 
     /// Like [`write`](RwLock::write), but gives up after `timeout`, leaving no key behind.
@@ -204,7 +226,29 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn write_timeout(&self, timeout: Duration) -> Result<RwLockWriteGuard> {
-        ownership::blocking(self.write_with(Wait::from_timeout(timeout)))
+        ownership::blocking(self.write_for(Wait::from_timeout(timeout)))
+    }
+
+    /// Like [`write`](RwLock::write), with a time limit and/or a
+    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`](crate::Error::Cancelled) when the token is cancelled (no key is
+    /// left behind), a wait timeout when the limit passes, otherwise as
+    /// [`write`](RwLock::write).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let token = etcd_sync::CancelToken::new();
+    /// let options = etcd_sync::WaitOptions::new().timeout(Duration::from_secs(10)).cancel_token(&token);
+    /// let _writer = session.rwlock("catalog")?.write_with(options)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write_with(&self, options: impl Into<WaitOptions>) -> Result<RwLockWriteGuard> {
+        ownership::blocking(self.write_for(Wait::from_options(options.into())))
     }
 
     /// Takes the write lock only if nobody holds or waits for this name now.
@@ -223,15 +267,15 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn try_write(&self) -> std::result::Result<RwLockWriteGuard, TryLockError> {
-        self.write_with(Wait::Never)
+        self.write_for(Wait::never())
     }
 
-    fn read_with(&self, wait: Wait) -> std::result::Result<RwLockReadGuard, TryLockError> {
+    fn read_for(&self, wait: Wait) -> std::result::Result<RwLockReadGuard, TryLockError> {
         let held = ownership::lock(&self.readers, wait::READ, wait)?;
         Ok(RwLockReadGuard { held })
     }
 
-    fn write_with(&self, wait: Wait) -> std::result::Result<RwLockWriteGuard, TryLockError> {
+    fn write_for(&self, wait: Wait) -> std::result::Result<RwLockWriteGuard, TryLockError> {
         let held = ownership::lock(&self.writers, wait::WRITE, wait)?;
         Ok(RwLockWriteGuard { held })
     }

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cancel::WaitOptions;
 use crate::error::{Error, Result, TryLockError, wait};
 use crate::kv::KeyValue;
 use crate::mode::{MAX_PERMITS, Mode};
@@ -173,7 +174,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn acquire(&self) -> Result<Permit> {
-        ownership::blocking(self.acquire_with(Wait::Forever))
+        ownership::blocking(self.acquire_for(Wait::forever()))
     }
 
     /// Like [`acquire`](Semaphore::acquire), but gives up after `timeout`, leaving no key
@@ -196,7 +197,27 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Permit> {
-        ownership::blocking(self.acquire_with(Wait::from_timeout(timeout)))
+        ownership::blocking(self.acquire_for(Wait::from_timeout(timeout)))
+    }
+
+    /// Like [`acquire`](Semaphore::acquire), with a time limit and/or a
+    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`](crate::Error::Cancelled) when the token is cancelled (no key is
+    /// left behind), a wait timeout when the limit passes, otherwise as
+    /// [`acquire`](Semaphore::acquire).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let token = etcd_sync::CancelToken::new();
+    /// let _permit = session.semaphore("api-quota", 4)?.acquire_with(&token)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_with(&self, options: impl Into<WaitOptions>) -> Result<Permit> {
+        ownership::blocking(self.acquire_for(Wait::from_options(options.into())))
     }
 
     /// Takes a permit only if one is free now (and nobody queued before us waits).
@@ -218,10 +239,10 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire(&self) -> std::result::Result<Permit, TryLockError> {
-        self.acquire_with(Wait::Never)
+        self.acquire_for(Wait::never())
     }
 
-    fn acquire_with(&self, wait: Wait) -> std::result::Result<Permit, TryLockError> {
+    fn acquire_for(&self, wait: Wait) -> std::result::Result<Permit, TryLockError> {
         let held = ownership::lock(&self.line, wait::ACQUIRE, wait)?;
         Ok(Permit { held })
     }

@@ -16,42 +16,24 @@ use crate::queue::{self, Owned, Position};
 use crate::signal::Signal;
 use crate::transport::Rpc;
 
-/// Takes the line's turn, ending early on session loss or the deadline.
+/// Takes the line's turn, ending early on session loss, the deadline or a cancel.
 async fn take_turn(
     line: &Line,
     session: &LeaseState,
-    wait: Wait,
+    wait: &Wait,
     operation: &'static str,
 ) -> std::result::Result<OwnedMutexGuard<()>, TryLockError> {
     let turn = line.turn.clone();
-    match wait {
-        Wait::Never => turn.try_lock_owned().map_err(|_| TryLockError::WouldBlock),
-        Wait::Forever => tokio::select! {
-            turn = turn.lock_owned() => Ok(turn),
-            reason = session.wait_lost() => Err(Error::SessionLost(reason).into()),
-        },
-        Wait::Until(deadline, after) => tokio::select! {
-            turn = turn.lock_owned() => Ok(turn),
-            reason = session.wait_lost() => Err(Error::SessionLost(reason).into()),
-            _ = tokio::time::sleep_until(deadline.into()) => {
-                Err(Error::wait_timeout(operation, after).into())
-            }
-        },
+    if wait.is_never() {
+        return turn.try_lock_owned().map_err(|_| TryLockError::WouldBlock);
     }
-}
-
-/// Runs `fut` under the wait's deadline, if it has one.
-async fn within<T>(
-    wait: Wait,
-    operation: &'static str,
-    fut: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    match wait {
-        Wait::Until(deadline, after) => tokio::time::timeout_at(deadline.into(), fut)
-            .await
-            .unwrap_or_else(|_| Err(Error::wait_timeout(operation, after))),
-        Wait::Forever | Wait::Never => fut.await,
-    }
+    let taken = wait.bound(operation, async {
+        tokio::select! {
+            turn = turn.lock_owned() => Ok(turn),
+            reason = session.wait_lost() => Err(Error::SessionLost(reason)),
+        }
+    });
+    Ok(taken.await?)
 }
 
 /// Acquires `line` for `kind`, storing `value` under the key: the one path every recipe
@@ -63,49 +45,51 @@ pub(crate) fn acquire(
     wait: Wait,
 ) -> std::result::Result<Held, TryLockError> {
     crate::runtime::ensure_blocking_allowed()?;
+    wait.check()?;
     let session = line.session.lease().clone();
     session.check()?;
     if line.held_by_this_thread() {
         // Waiting for a turn this thread owns would never end.
-        return Err(match wait {
-            Wait::Never => TryLockError::WouldBlock,
-            _ => Error::WouldDeadlock(text(&line.name).into_owned()).into(),
+        return Err(if wait.is_never() {
+            TryLockError::WouldBlock
+        } else {
+            Error::WouldDeadlock(text(&line.name).into_owned()).into()
         });
     }
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
     let lease = line.session.lease_id();
     let (enqueued, turn, alive_at) = client.block_on(async {
-        let turn = take_turn(line, &session, wait, kind.operation()).await?;
+        let turn = take_turn(line, &session, &wait, kind.operation()).await?;
         // 1. Join the line in etcd.
-        let enqueued =
-            match within(wait, kind.operation(), join(&rpc, line, kind, value, lease)).await {
-                Ok(enqueued) => enqueued,
-                Err(e) => {
-                    // The Txn may have applied (or apply later): remove by lease, turn in hand.
-                    clean_up_ambiguous(line, turn);
-                    // A lease revoked elsewhere shows here first: say the session is lost.
-                    return Err(session.judge(e).into());
-                }
-            };
+        let joined = wait.bound(kind.operation(), join(&rpc, line, kind, value, lease));
+        let enqueued = match joined.await {
+            Ok(enqueued) => enqueued,
+            Err(e) => {
+                // The Txn may have applied (or apply later): remove by lease, turn in hand.
+                clean_up_ambiguous(line, turn);
+                // A lease revoked elsewhere shows here first: say the session is lost.
+                return Err(session.judge(e).into());
+            }
+        };
         // 2. Wait for our turn in etcd, unless asked not to.
-        let waited = match (wait, &enqueued.position) {
-            (_, Position::Owner) => Ok(enqueued.seen_at),
+        let waited = match &enqueued.position {
+            Position::Owner => Ok(enqueued.seen_at),
             // Only a busy line is `WouldBlock`: a refusal is an error.
-            (Wait::Never, Position::Behind(_)) => Err(TryLockError::WouldBlock),
-            (_, _) => within(
-                wait,
-                kind.operation(),
-                queue::wait_turn(
-                    &rpc,
-                    line.pin_deletes(),
-                    &session,
-                    line.ours(enqueued.rev),
-                    (enqueued.position.clone(), enqueued.seen_at),
-                ),
-            )
-            .await
-            .map_err(TryLockError::from),
+            Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
+            _ => wait
+                .bound(
+                    kind.operation(),
+                    queue::wait_turn(
+                        &rpc,
+                        line.pin_deletes(),
+                        &session,
+                        line.ours(enqueued.rev),
+                        (enqueued.position.clone(), enqueued.seen_at),
+                    ),
+                )
+                .await
+                .map_err(TryLockError::from),
         };
         match waited {
             Ok(seen_at) => Ok((enqueued, turn, seen_at)),

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use crate::cancel::{CancelToken, WaitOptions};
 use crate::error::{Error, Result, TryLockError};
 use crate::kv::text;
 use crate::mode::Mode;
@@ -69,9 +70,16 @@ pub(crate) enum Kind {
     Lead,
 }
 
-/// How long an acquire may wait for its turn.
+/// How long an acquire may wait for its turn, and what may cancel it.
+#[derive(Debug, Clone)]
+pub(crate) struct Wait {
+    limit: Limit,
+    cancel: Option<CancelToken>,
+}
+
+/// The time limit of a [`Wait`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Wait {
+enum Limit {
     Forever,
     /// Until the instant; the duration is the caller's timeout, for the error.
     Until(Instant, Duration),
@@ -90,11 +98,83 @@ impl Kind {
 }
 
 impl Wait {
-    /// `Until(now + timeout)`, or `Forever` when that instant is not representable.
+    /// No limit, no token.
+    pub(crate) fn forever() -> Wait {
+        Wait {
+            limit: Limit::Forever,
+            cancel: None,
+        }
+    }
+
+    /// Only if free now.
+    pub(crate) fn never() -> Wait {
+        Wait {
+            limit: Limit::Never,
+            cancel: None,
+        }
+    }
+
+    /// Until `now + timeout`, or no limit when that instant is not representable.
     pub(crate) fn from_timeout(timeout: Duration) -> Wait {
-        match Instant::now().checked_add(timeout) {
-            Some(deadline) => Wait::Until(deadline, timeout),
-            None => Wait::Forever,
+        Wait {
+            limit: Self::limit(Some(timeout)),
+            cancel: None,
+        }
+    }
+
+    /// What a `*_with(options)` call asked for.
+    pub(crate) fn from_options(options: WaitOptions) -> Wait {
+        Wait {
+            limit: Self::limit(options.timeout_value()),
+            cancel: options.cancel_token_value().cloned(),
+        }
+    }
+
+    fn limit(timeout: Option<Duration>) -> Limit {
+        match timeout.and_then(|t| Some((Instant::now().checked_add(t)?, t))) {
+            Some((deadline, timeout)) => Limit::Until(deadline, timeout),
+            None => Limit::Forever,
+        }
+    }
+
+    /// Whether this is a `try_*`: no waiting at all.
+    pub(crate) fn is_never(&self) -> bool {
+        matches!(self.limit, Limit::Never)
+    }
+
+    /// `Err(Cancelled)` if the wait's token is already cancelled.
+    pub(crate) fn check(&self) -> Result<()> {
+        self.cancel.as_ref().map_or(Ok(()), CancelToken::check)
+    }
+
+    /// Runs `fut` until it ends, the deadline passes (a wait timeout named `operation`)
+    /// or the token is cancelled, whichever comes first.
+    pub(crate) async fn bound<T>(
+        &self,
+        operation: &'static str,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let cancelled = async {
+            match &self.cancel {
+                Some(token) => token.wait().await,
+                None => std::future::pending().await,
+            }
+        };
+        let expired = async {
+            match self.limit {
+                Limit::Until(deadline, _) => tokio::time::sleep_until(deadline.into()).await,
+                Limit::Forever | Limit::Never => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            // Checked first: a wait that is both done and cancelled reports the result.
+            biased;
+            result = fut => result,
+            () = cancelled => Err(Error::Cancelled),
+            () = expired => Err(match self.limit {
+                Limit::Until(_, after) => Error::wait_timeout(operation, after),
+                Limit::Forever | Limit::Never => Error::Cancelled,
+            }),
         }
     }
 }

@@ -5,14 +5,14 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use etcd_sync::{Error, Leadership, Session};
+use etcd_sync::{CancelToken, Error, Leadership, Session, WaitOptions};
 
 use crate::args::HoldOpts;
 use crate::command::run_command;
 use crate::exit::{EXIT_ERROR, EXIT_LOST, EXIT_OK, EXIT_SIGNAL_BASE, EXIT_TIMEOUT, Exit, fail};
 use crate::lock::LockGuard;
 use crate::signals;
-use crate::wait::{TICK, Waited, interruptible};
+use crate::wait::{TICK, Waited, interruptible_with};
 
 /// A held lock or leadership.
 pub enum Held {
@@ -80,15 +80,20 @@ impl Held {
 }
 
 /// Runs the blocking acquire `f` on a worker thread so that signals are seen meanwhile.
-/// On a signal the session is closed: revoking its lease deletes our queued key, and the
-/// waiting call returns with an error.
+/// `f` gets the wait's options: `timeout` and a token that a signal cancels, so the wait
+/// removes its queued key and returns; the session is then closed.
 pub fn acquire(
     session: &Session,
     name: &str,
     timeout: Option<Duration>,
-    f: impl FnOnce() -> etcd_sync::Result<Held> + Send + 'static,
+    f: impl FnOnce(WaitOptions) -> etcd_sync::Result<Held> + Send + 'static,
 ) -> Result<Held, Exit> {
-    match interruptible(f)? {
+    let token = CancelToken::new();
+    let mut options = WaitOptions::new().cancel_token(&token);
+    if let Some(timeout) = timeout {
+        options = options.timeout(timeout);
+    }
+    match interruptible_with(Some(&token), move || f(options))? {
         Waited::Done(Ok(held)) => Ok(held),
         Waited::Done(Err(e)) if e.is_wait_timeout() && timeout.is_some() => {
             let after = timeout.unwrap_or_default();

@@ -3,10 +3,10 @@
 //! the tool treats the three guards alike through [`LockGuard`], so holding, running CMD,
 //! loss and release have one code path whatever the mode.
 
-use std::time::Duration;
-
 use crossbeam_channel::Receiver;
-use etcd_sync::{Mutex, MutexGuard, Permit, RwLock, RwLockReadGuard, Semaphore, Session};
+use etcd_sync::{
+    Mutex, MutexGuard, Permit, RwLock, RwLockReadGuard, Semaphore, Session, WaitOptions,
+};
 
 use crate::args::LockArgs;
 
@@ -67,17 +67,13 @@ impl Lock {
         })
     }
 
-    /// Waits for the lock, at most `timeout` if given (then `Error::is_wait_timeout`).
-    pub fn acquire(&self, timeout: Option<Duration>) -> etcd_sync::Result<Box<dyn LockGuard>> {
-        Ok(match (self, timeout) {
-            (Lock::Exclusive(mutex), Some(timeout)) => Box::new(mutex.lock_timeout(timeout)?),
-            (Lock::Exclusive(mutex), None) => Box::new(mutex.lock()?),
-            (Lock::Shared(rwlock), Some(timeout)) => Box::new(rwlock.read_timeout(timeout)?),
-            (Lock::Shared(rwlock), None) => Box::new(rwlock.read()?),
-            (Lock::Permits(semaphore), Some(timeout)) => {
-                Box::new(semaphore.acquire_timeout(timeout)?)
-            }
-            (Lock::Permits(semaphore), None) => Box::new(semaphore.acquire()?),
+    /// Waits for the lock as `options` say (a limit: `Error::is_wait_timeout`; a
+    /// cancelled token: `Error::Cancelled`).
+    pub fn acquire(&self, options: WaitOptions) -> etcd_sync::Result<Box<dyn LockGuard>> {
+        Ok(match self {
+            Lock::Exclusive(mutex) => Box::new(mutex.lock_with(options)?),
+            Lock::Shared(rwlock) => Box::new(rwlock.read_with(options)?),
+            Lock::Permits(semaphore) => Box::new(semaphore.acquire_with(options)?),
         })
     }
 }

@@ -107,8 +107,8 @@ fn lock(session: &Session, args: &LockArgs) -> Exit {
         Err(e) => return fail(&e),
     };
     let timeout = args.hold.timeout;
-    let acquired = acquire(session, &args.name, timeout, move || {
-        lock.acquire(timeout).map(Held::Lock)
+    let acquired = acquire(session, &args.name, timeout, move |options| {
+        lock.acquire(options).map(Held::Lock)
     });
     match acquired {
         Ok(held) => hold(session, held, &args.hold),
@@ -123,12 +123,10 @@ fn elect(session: &Session, args: &ElectArgs) -> Exit {
     };
     let proposal = args.proposal.clone().unwrap_or_default();
     let timeout = args.hold.timeout;
-    let acquired = acquire(session, &args.name, timeout, move || {
-        match timeout {
-            Some(timeout) => election.campaign_timeout(&proposal, timeout),
-            None => election.campaign(&proposal),
-        }
-        .map(|leadership| Held::Leadership(leadership, proposal))
+    let acquired = acquire(session, &args.name, timeout, move |options| {
+        election
+            .campaign_with(&proposal, options)
+            .map(|leadership| Held::Leadership(leadership, proposal))
     });
     match acquired {
         Ok(held) => hold(session, held, &args.hold),

@@ -5,6 +5,7 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::RecvTimeoutError;
+use etcd_sync::CancelToken;
 
 use crate::exit::{EXIT_ERROR, Exit};
 use crate::signals;
@@ -18,9 +19,21 @@ pub enum Waited<T> {
     Signal(libc::c_int),
 }
 
+/// How long a cancelled wait may take to return (it removes its queued key first).
+pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
 /// Runs `f` on a worker thread; returns its result, or the first signal that arrives
 /// first (the worker is then left to finish or die with the process).
 pub fn interruptible<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<Waited<T>, Exit> {
+    interruptible_with(None, f)
+}
+
+/// Like [`interruptible`]; on a signal, `cancel` is cancelled and the worker gets up to
+/// [`CANCEL_GRACE`] to return (a cancelled wait removes its key before it returns).
+pub fn interruptible_with<T: Send + 'static>(
+    cancel: Option<&CancelToken>,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<Waited<T>, Exit> {
     let (tx, rx) = crossbeam_channel::bounded(1);
@@ -35,6 +48,10 @@ pub fn interruptible<T: Send + 'static>(
     }
     loop {
         if let Some(signo) = signals::take() {
+            if let Some(token) = cancel {
+                token.cancel();
+                let _ = rx.recv_timeout(CANCEL_GRACE);
+            }
             return Ok(Waited::Signal(signo));
         }
         match rx.recv_timeout(TICK) {
