@@ -183,6 +183,19 @@ impl Election {
         Ok(Leadership { held })
     }
 
+    /// The session this election campaigns on.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let election = session.election("e")?;
+    /// assert_eq!(election.session().lease_id(), session.lease_id());
+    /// # Ok(()) }
+    /// ```
+    pub fn session(&self) -> &Session {
+        self.line.session()
+    }
+
     /// The current leader, or `Ok(None)` when nobody leads.
     ///
     /// # Errors

@@ -46,6 +46,7 @@ mod follow;
 mod guard;
 mod keepalive;
 mod kv;
+mod leader_loop;
 mod lease;
 mod mode;
 mod mutex;
@@ -76,6 +77,9 @@ pub use crossbeam_channel;
 pub use election::{Election, Leadership};
 pub use error::{Cause, Code, Error, LossReason, Result, TryLockError};
 pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
+pub use leader_loop::{
+    DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop, LoopHealth, LoopState, TermEnd,
+};
 pub use mode::MAX_PERMITS;
 pub use mutex::{Mutex, MutexGuard};
 pub use observe::{Leader, LeaderEvent, Observer};
