@@ -83,6 +83,7 @@ pub use leader_loop::{
 pub use mode::MAX_PERMITS;
 pub use mutex::{Mutex, MutexGuard};
 pub use observe::{Leader, LeaderEvent, Observer};
+pub use ownership::MAX_LOCK_DELAY;
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Permit, Semaphore};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};

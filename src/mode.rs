@@ -48,6 +48,20 @@ impl Mode {
         }
     }
 
+    /// The lease id in `key` under `prefix`, if it is a lock key (see [`Mode::of_key`]).
+    pub(crate) fn lease_of(prefix: &[u8], key: &[u8]) -> Option<i64> {
+        Mode::of_key(prefix, key)?;
+        let rest = key.strip_prefix(prefix)?;
+        let hex: Vec<u8> = rest
+            .iter()
+            .copied()
+            .take_while(u8::is_ascii_hexdigit)
+            .collect();
+        u64::from_str_radix(std::str::from_utf8(&hex).ok()?, 16)
+            .ok()
+            .map(|id| id as i64)
+    }
+
     /// The mode of `key` under `prefix`, if it has the shape of a key a lock, campaign,
     /// reader or semaphore created (`<prefix><lease hex><suffix>`); `None` for any other
     /// key (data, a nested name).
@@ -152,6 +166,19 @@ impl Sorted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lease_ids_come_from_lock_keys_only() {
+        assert_eq!(
+            Mode::lease_of(b"n/", b"n/694d7a3c1f2b"),
+            Some(0x694d_7a3c_1f2b)
+        );
+        assert_eq!(Mode::lease_of(b"n/", b"n/ff.shared"), Some(0xff));
+        assert_eq!(Mode::lease_of(b"n/", b"n/ff.permits-3"), Some(0xff));
+        assert_eq!(Mode::lease_of(b"n/", b"n/ffffffffffffffff"), Some(-1));
+        assert_eq!(Mode::lease_of(b"n/", b"n/data"), None);
+        assert_eq!(Mode::lease_of(b"n/", b"m/ff"), None);
+    }
 
     fn keys(names: &[&str]) -> Vec<Vec<u8>> {
         names.iter().map(|n| n.as_bytes().to_vec()).collect()

@@ -47,6 +47,7 @@ use crate::session::Session;
 #[derive(Clone, Debug)]
 pub struct Mutex {
     line: Arc<Line>,
+    lock_delay: Duration,
 }
 
 impl Session {
@@ -74,11 +75,39 @@ impl Session {
     pub fn mutex(&self, name: impl AsRef<[u8]>) -> Result<Mutex> {
         Ok(Mutex {
             line: Line::of(self, name.as_ref(), Mode::Exclusive)?,
+            lock_delay: Duration::ZERO,
         })
     }
 }
 
 impl Mutex {
+    /// Opts in to a lock-delay (Chubby, Consul): when the holder before us lost its lease
+    /// (it expired, or was revoked) instead of releasing, wait `delay` more before taking
+    /// over, so that a paused holder that cannot check fencing tokens has time to notice it
+    /// lost. A clean release hands over at once. Default: no delay (as Go's `concurrency`).
+    ///
+    /// The leases of the keys that were ahead of ours are looked up once the wait is over
+    /// (one LeaseTimeToLive each, for at most 16 keys). The delay counts against the wait's
+    /// time limit and ends early on a cancel or a lost session.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `delay` is longer than
+    /// [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY) (60 s).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let mutex = session.mutex("deploy")?.lock_delay(Duration::from_secs(10))?;
+    /// # let _ = mutex;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Result<Mutex> {
+        self.lock_delay = ownership::checked_lock_delay(delay)?;
+        Ok(self)
+    }
+
     /// The lock's name.
     ///
     /// ```no_run
@@ -234,7 +263,7 @@ impl Mutex {
     }
 
     fn acquire(&self, wait: Wait) -> std::result::Result<MutexGuard, TryLockError> {
-        let held = ownership::lock(&self.line, wait::LOCK, wait)?;
+        let held = ownership::lock(&self.line, wait::LOCK, wait.with_delay(self.lock_delay))?;
         Ok(MutexGuard { held })
     }
 }

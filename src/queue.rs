@@ -76,6 +76,11 @@ impl Ahead {
     fn len(&self) -> usize {
         self.keys.len()
     }
+
+    /// Every key ahead that kept us waiting (blocking or counted).
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.keys.blocking.iter().chain(&self.keys.counted)
+    }
 }
 
 /// Where a key in `mode` stands, given the keys before it (all of them if `complete`).

@@ -50,6 +50,7 @@ use crate::session::Session;
 pub struct RwLock {
     readers: Arc<Line>,
     writers: Arc<Line>,
+    lock_delay: Duration,
 }
 
 impl Session {
@@ -75,11 +76,39 @@ impl Session {
         Ok(RwLock {
             readers: Line::of(self, name.as_ref(), Mode::Shared)?,
             writers: Line::of(self, name.as_ref(), Mode::Exclusive)?,
+            lock_delay: Duration::ZERO,
         })
     }
 }
 
 impl RwLock {
+    /// Opts in to a lock-delay (Chubby, Consul): when the holder before us lost its lease
+    /// (it expired, or was revoked) instead of releasing, wait `delay` more before taking
+    /// over, so that a paused holder that cannot check fencing tokens has time to notice it
+    /// lost. A clean release hands over at once. Default: no delay (as Go's `concurrency`).
+    ///
+    /// The leases of the keys that were ahead of ours are looked up once the wait is over
+    /// (one LeaseTimeToLive each, for at most 16 keys). The delay counts against the wait's
+    /// time limit and ends early on a cancel or a lost session.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `delay` is longer than
+    /// [`MAX_LOCK_DELAY`](crate::MAX_LOCK_DELAY) (60 s).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let rwlock = session.rwlock("catalog")?.lock_delay(Duration::from_secs(10))?;
+    /// # let _ = rwlock;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Result<RwLock> {
+        self.lock_delay = ownership::checked_lock_delay(delay)?;
+        Ok(self)
+    }
+
     /// The lock's name.
     ///
     /// ```no_run
@@ -271,12 +300,12 @@ impl RwLock {
     }
 
     fn read_for(&self, wait: Wait) -> std::result::Result<RwLockReadGuard, TryLockError> {
-        let held = ownership::lock(&self.readers, wait::READ, wait)?;
+        let held = ownership::lock(&self.readers, wait::READ, wait.with_delay(self.lock_delay))?;
         Ok(RwLockReadGuard { held })
     }
 
     fn write_for(&self, wait: Wait) -> std::result::Result<RwLockWriteGuard, TryLockError> {
-        let held = ownership::lock(&self.writers, wait::WRITE, wait)?;
+        let held = ownership::lock(&self.writers, wait::WRITE, wait.with_delay(self.lock_delay))?;
         Ok(RwLockWriteGuard { held })
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
 
+use super::delay;
 use super::hold::{HoldState, spawn_removal};
 use super::{Held, Hold, Kind, Line, Wait};
 use crate::error::{Error, Result, TryLockError};
@@ -77,6 +78,30 @@ pub(crate) fn acquire(
             Position::Owner => Ok(enqueued.seen_at),
             // Only a busy line is `WouldBlock`: a refusal is an error.
             Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
+            Position::Behind(ahead) => {
+                let waited = wait
+                    .bound(
+                        kind.operation(),
+                        queue::wait_turn(
+                            &rpc,
+                            line.pin_deletes(),
+                            &session,
+                            line.ours(enqueued.rev),
+                            (enqueued.position.clone(), enqueued.seen_at),
+                        ),
+                    )
+                    .await;
+                match waited {
+                    Ok(seen_at) => {
+                        let op = kind.operation();
+                        delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, wait.delay)
+                            .await
+                            .map(|()| seen_at)
+                    }
+                    Err(e) => Err(e),
+                }
+                .map_err(TryLockError::from)
+            }
             _ => wait
                 .bound(
                     kind.operation(),

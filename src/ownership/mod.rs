@@ -33,9 +33,12 @@ use crate::transport::watch::Only;
 use crate::watches::{Pin, Spec, Watches};
 
 mod acquire;
+mod delay;
 mod hold;
 
 pub(crate) use acquire::acquire;
+pub use delay::MAX_LOCK_DELAY;
+pub(crate) use delay::checked as checked_lock_delay;
 pub(crate) use hold::{Held, Hold, proclaim};
 
 /// One acquisition of `line` for a lock guard, traced under `operation`.
@@ -75,6 +78,8 @@ pub(crate) enum Kind {
 pub(crate) struct Wait {
     limit: Limit,
     cancel: Option<CancelToken>,
+    /// Lock-delay after a holder whose lease ended (see `delay.rs`); zero: none.
+    delay: Duration,
 }
 
 /// The time limit of a [`Wait`].
@@ -103,6 +108,7 @@ impl Wait {
         Wait {
             limit: Limit::Forever,
             cancel: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -111,6 +117,7 @@ impl Wait {
         Wait {
             limit: Limit::Never,
             cancel: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -119,6 +126,7 @@ impl Wait {
         Wait {
             limit: Self::limit(Some(timeout)),
             cancel: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -127,7 +135,14 @@ impl Wait {
         Wait {
             limit: Self::limit(options.timeout_value()),
             cancel: options.cancel_token_value().cloned(),
+            delay: Duration::ZERO,
         }
+    }
+
+    /// With a lock-delay (already checked against its maximum).
+    pub(crate) fn with_delay(mut self, delay: Duration) -> Wait {
+        self.delay = delay;
+        self
     }
 
     fn limit(timeout: Option<Duration>) -> Limit {

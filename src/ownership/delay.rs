@@ -1,0 +1,90 @@
+//! Lock-delay (Chubby's, Consul's): after a wait, if a key ahead of ours went because its
+//! lease ended (expired, or revoked) rather than by a release, hold off for the delay
+//! before taking over. A holder that was paused (GC, SIGSTOP, a frozen VM) and cannot
+//! check fencing tokens gets that long to notice its loss before the next holder starts.
+//!
+//! The key's name carries its lease id (`<name>/<lease hex>`), so one LeaseTimeToLive per
+//! key ahead tells a lease that ended (etcd answers TTL -1, or "lease not found") from a
+//! key that was deleted with its lease still alive (a release, a timed-out waiter).
+
+use std::time::Duration;
+
+use super::Wait;
+use crate::error::{Code, Error, Result};
+use crate::lease::LeaseState;
+use crate::mode::Mode;
+use crate::queue::Ahead;
+use crate::transport::Rpc;
+
+/// The longest lock-delay accepted (Consul's cap), 60 s.
+///
+/// ```
+/// assert_eq!(etcd_sync::MAX_LOCK_DELAY, std::time::Duration::from_secs(60));
+/// ```
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
+
+/// How many keys ahead have their lease looked up: the holders are the oldest keys, and a
+/// lock-delay line is short; past this, a long line would pay a request per waiter.
+const CHECKED: usize = 16;
+
+/// `delay` if it is within bounds.
+pub(crate) fn checked(delay: Duration) -> Result<Duration> {
+    if delay > MAX_LOCK_DELAY {
+        return Err(Error::InvalidArgument(format!(
+            "lock_delay {delay:?} is longer than the maximum of {MAX_LOCK_DELAY:?}"
+        )));
+    }
+    Ok(delay)
+}
+
+/// Waits `delay` if a lease of a key in `ahead` has ended, within `wait`'s limit and
+/// token, ending early on session loss.
+pub(crate) async fn hold_off(
+    rpc: &Rpc,
+    session: &LeaseState,
+    wait: &Wait,
+    operation: &'static str,
+    prefix: &[u8],
+    ahead: &Ahead,
+    delay: Duration,
+) -> Result<()> {
+    if delay.is_zero() {
+        return Ok(());
+    }
+    let mut leases: Vec<i64> = ahead
+        .keys()
+        .filter_map(|key| Mode::lease_of(prefix, key))
+        .collect();
+    leases.sort_unstable();
+    leases.dedup();
+    let mut ended = None;
+    for &lease in leases.iter().take(CHECKED) {
+        let gone = match rpc.lease_time_to_live(lease).await {
+            Ok(info) => info.ttl <= 0,
+            Err(Error::Server {
+                code: Code::NotFound,
+                ..
+            }) => true,
+            Err(e) => return Err(e),
+        };
+        if gone {
+            ended = Some(lease);
+            break;
+        }
+    }
+    let Some(lease) = ended else {
+        return Ok(());
+    };
+    tracing::info!(
+        lease = %crate::kv::LeaseHex(lease),
+        ?delay,
+        "the holder's lease ended without a release: lock-delay"
+    );
+    wait.bound(operation, async {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => Ok(()),
+            reason = session.wait_lost() => Err(Error::SessionLost(reason)),
+        }
+    })
+    .await
+}
