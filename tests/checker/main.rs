@@ -1,6 +1,7 @@
 //! The randomized checker: child processes, each with one client, two sessions and two
 //! threads per session, run random sequences of the public API (lock, lock_timeout with
-//! short timeouts, try_lock, unlock, drop, retry loops, campaign, campaign_timeout,
+//! short timeouts, lock_with a token cancelled at a random moment, lock with a random
+//! lock-delay, try_lock, unlock, drop, retry loops, campaign, campaign_timeout,
 //! re-campaign, proclaim, resign; on one name read and write locks mixed with Mutex, on
 //! another a two-permit semaphore) on a few names of a real 3-member cluster, while the
 //! parent SIGKILLs children, kills and restarts members, pauses members, and freezes the
@@ -340,8 +341,30 @@ fn lock_or_lead(
     rng: &mut Rng,
     timeout: Duration,
 ) -> Attempt {
-    let op = rng.below(7);
+    let op = rng.below(9);
     let result: etcd_sync::Result<Guard> = match op {
+        7 => {
+            // A wait cancelled from another thread at a random moment (often while waiting,
+            // sometimes before it starts or after it got the lock).
+            let token = etcd_sync::CancelToken::new();
+            let (canceller, after) = (token.clone(), rng.millis(0, 400));
+            std::thread::spawn(move || {
+                std::thread::sleep(after);
+                canceller.cancel();
+            });
+            let options = etcd_sync::WaitOptions::new()
+                .timeout(timeout)
+                .cancel_token(&token);
+            session
+                .mutex(name)
+                .and_then(|m| m.lock_with(options))
+                .map(Guard::Lock)
+        }
+        8 => session
+            .mutex(name)
+            .and_then(|m| m.lock_delay(rng.millis(0, 300)))
+            .and_then(|m| m.lock_timeout(timeout))
+            .map(Guard::Lock),
         0 => session.mutex(name).and_then(|m| m.lock()).map(Guard::Lock),
         1 => session
             .mutex(name)
@@ -390,7 +413,8 @@ fn lock_or_lead(
             result
         }
     };
-    (matches!(op, 1 | 5), Some(result))
+    // Timed waits: the lock-delay counts against the limit too.
+    (matches!(op, 1 | 5 | 7 | 8), Some(result))
 }
 
 fn error_kind(e: &Error) -> &'static str {
@@ -400,6 +424,7 @@ fn error_kind(e: &Error) -> &'static str {
         Error::Unavailable { .. } => "unavailable",
         Error::LockLost | Error::NotLeader => "lost",
         Error::WouldDeadlock(_) => "would_deadlock",
+        Error::Cancelled => "cancelled",
         _ => "other",
     }
 }
@@ -656,6 +681,11 @@ fn randomized_checker() {
     assert!(
         totals.stale_attempts > 0,
         "seed {seed}: no stale write was tried"
+    );
+    assert!(
+        totals.errors.get("cancelled").copied().unwrap_or(0) > 0,
+        "seed {seed}: no wait was cancelled: {:?}",
+        totals.errors
     );
 }
 
