@@ -62,6 +62,7 @@ pub(crate) fn acquire(
     value: &[u8],
     wait: Wait,
 ) -> std::result::Result<Held, TryLockError> {
+    let started = crate::telemetry::Stopwatch::start();
     crate::runtime::ensure_blocking_allowed()?;
     let session = line.session.lease().clone();
     session.check()?;
@@ -127,6 +128,7 @@ pub(crate) fn acquire(
         line: line.clone(),
         rev: enqueued.rev,
         kind,
+        acquired: crate::telemetry::Stopwatch::start(),
         state: StdMutex::new(HoldState {
             generation: 0,
             thread: std::thread::current().id(),
@@ -153,6 +155,7 @@ pub(crate) fn acquire(
         proof_revision = alive_at,
         "acquired"
     );
+    crate::telemetry::acquired(&line.name, kind.operation(), started);
     Ok(Held::new(hold))
 }
 
