@@ -122,6 +122,7 @@ impl LeaseState {
             }
             _ => tracing::warn!(lease = %LeaseHex(self.id), %reason, "session lost"),
         }
+        crate::telemetry::session_ended(&reason);
         state.reason = Some(reason);
         state.lost_tx = None;
         drop(state);
@@ -144,6 +145,7 @@ impl LeaseState {
     pub(crate) fn extend(&self, deadline: Instant, ttl: Duration) {
         let mut state = self.state();
         if state.reason.is_none() && deadline > state.deadline {
+            crate::telemetry::keepalive_acknowledged(state.deadline); // the old deadline
             state.deadline = deadline;
             state.boot_deadline = crate::clock::boot_deadline(deadline);
             state.ttl = ttl;

@@ -30,7 +30,8 @@
 //!   [`select!`](crossbeam_channel::select) with your own channels.
 //!
 //! Optional features: `tls` (https endpoints, client certificates), `cli` (the `etcd-sync`
-//! command-line tool), `testing` (start real etcd servers from tests).
+//! command-line tool), `testing` (start real etcd servers from tests), `metrics` (wait and
+//! hold times, losses, failovers through the `metrics` facade; names in `metric_names`).
 //!
 //! See `ARCHITECTURE.md` for threads and request flow.
 #![warn(missing_docs)]
@@ -58,6 +59,7 @@ mod rwlock;
 mod semaphore;
 mod session;
 mod signal;
+mod telemetry;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -87,6 +89,9 @@ pub use ownership::MAX_LOCK_DELAY;
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Permit, Semaphore};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use telemetry::names as metric_names;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::TlsConfig;

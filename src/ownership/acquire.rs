@@ -45,6 +45,7 @@ pub(crate) fn acquire(
     value: &[u8],
     wait: Wait,
 ) -> std::result::Result<Held, TryLockError> {
+    let started = crate::telemetry::Stopwatch::start();
     crate::runtime::ensure_blocking_allowed()?;
     wait.check()?;
     let session = line.session.lease().clone();
@@ -136,6 +137,7 @@ pub(crate) fn acquire(
         line: line.clone(),
         rev: enqueued.rev,
         kind,
+        acquired: crate::telemetry::Stopwatch::start(),
         state: StdMutex::new(HoldState {
             generation: 0,
             thread: std::thread::current().id(),
@@ -162,6 +164,7 @@ pub(crate) fn acquire(
         proof_revision = alive_at,
         "acquired"
     );
+    crate::telemetry::acquired(&line.name, kind.operation(), started);
     Ok(Held::new(hold))
 }
 

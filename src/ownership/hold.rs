@@ -25,6 +25,8 @@ pub(crate) struct Hold {
     pub(super) line: Arc<Line>,
     pub(super) rev: i64,
     pub(super) kind: Kind,
+    /// When the hold began, for the hold-time metric (zero-sized without `metrics`).
+    pub(super) acquired: crate::telemetry::Stopwatch,
     pub(super) state: StdMutex<HoldState>,
     /// Serialises proclamations, whose exactly-once condition is the last value revision.
     pub(super) proclaiming: tokio::sync::Mutex<()>,
@@ -69,6 +71,10 @@ impl Hold {
         state.ended = true;
         state.signal.fire();
         state.turn = None;
+        drop(state);
+        crate::telemetry::key_lost(&self.line.name, self.kind.operation(), || {
+            self.line.session.lease().loss_reason()
+        });
     }
 }
 
@@ -207,6 +213,14 @@ impl Held {
             state.signal.fire();
             state.turn.take()
         };
+        let hold = &self.hold;
+        let session_loss = || hold.line.session.lease().loss_reason();
+        crate::telemetry::released(
+            &hold.line.name,
+            hold.kind.operation(),
+            hold.acquired,
+            session_loss,
+        );
         tracing::debug!(key = %text(self.key()), fencing_token = self.rev(), "releasing");
         let line = self.hold.line.clone();
         let owned = Owned::Revision(self.hold.rev);

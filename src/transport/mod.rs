@@ -298,7 +298,8 @@ impl Rpc {
             })?;
         let token = MetadataValue::try_from(resp.token.as_str())
             .map_err(|_| Error::Authentication("etcd returned an unusable token".into()))?;
-        *self.inner.token.write().unwrap_or_else(|e| e.into_inner()) = Some(token);
+        let old = (self.inner.token.write().unwrap_or_else(|e| e.into_inner())).replace(token);
+        crate::telemetry::authenticated(old.is_some());
         Ok(())
     }
 
@@ -336,6 +337,7 @@ impl Rpc {
             .is_ok()
             && next != failed
         {
+            crate::telemetry::failover(&self.inner.endpoints[failed], &self.inner.endpoints[next]);
             tracing::warn!(
                 failed = %self.inner.endpoints[failed],
                 next = %self.inner.endpoints[next],
