@@ -43,6 +43,8 @@ mod election;
 mod error;
 mod follow;
 mod guard;
+mod holder;
+mod identity;
 mod keepalive;
 mod kv;
 mod lease;
@@ -56,6 +58,7 @@ mod rwlock;
 mod semaphore;
 mod session;
 mod signal;
+mod status;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -73,6 +76,8 @@ pub use client::{
 pub use crossbeam_channel;
 pub use election::{Election, Leadership};
 pub use error::{Cause, Code, Error, LossReason, Result, TryLockError};
+pub use holder::{Holder, KeyMode, Status};
+pub use identity::MAX_IDENTITY_LEN;
 pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 pub use mode::MAX_PERMITS;
 pub use mutex::{Mutex, MutexGuard};
