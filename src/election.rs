@@ -9,12 +9,14 @@ use crossbeam_channel::Receiver;
 use crate::cancel::WaitOptions;
 use crate::error::TryLockError;
 use crate::error::{Error, Result};
+use crate::holder::Holder;
 use crate::kv::text;
 use crate::kv::{Compare, CompareOp, Txn, TxnResponse};
 use crate::mode::Mode;
 use crate::observe::{Leader, Observer, leader_of, observe_prefix};
 use crate::ownership::{self, Held, Kind, Line, Wait};
 use crate::session::Session;
+use crate::status;
 
 /// A leader election named by a string, campaigned through a [`Session`].
 ///
@@ -217,6 +219,33 @@ impl Election {
     /// ```
     pub fn leader(&self) -> Result<Option<Leader>> {
         leader_of(self.line.session().client(), self.line.prefix().to_vec())
+    }
+
+    /// The candidates waiting to lead, in line order (the next leader first), without the
+    /// leader ([`leader`](Election::leader)): each with the value it campaigned with, its
+    /// lease, create revision (its fencing token once it leads) and lease TTL left. One
+    /// linearizable read, then one lease lookup per candidate.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
+    /// lookups are retried on every endpoint first); [`Error::Server`] /
+    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
+    /// called on an async worker thread.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// for candidate in session.election("scheduler")?.candidates()? {
+    ///     println!("next in line: {}", candidate.value_str());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn candidates(&self) -> Result<Vec<Holder>> {
+        // The leader is the oldest key, whatever its name says (`leader()` reads it so).
+        status::inspect(self.line.session().client(), self.line.prefix(), |line| {
+            line.into_line().into_iter().skip(1).collect()
+        })
     }
 
     /// Follows leadership changes: a blocking iterator of [`LeaderEvent`](crate::LeaderEvent)s that starts with

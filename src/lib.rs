@@ -45,6 +45,8 @@ mod election;
 mod error;
 mod follow;
 mod guard;
+mod holder;
+mod identity;
 mod keepalive;
 mod kv;
 mod leader_loop;
@@ -59,6 +61,7 @@ mod rwlock;
 mod semaphore;
 mod session;
 mod signal;
+mod status;
 mod telemetry;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -78,6 +81,8 @@ pub use client::{
 pub use crossbeam_channel;
 pub use election::{Election, Leadership};
 pub use error::{Cause, Code, Error, LossReason, Result, TryLockError};
+pub use holder::{Holder, KeyMode, Status};
+pub use identity::MAX_IDENTITY_LEN;
 pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 pub use leader_loop::{
     DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop, LoopHealth, LoopState, TermEnd,

@@ -142,6 +142,26 @@ impl Mode {
     }
 }
 
+/// How many keys of `line` (every key under `prefix`, oldest create revision first) hold
+/// now, by the rule each key's own waiter applies ([`Mode::sort`], [`Sorted::is_clear`]):
+/// a key that is not a lock key counts as exclusive, and a permit whose N disagrees with
+/// an older permit's does not hold (its waiter is refused).
+///
+/// The holders are always the first keys of the line: a key that holds has before it only
+/// keys its mode passes (readers before a reader, fewer than N permits of its N before a
+/// permit, nothing before an exclusive key), and each of those holds by the same rule.
+/// So counting stops at the first key that waits, and costs O(holders²) key comparisons.
+pub(crate) fn holding(prefix: &[u8], line: &[Vec<u8>]) -> usize {
+    line.iter()
+        .enumerate()
+        .take_while(|&(i, key)| {
+            let mode = Mode::of_key(prefix, key).unwrap_or(Mode::Exclusive);
+            mode.sort(prefix, line[..i].iter().cloned())
+                .is_ok_and(|ahead| ahead.is_clear())
+        })
+        .count()
+}
+
 impl Sorted {
     /// Whether these keys let us hold: none that blocks, and a free permit.
     pub(crate) fn is_clear(&self) -> bool {
@@ -237,5 +257,22 @@ mod tests {
         let full = keys(&["n/1.permits-2", "n/2.permits-2"]);
         assert!(!Mode::Permits(2).sort(b"n/", full).unwrap().is_clear());
         assert!(Mode::Permits(3).sort(b"n/", two).is_err(), "sizes disagree");
+    }
+
+    #[test]
+    fn the_first_keys_that_their_own_rule_lets_in_hold() {
+        let cases: &[(&[&str], usize)] = &[
+            (&[], 0),
+            (&["n/1", "n/2"], 1),
+            (&["n/1.shared", "n/2.shared", "n/3", "n/4.shared"], 2),
+            (&["n/1", "n/2.shared"], 1),
+            (&["n/1.permits-2", "n/2.permits-2", "n/3.permits-2"], 2),
+            (&["n/1.permits-3", "n/2.permits-2", "n/3.permits-3"], 1),
+            (&["n/data", "n/1"], 1),
+            (&["n/1.shared", "n/data"], 1),
+        ];
+        for (line, holders) in cases {
+            assert_eq!(holding(b"n/", &keys(line)), *holders, "{line:?}");
+        }
     }
 }

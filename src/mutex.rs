@@ -10,9 +10,11 @@ use crate::error::Error;
 
 use crate::cancel::WaitOptions;
 use crate::error::{Result, TryLockError, wait};
+use crate::holder::Holder;
 use crate::mode::Mode;
 use crate::ownership::{self, Line, Wait};
 use crate::session::Session;
+use crate::status;
 
 /// A distributed lock named by a string, held through a [`Session`].
 ///
@@ -131,6 +133,58 @@ impl Mutex {
     /// ```
     pub fn session(&self) -> &Session {
         self.line.session()
+    }
+
+    /// Who holds the lock now: its key, the holder's
+    /// [`identity`](crate::Session::identity) (empty for `etcdctl lock`), lease, fencing
+    /// token and lease TTL left; `None` when it is free. One linearizable read and one
+    /// lease lookup. When readers or permits of the name share it, the oldest of them
+    /// ([`Client::status`](crate::Client::status) lists them all).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
+    /// lookups are retried on every endpoint first); [`Error::Server`] /
+    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
+    /// called on an async worker thread.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// if let Some(holder) = session.mutex("db-migration")?.holder()? {
+    ///     println!("{} holds it (token {})", holder.value_str(), holder.create_revision);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn holder(&self) -> Result<Option<Holder>> {
+        let first = status::inspect(self.session().client(), self.line.prefix(), |line| {
+            line.holders.into_iter().take(1).collect()
+        })?;
+        Ok(first.into_iter().next())
+    }
+
+    /// Who waits for the lock, in line order (the next holder first), without the holder.
+    /// One linearizable read and one lease lookup per waiter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
+    /// lookups are retried on every endpoint first); [`Error::Server`] /
+    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
+    /// called on an async worker thread.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// for waiter in session.mutex("db-migration")?.waiters()? {
+    ///     println!("waiting: {}", waiter.value_str());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn waiters(&self) -> Result<Vec<Holder>> {
+        status::inspect(self.session().client(), self.line.prefix(), |line| {
+            line.waiters
+        })
     }
 
     /// Blocks until the lock is held.

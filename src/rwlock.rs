@@ -16,9 +16,11 @@ use crate::error::Error;
 
 use crate::cancel::WaitOptions;
 use crate::error::{Result, TryLockError, wait};
+use crate::holder::Holder;
 use crate::mode::Mode;
 use crate::ownership::{self, Line, Wait};
 use crate::session::Session;
+use crate::status;
 
 /// A distributed read-write lock named by a string, held through a [`Session`].
 ///
@@ -131,6 +133,58 @@ impl RwLock {
     /// ```
     pub fn session(&self) -> &Session {
         self.writers.session()
+    }
+
+    /// Who holds the lock now, oldest first: the readers that share it
+    /// ([`KeyMode::Shared`](crate::KeyMode::Shared)), or the one writer (or `Mutex`, or
+    /// `etcdctl lock`), each with its [`identity`](crate::Session::identity), lease,
+    /// fencing token and lease TTL left; empty when it is free. One linearizable read, then
+    /// one lease lookup per holder.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
+    /// lookups are retried on every endpoint first); [`Error::Server`] /
+    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
+    /// called on an async worker thread.
+    ///
+    /// ```no_run
+    /// use etcd_sync::KeyMode;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let holders = session.rwlock("catalog")?.holders()?;
+    /// let readers = holders.iter().filter(|h| h.mode == KeyMode::Shared).count();
+    /// println!("{readers} readers, {} writers", holders.len() - readers);
+    /// # Ok(()) }
+    /// ```
+    pub fn holders(&self) -> Result<Vec<Holder>> {
+        status::inspect(self.session().client(), self.writers.prefix(), |line| {
+            line.holders
+        })
+    }
+
+    /// Who waits for the lock, readers and writers, in line order (the next holder
+    /// first). One linearizable read, then one lease lookup per waiter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
+    /// lookups are retried on every endpoint first); [`Error::Server`] /
+    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
+    /// called on an async worker thread.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// for waiter in session.rwlock("catalog")?.waiters()? {
+    ///     println!("{} waits ({:?})", waiter.value_str(), waiter.mode);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn waiters(&self) -> Result<Vec<Holder>> {
+        status::inspect(self.session().client(), self.writers.prefix(), |line| {
+            line.waiters
+        })
     }
 
     /// Blocks until the read lock is held: until no writer (or `Mutex`, or

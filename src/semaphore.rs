@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use crate::cancel::WaitOptions;
 use crate::error::{Error, Result, TryLockError, wait};
-use crate::kv::KeyValue;
+use crate::holder::Holder;
 use crate::mode::{MAX_PERMITS, Mode};
 use crate::ownership::{self, Line, Wait};
 use crate::session::Session;
+use crate::status;
 
 /// A distributed counting semaphore named by a string: at most `permits` holders at once,
 /// across every process that uses the name with the same number of permits.
@@ -148,39 +149,55 @@ impl Semaphore {
         self.line.session()
     }
 
-    /// Who holds a permit now: the oldest keys of this semaphore, at most
-    /// [`permits`](Semaphore::permits) of them, oldest first, from one linearizable read.
-    /// Their [`create_revision`](KeyValue::create_revision) is the holder's fencing token
-    /// and [`lease`](KeyValue::lease) its session's lease. Empty while a key this
-    /// semaphore must wait for as a whole (a `Mutex`, `etcdctl lock`) is oldest.
+    /// Who holds the name now, oldest first: up to N permits, each with its holder's
+    /// [`identity`](crate::Session::identity), lease, fencing token
+    /// ([`create_revision`](Holder::create_revision)) and lease TTL left. While a key this
+    /// semaphore waits for as a whole (a `Mutex`, `etcdctl lock`) is oldest, that key is
+    /// the one holder (its [`mode`](Holder::mode) says so). One linearizable read, then one
+    /// lease lookup per holder.
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (the read is
-    /// retried on every endpoint first); [`Error::Server`] / [`Error::Authentication`]:
-    /// etcd refused the read; [`Error::InsideAsyncRuntime`]: called on an async worker
-    /// thread.
+    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
+    /// lookups are retried on every endpoint first); [`Error::Server`] /
+    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
+    /// called on an async worker thread.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// for holder in session.semaphore("licensed-api", 4)?.holders()? {
-    ///     println!("{} holds with token {}", holder.key_str(), holder.create_revision);
+    ///     println!("{} holds with token {}", holder.value_str(), holder.create_revision);
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn holders(&self) -> Result<Vec<KeyValue>> {
-        let mode = Mode::Permits(self.permits);
-        let prefix = self.line.prefix();
-        let keys = self.session().client().get_prefix(prefix)?;
-        let mut by_age = keys;
-        by_age.sort_by_key(|kv| kv.create_revision);
-        // The oldest keys hold while they are permits of this size, up to N of them.
-        Ok(by_age
-            .into_iter()
-            .take_while(|kv| Mode::of_key(prefix, &kv.key) == Some(mode))
-            .take(self.permits as usize)
-            .collect())
+    pub fn holders(&self) -> Result<Vec<Holder>> {
+        status::inspect(self.session().client(), self.line.prefix(), |line| {
+            line.holders
+        })
+    }
+
+    /// Who waits for a permit, in line order (the next holder first). One linearizable
+    /// read, then one lease lookup per waiter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
+    /// lookups are retried on every endpoint first); [`Error::Server`] /
+    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
+    /// called on an async worker thread.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let waiting = session.semaphore("licensed-api", 4)?.waiters()?.len();
+    /// println!("{waiting} waiting for a permit");
+    /// # Ok(()) }
+    /// ```
+    pub fn waiters(&self) -> Result<Vec<Holder>> {
+        status::inspect(self.session().client(), self.line.prefix(), |line| {
+            line.waiters
+        })
     }
 
     /// Blocks until a permit is held: until fewer than N permits that were queued before

@@ -8,6 +8,7 @@ use crossbeam_channel::Receiver;
 
 use crate::client::Client;
 use crate::error::{Code, Error, LossReason, Result};
+use crate::identity;
 use crate::kv::LeaseHex;
 use crate::lease::{LeaseState, safety_margin};
 
@@ -104,12 +105,15 @@ pub struct Session {
 pub(crate) struct SessionInner {
     pub(crate) client: Client,
     pub(crate) lease: Arc<LeaseState>,
+    /// Stored as the value of every lock key this session takes.
+    identity: String,
 }
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("lease_id", &LeaseHex(self.lease_id()))
+            .field("identity", &self.identity())
             .field("ttl", &self.ttl())
             .field("loss_reason", &self.loss_reason())
             .finish()
@@ -157,6 +161,23 @@ impl Session {
     /// ```
     pub fn lease_id(&self) -> i64 {
         self.inner.lease.id()
+    }
+
+    /// Who this session is, for people reading the line: the value stored under every
+    /// lock key it takes (a [`Mutex`](crate::Mutex), either side of an
+    /// [`RwLock`](crate::RwLock), a [`Semaphore`](crate::Semaphore) permit), shown by
+    /// [`Client::status`] and `etcd-sync status`. `"<hostname>:<pid>"` unless set with
+    /// [`SessionBuilder::identity`]. Election keys hold the campaign value instead.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let session = client.session_builder().identity("billing-worker-3").start()?;
+    /// assert_eq!(session.identity(), "billing-worker-3");
+    /// # Ok(()) }
+    /// ```
+    pub fn identity(&self) -> &str {
+        &self.inner.identity
     }
 
     /// The TTL etcd granted (etcd raises TTLs below its minimum, 2 s by default).
@@ -376,6 +397,7 @@ pub struct SessionBuilder {
     client: Client,
     ttl: Duration,
     resume: Option<i64>,
+    identity: Option<String>,
 }
 
 impl SessionBuilder {
@@ -384,6 +406,7 @@ impl SessionBuilder {
             client,
             ttl: DEFAULT_TTL,
             resume: None,
+            identity: None,
         }
     }
 
@@ -420,6 +443,24 @@ impl SessionBuilder {
         self
     }
 
+    /// Who the session is (default `"<hostname>:<pid>"`): stored as the value of every lock
+    /// key the session takes, so [`Client::status`] and `etcd-sync status` can say who
+    /// holds and who waits. Non-empty, at most [`MAX_IDENTITY_LEN`](crate::MAX_IDENTITY_LEN)
+    /// bytes, no control characters; [`start`](SessionBuilder::start) checks it.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let s = client.session_builder().identity("host-a/importer").start()?;
+    /// assert!(client.session_builder().identity("").start().is_err()); // InvalidArgument
+    /// # let _ = s;
+    /// # Ok(()) }
+    /// ```
+    pub fn identity(mut self, identity: impl Into<String>) -> SessionBuilder {
+        self.identity = Some(identity.into());
+        self
+    }
+
     /// Grants (or resumes) the lease and starts keeping it alive.
     ///
     /// # Errors
@@ -427,7 +468,9 @@ impl SessionBuilder {
     /// * [`Error::InvalidArgument`]: a [`ttl`](SessionBuilder::ttl) that is zero, not whole
     ///   seconds, or above [`MAX_TTL`]; a [`resume`](SessionBuilder::resume)d id that is not
     ///   positive, or whose lease already has a live session in this client (clone that
-    ///   session instead). Nothing is sent then.
+    ///   session instead); an [`identity`](SessionBuilder::identity) that is empty, longer
+    ///   than [`MAX_IDENTITY_LEN`](crate::MAX_IDENTITY_LEN) bytes or has a control
+    ///   character. Nothing is sent then.
     /// * [`Error::SessionLost`]`(`[`LossReason::Revoked`]`)`: the resumed lease is gone
     ///   (revoked or expired).
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached (the grant
@@ -446,6 +489,13 @@ impl SessionBuilder {
     /// ```
     pub fn start(self) -> Result<Session> {
         crate::runtime::ensure_blocking_allowed()?;
+        let identity = match self.identity {
+            Some(identity) => {
+                identity::validate(&identity)?;
+                identity
+            }
+            None => identity::default_identity(),
+        };
         let rpc = self.client.rpc().clone();
         let shared = match self.resume {
             None => {
@@ -493,6 +543,7 @@ impl SessionBuilder {
             inner: Arc::new(SessionInner {
                 client: self.client,
                 lease: shared,
+                identity,
             }),
         })
     }

@@ -49,7 +49,8 @@ pub(crate) fn lock(
 ) -> std::result::Result<Held, TryLockError> {
     let span = tracing::debug_span!("acquire", operation, key = %text(line.key()));
     let _entered = span.enter();
-    let held = acquire(line, Kind::Lock(operation), b"", wait)?;
+    let identity = line.session().identity().as_bytes(); // the value `status` shows
+    let held = acquire(line, Kind::Lock(operation), identity, wait)?;
     tracing::debug!(fencing_token = held.rev(), "acquired");
     Ok(held)
 }

@@ -6,6 +6,7 @@
 mod common;
 mod modes;
 mod proc;
+mod status;
 
 use proc::{Proc, etcd_sync, etcd_sync_bare, etcdctl, lease_of, leases};
 

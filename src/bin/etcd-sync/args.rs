@@ -203,6 +203,10 @@ pub enum Command {
     /// run CMD while leading. With --listen, print every leadership change instead
     #[command(after_help = SEE_EXIT_CODES, long_about = ELECT_ABOUT)]
     Elect(ElectArgs),
+    /// Show who holds the lock, semaphore, read-write lock or election NAME and who waits,
+    /// in line order; takes no lease
+    #[command(after_help = SEE_EXIT_CODES, long_about = STATUS_ABOUT)]
+    Status(StatusArgs),
 }
 
 const LOCK_ABOUT: &str = "\
@@ -245,6 +249,37 @@ With --listen (-l): print the current leader, then one line per change, until SI
 SIGTERM or SIGHUP: `leader <key> <value>` or `no-leader`; with --json one object per line: \
 {\"event\":\"elected\"|\"proclaimed\",\"key\":..,\"value\":..,\"revision\":<create \
 revision>,\"mod_revision\":..,\"lease\":\"<hex>\"} or {\"event\":\"no-leader\"}.";
+
+const STATUS_ABOUT: &str = "\
+Show who holds NAME and who waits for it, in line order, from one read of the keys under \
+NAME/ (no session, no lease, no key written). The holders are decided as the waiters decide: \
+the oldest key holds, --shared holders in a row hold together, the first N permits of -n N \
+hold.
+
+One line per key: `holder` or `waiter`, the key, the holder's identity (\"<hostname>:<pid>\" \
+of the etcd-sync or library process that took it; an election candidate's value; \
+`(none: etcdctl or Go)` for `etcdctl lock`, which stores no value), its lease in hex, its \
+fencing token (create revision), the TTL its lease has left, and `shared`, `permits N` or \
+`not a lock key` when the key is not an exclusive one. The first line says `NAME: held by \
+H, W waiting` or `NAME: free`.
+
+With --json, one object: {\"name\":..,\"holders\":[..],\"waiters\":[..]}, each key as \
+{\"key\":..,\"identity\":<string or null>,\"lease\":\"<hex>\" or null,\"revision\":<create \
+revision>,\"ttl\":<seconds left or null>,\"mode\":\"exclusive\"|\"shared\"|\"permits\"|\"other\"} \
+(with \"permits\":N for permits); \"holders\":[] when nobody holds NAME.
+
+Exits 0 whether or not NAME is held, 1 if etcd could not be read.";
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print one JSON object instead of lines
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock's, semaphore's or election's name
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
+    pub name: String,
+}
 
 #[derive(Debug, Args)]
 pub struct LockArgs {

@@ -19,7 +19,8 @@ pub const EXIT_SIGNAL_BASE: Exit = 128;
 /// The exit codes, as shown by `--help` (and in README.md).
 pub const EXIT_CODES: &str = "\
 Exit codes:
-  0       Done: released/resigned after SIGINT, SIGTERM or SIGHUP; `elect --listen` stopped
+  0       Done: released/resigned after SIGINT, SIGTERM or SIGHUP; `elect --listen` stopped;
+          `status` printed NAME's line (held or free)
   N       With CMD: CMD's own exit code, passed through
   1       Runtime error: cannot connect, etcd error, release failed, ...
   2       Bad arguments

@@ -7,7 +7,8 @@
 //! its process group, SIGKILL after `--kill-grace`), as `consul lock` does.
 //! `etcd-sync lock -n N NAME` takes one of N permits of a semaphore and `lock --shared NAME`
 //! the read side of a read-write lock instead; both are held the same way.
-//! `etcd-sync elect --listen NAME` prints every leadership change.
+//! `etcd-sync elect --listen NAME` prints every leadership change and `etcd-sync status
+//! NAME` who holds and who waits; neither takes a lease.
 //!
 //! The library is blocking; the tool is plain threads. A blocking acquire runs on a worker
 //! thread while the main thread polls for signals; a signal while waiting closes the
@@ -18,7 +19,7 @@
 //! worker threads while signals are watched), [`lock`] (what `lock` takes: lock, read lock
 //! or permit), [`hold`] (acquire, hold, release or abandon),
 //! [`command`] (CMD while holding), [`child`] (CMD's process group), [`signals`], [`text`]
-//! (durations in, leadership events out).
+//! (durations in, leadership events out), [`status`] (who holds what).
 
 mod args;
 mod child;
@@ -27,6 +28,7 @@ mod exit;
 mod hold;
 mod lock;
 mod signals;
+mod status;
 mod text;
 mod wait;
 
@@ -34,7 +36,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use clap::Parser;
-use etcd_sync::{LossReason, Session};
+use etcd_sync::{Client, LossReason, Session};
 
 use args::{Cli, Command, ElectArgs, GlobalOpts, LockArgs};
 use exit::{EXIT_ERROR, EXIT_OK, EXIT_SIGNAL_BASE, Exit, fail};
@@ -62,17 +64,39 @@ fn main() {
 }
 
 fn run(cli: &Cli) -> Exit {
-    let session = match connect(&cli.global) {
+    let global = &cli.global;
+    match &cli.command {
+        Command::Lock(args) => with_session(global, |session| lock(session, args)),
+        // Watching and reading need no lease: none is granted.
+        Command::Elect(args) if args.listen => with_client(global, |client| listen(client, args)),
+        Command::Elect(args) => with_session(global, |session| elect(session, args)),
+        Command::Status(args) => with_client(global, |client| status::status(client, args)),
+    }
+}
+
+/// Runs `f` with a session, and revokes its lease afterwards.
+fn with_session(global: &GlobalOpts, f: impl FnOnce(&Session) -> Exit) -> Exit {
+    let session = match connect(global) {
         Ok(session) => session,
         Err(code) => return code,
     };
-    let code = match &cli.command {
-        Command::Lock(args) => lock(&session, args),
-        Command::Elect(args) if args.listen => listen(&session, args),
-        Command::Elect(args) => elect(&session, args),
-    };
+    let code = f(&session);
     finish(&session);
     code
+}
+
+/// Runs `f` with a client only.
+fn with_client(global: &GlobalOpts, f: impl FnOnce(&Client) -> Exit) -> Exit {
+    let builder = match global.client_builder() {
+        Ok(builder) => builder,
+        Err(e) => return fail(&e),
+    };
+    match interruptible(move || builder.connect()) {
+        Ok(Waited::Done(Ok(client))) => f(&client),
+        Ok(Waited::Done(Err(e))) => fail(&e),
+        Ok(Waited::Signal(signo)) => EXIT_SIGNAL_BASE + signo,
+        Err(code) => code,
+    }
 }
 
 /// Connects and starts the session, interruptibly.
@@ -134,8 +158,8 @@ fn elect(session: &Session, args: &ElectArgs) -> Exit {
     }
 }
 
-fn listen(session: &Session, args: &ElectArgs) -> Exit {
-    let observer = match session.election(&args.name).and_then(|e| e.observe()) {
+fn listen(client: &Client, args: &ElectArgs) -> Exit {
+    let observer = match client.observe(&args.name) {
         Ok(observer) => observer,
         Err(e) => return fail(&e),
     };

@@ -98,7 +98,7 @@ fn leader_json(event: &str, leader: &Leader) -> String {
 }
 
 /// Appends `text` as a JSON string literal.
-fn json_string(out: &mut String, text: &str) {
+pub fn json_string(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {
         match c {

@@ -1,0 +1,207 @@
+//! `etcd-sync status NAME [--json]`: who holds a name and who waits, from
+//! `Client::status` (one read, no session). The output formats are documented in
+//! `args::STATUS_ABOUT`; the JSON one is stable, so it is written field by field here.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use etcd_sync::{Client, Holder, KeyMode, Status};
+
+use crate::args::StatusArgs;
+use crate::exit::{EXIT_ERROR, EXIT_OK, EXIT_SIGNAL_BASE, Exit, fail};
+use crate::text::json_string;
+use crate::wait::{Waited, interruptible};
+
+/// What the human form shows for a key with an empty value: `etcdctl lock` and Go's
+/// `Mutex` store none.
+const NO_IDENTITY: &str = "(none: etcdctl or Go)";
+
+/// Reads NAME's line and prints it; 0 whether or not it is held.
+pub fn status(client: &Client, args: &StatusArgs) -> Exit {
+    let (client, name) = (client.clone(), args.name.clone());
+    let status = match interruptible(move || client.status(name)) {
+        Ok(Waited::Done(Ok(status))) => status,
+        Ok(Waited::Done(Err(e))) => return fail(&e),
+        Ok(Waited::Signal(signo)) => return EXIT_SIGNAL_BASE + signo,
+        Err(code) => return code,
+    };
+    let text = if args.json {
+        json(&status)
+    } else {
+        human(&status)
+    };
+    let mut out = io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Ok(()) => EXIT_OK,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(e) => {
+            eprintln!("etcd-sync: cannot write to stdout: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+/// The human form: a summary line, then one line per key in line order.
+pub fn human(status: &Status) -> String {
+    let name = status.name_str();
+    let mut out = if status.is_held() {
+        format!(
+            "{name}: held by {}, {} waiting",
+            status.holders.len(),
+            status.waiters.len()
+        )
+    } else {
+        format!("{name}: free")
+    };
+    let keys = status.holders.iter().map(|h| ("holder", h));
+    for (role, key) in keys.chain(status.waiters.iter().map(|w| ("waiter", w))) {
+        let identity = key.identity();
+        let _ = write!(
+            out,
+            "\n{role}  {}  {}  lease {}  token {}  ttl {}",
+            key.key_str(),
+            identity.as_deref().unwrap_or(NO_IDENTITY),
+            lease_hex(key).as_deref().unwrap_or("none"),
+            key.create_revision,
+            key.ttl
+                .map_or_else(|| "none".into(), |ttl| format!("{}s", ttl.as_secs())),
+        );
+        match key.mode {
+            KeyMode::Exclusive => {}
+            KeyMode::Shared => out.push_str("  shared"),
+            KeyMode::Permits(n) => {
+                let _ = write!(out, "  permits {n}");
+            }
+            KeyMode::Other => out.push_str("  not a lock key"),
+        }
+    }
+    out
+}
+
+/// The JSON form: `{"name":..,"holders":[..],"waiters":[..]}`.
+pub fn json(status: &Status) -> String {
+    let mut out = String::with_capacity(128);
+    out.push_str(r#"{"name":"#);
+    json_string(&mut out, &status.name_str());
+    out.push_str(r#","holders":"#);
+    json_keys(&mut out, &status.holders);
+    out.push_str(r#","waiters":"#);
+    json_keys(&mut out, &status.waiters);
+    out.push('}');
+    out
+}
+
+fn json_keys(out: &mut String, keys: &[Holder]) {
+    out.push('[');
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(r#"{"key":"#);
+        json_string(out, &key.key_str());
+        out.push_str(r#","identity":"#);
+        match key.identity() {
+            Some(identity) => json_string(out, &identity),
+            None => out.push_str("null"),
+        }
+        out.push_str(r#","lease":"#);
+        match lease_hex(key) {
+            Some(hex) => json_string(out, &hex),
+            None => out.push_str("null"),
+        }
+        let _ = write!(out, r#","revision":{},"ttl":"#, key.create_revision);
+        match key.ttl {
+            Some(ttl) => {
+                let _ = write!(out, "{}", ttl.as_secs());
+            }
+            None => out.push_str("null"),
+        }
+        match key.mode {
+            KeyMode::Exclusive => out.push_str(r#","mode":"exclusive"}"#),
+            KeyMode::Shared => out.push_str(r#","mode":"shared"}"#),
+            KeyMode::Permits(n) => {
+                let _ = write!(out, r#","mode":"permits","permits":{n}}}"#);
+            }
+            KeyMode::Other => out.push_str(r#","mode":"other"}"#),
+        }
+    }
+    out.push(']');
+}
+
+/// The key's lease in hex, as in its name; `None` for a key without a lease.
+fn lease_hex(key: &Holder) -> Option<String> {
+    (key.lease != 0).then(|| format!("{:x}", key.lease))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn key(key: &str, value: &str, lease: i64, rev: i64, mode: KeyMode) -> Holder {
+        Holder {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            lease,
+            create_revision: rev,
+            mode,
+            ttl: (lease != 0).then(|| Duration::from_secs(9)),
+        }
+    }
+
+    fn line() -> Status {
+        Status {
+            name: b"jobs".to_vec(),
+            holders: vec![key("jobs/694d", "host-a:42", 0x694d, 7, KeyMode::Exclusive)],
+            waiters: vec![
+                key("jobs/694e", "", 0x694e, 9, KeyMode::Exclusive),
+                key(
+                    "jobs/694f.permits-2",
+                    "say \"hi\"",
+                    0x694f,
+                    11,
+                    KeyMode::Permits(2),
+                ),
+                key("jobs/data", "x", 0, 12, KeyMode::Other),
+            ],
+            revision: 12,
+        }
+    }
+
+    #[test]
+    fn human_lines() {
+        assert_eq!(
+            human(&line()),
+            "jobs: held by 1, 3 waiting\n\
+             holder  jobs/694d  host-a:42  lease 694d  token 7  ttl 9s\n\
+             waiter  jobs/694e  (none: etcdctl or Go)  lease 694e  token 9  ttl 9s\n\
+             waiter  jobs/694f.permits-2  say \"hi\"  lease 694f  token 11  ttl 9s  permits 2\n\
+             waiter  jobs/data  x  lease none  token 12  ttl none  not a lock key"
+        );
+        let free = Status {
+            holders: vec![],
+            waiters: vec![],
+            ..line()
+        };
+        assert_eq!(human(&free), "jobs: free");
+    }
+
+    #[test]
+    fn json_object() {
+        assert_eq!(
+            json(&line()),
+            concat!(
+                r#"{"name":"jobs","holders":[{"key":"jobs/694d","identity":"host-a:42","lease":"694d","revision":7,"ttl":9,"mode":"exclusive"}],"#,
+                r#""waiters":[{"key":"jobs/694e","identity":null,"lease":"694e","revision":9,"ttl":9,"mode":"exclusive"},"#,
+                r#"{"key":"jobs/694f.permits-2","identity":"say \"hi\"","lease":"694f","revision":11,"ttl":9,"mode":"permits","permits":2},"#,
+                r#"{"key":"jobs/data","identity":"x","lease":null,"revision":12,"ttl":null,"mode":"other"}]}"#
+            )
+        );
+        let free = Status {
+            holders: vec![],
+            waiters: vec![],
+            ..line()
+        };
+        assert_eq!(json(&free), r#"{"name":"jobs","holders":[],"waiters":[]}"#);
+    }
+}

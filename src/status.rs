@@ -1,0 +1,161 @@
+//! Reading who holds a name and who waits, without a session: one linearizable Range of
+//! `<name>/` sorted by create revision, split into holders and waiters by the rule the
+//! waiters themselves apply ([`mode::holding`]), then one LeaseTimeToLive per distinct
+//! lease of the keys asked for.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Code, Error, Result};
+use crate::holder::{Holder, KeyMode, Status};
+use crate::kv::{KeyValue, Range};
+use crate::mode;
+use crate::queue;
+use crate::transport::Rpc;
+
+impl Client {
+    /// Who holds lock, semaphore, read-write lock or election `name` now, and who waits, in
+    /// line order; needs no session. The holders are decided by the rules the waiters
+    /// apply: the oldest key holds, readers in a row hold together, the first N permits of
+    /// a semaphore of N hold, and any other key under `<name>/` counts as exclusive.
+    ///
+    /// One linearizable read of the keys under `<name>/`, then one lease lookup per
+    /// distinct lease for [`Holder::ttl`]. A key taken by `etcdctl lock` has an empty
+    /// value: its [`Holder::identity`] is `None`.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: `name` is empty or longer than 4096 bytes.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and
+    ///   lookups are retried on every endpoint first).
+    /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`);
+    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let status = client.status("db-migration")?;
+    /// for holder in &status.holders {
+    ///     println!("held by {} until {:?}", holder.value_str(), holder.ttl);
+    /// }
+    /// for waiter in &status.waiters {
+    ///     println!("then {}", waiter.value_str());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn status(&self, name: impl AsRef<[u8]>) -> Result<Status> {
+        let name = name.as_ref();
+        let prefix = queue::key_prefix(name)?;
+        let rpc = self.rpc().clone();
+        self.block_on(async move {
+            let snapshot = Snapshot::read(&rpc, &prefix).await?;
+            let revision = snapshot.revision;
+            let holding = snapshot.holders.len();
+            let mut line = describe(&rpc, &prefix, snapshot.into_line()).await?;
+            let waiters = line.split_off(holding);
+            Ok(Status {
+                name: name.to_vec(),
+                holders: line,
+                waiters,
+                revision,
+            })
+        })
+    }
+}
+
+/// A name's line as read: holders, then waiters, each oldest first.
+pub(crate) struct Snapshot {
+    pub(crate) holders: Vec<KeyValue>,
+    pub(crate) waiters: Vec<KeyValue>,
+    pub(crate) revision: i64,
+}
+
+impl Snapshot {
+    /// Reads every key under `prefix`, oldest first, and splits off the holders.
+    async fn read(rpc: &Rpc, prefix: &[u8]) -> Result<Snapshot> {
+        let range = Range {
+            by_create_revision: Some(true),
+            ..Range::prefix(prefix)
+        };
+        let read = rpc.read(&range).await?;
+        let keys: Vec<Vec<u8>> = read.kvs.iter().map(|kv| kv.key.clone()).collect();
+        let mut holders = read.kvs;
+        let waiters = holders.split_off(mode::holding(prefix, &keys));
+        Ok(Snapshot {
+            holders,
+            waiters,
+            revision: read.revision,
+        })
+    }
+
+    /// Every key, in line order.
+    pub(crate) fn into_line(self) -> Vec<KeyValue> {
+        let mut line = self.holders;
+        line.extend(self.waiters);
+        line
+    }
+}
+
+/// The part of `prefix`'s line that `pick` chooses, with each key's lease TTL: what the
+/// recipes' introspection methods return. Only the chosen keys' leases are looked up.
+pub(crate) fn inspect(
+    client: &Client,
+    prefix: &[u8],
+    pick: impl FnOnce(Snapshot) -> Vec<KeyValue>,
+) -> Result<Vec<Holder>> {
+    let rpc = client.rpc();
+    client.block_on(async move {
+        let snapshot = Snapshot::read(rpc, prefix).await?;
+        describe(rpc, prefix, pick(snapshot)).await
+    })
+}
+
+/// How many lease lookups are in flight at once: a long line costs round trips in
+/// batches, not one after another, without flooding etcd.
+const LOOKUPS_IN_FLIGHT: usize = 64;
+
+/// `kvs` as [`Holder`]s, with one LeaseTimeToLive per distinct lease, sent concurrently.
+async fn describe(rpc: &Rpc, prefix: &[u8], kvs: Vec<KeyValue>) -> Result<Vec<Holder>> {
+    let mut leases: Vec<i64> = kvs.iter().map(|kv| kv.lease).filter(|&l| l != 0).collect();
+    leases.sort_unstable();
+    leases.dedup();
+    let mut ttls: HashMap<i64, Option<Duration>> = HashMap::with_capacity(leases.len());
+    for batch in leases.chunks(LOOKUPS_IN_FLIGHT) {
+        let mut lookups = tokio::task::JoinSet::new();
+        for &lease in batch {
+            let rpc = rpc.clone();
+            lookups.spawn(async move { (lease, ttl_left(&rpc, lease).await) });
+        }
+        while let Some(done) = lookups.join_next().await {
+            let (lease, ttl) =
+                done.map_err(|e| Error::unavailable(format!("lease lookup failed: {e}")))?;
+            ttls.insert(lease, ttl?);
+        }
+    }
+    Ok(kvs
+        .into_iter()
+        .map(|kv| Holder {
+            mode: KeyMode::of_key(prefix, &kv.key),
+            ttl: ttls.get(&kv.lease).copied().flatten(),
+            key: kv.key,
+            value: kv.value,
+            lease: kv.lease,
+            create_revision: kv.create_revision,
+        })
+        .collect())
+}
+
+/// What is left of `lease`'s TTL, or `None` if etcd no longer knows it (etcd 3.4 answers
+/// TTL -1; a server that reports `NotFound` instead is read the same way).
+async fn ttl_left(rpc: &Rpc, lease: i64) -> Result<Option<Duration>> {
+    match rpc.lease_time_to_live(lease).await {
+        Ok(info) => Ok(u64::try_from(info.ttl).ok().map(Duration::from_secs)),
+        Err(Error::Server {
+            code: Code::NotFound,
+            ..
+        }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
