@@ -8,23 +8,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{ChildGuard, client, etcd, etcdctl_command, eventually, keys, session};
+use common::{ChildGuard, client, etcd, etcdctl_command, eventually, hostname, keys, session};
 use etcd_sync::{Error, Holder, KeyMode, MAX_IDENTITY_LEN, Session};
 
 const TTL: u64 = 10;
 const WAIT: Duration = Duration::from_secs(10);
-
-/// This machine's name, as the default identity spells it.
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into our buffer.
-    assert_eq!(
-        unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) },
-        0
-    );
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..len]).into_owned()
-}
 
 /// Asserts that `key` is the key of `session` with this fencing token, a live lease and
 /// `identity` as its value.

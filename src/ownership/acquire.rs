@@ -79,43 +79,29 @@ pub(crate) fn acquire(
             Position::Owner => Ok(enqueued.seen_at),
             // Only a busy line is `WouldBlock`: a refusal is an error.
             Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
-            Position::Behind(ahead) => {
-                let waited = wait
-                    .bound(
-                        kind.operation(),
-                        queue::wait_turn(
-                            &rpc,
-                            line.pin_deletes(),
-                            &session,
-                            line.ours(enqueued.rev),
-                            (enqueued.position.clone(), enqueued.seen_at),
-                        ),
-                    )
-                    .await;
-                match waited {
-                    Ok(seen_at) => {
-                        let op = kind.operation();
-                        delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, wait.delay)
-                            .await
-                            .map(|()| seen_at)
-                    }
-                    Err(e) => Err(e),
-                }
-                .map_err(TryLockError::from)
-            }
-            _ => wait
-                .bound(
+            position => {
+                let turn_came = wait.bound(
                     kind.operation(),
                     queue::wait_turn(
                         &rpc,
                         line.pin_deletes(),
                         &session,
                         line.ours(enqueued.rev),
-                        (enqueued.position.clone(), enqueued.seen_at),
+                        (position.clone(), enqueued.seen_at),
                     ),
-                )
-                .await
-                .map_err(TryLockError::from),
+                );
+                match (turn_came.await, position) {
+                    // Our turn came after others held: a lock-delay may apply.
+                    (Ok(seen_at), Position::Behind(ahead)) => {
+                        let op = kind.operation();
+                        delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, wait.delay)
+                            .await
+                            .map(|()| seen_at)
+                    }
+                    (result, _) => result,
+                }
+                .map_err(TryLockError::from)
+            }
         };
         match waited {
             Ok(seen_at) => Ok((enqueued, turn, seen_at)),

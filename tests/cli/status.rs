@@ -2,22 +2,10 @@
 //! taking no lease.
 
 use crate::WAIT;
-use crate::common::{client, etcd, eventually, keys};
+use crate::common::{client, etcd, eventually, hostname, keys};
 use crate::proc::{Proc, etcd_sync, etcdctl, lease_of, leases};
 
 use etcd_sync::testing::EtcdServer;
-
-/// This machine's name, as the default identity spells it.
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into our buffer.
-    assert_eq!(
-        unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) },
-        0
-    );
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..len]).into_owned()
-}
 
 /// `etcd-sync status ARGS...`: its exit code and stdout lines.
 fn status(server: &EtcdServer, args: &[&str]) -> (i32, Vec<String>) {

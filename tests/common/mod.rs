@@ -206,3 +206,15 @@ pub fn etcdctl_command(endpoint: &str, args: &[&str]) -> std::process::Command {
         .stderr(std::process::Stdio::null());
     cmd
 }
+
+/// This machine's name, as the default identity spells it.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into our buffer.
+    assert_eq!(
+        unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) },
+        0
+    );
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
