@@ -7,7 +7,7 @@ mod common;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{client, cluster, eventually, handled, keys, session, try_client_for};
+use common::{client, cluster, eventually, handled, session, try_client_for};
 use etcd_sync::{CancelToken, Error, Session, WaitOptions};
 
 /// A limit on every wait here, so that a cancel that does not work fails the test
@@ -24,10 +24,23 @@ fn cancel_later(token: &CancelToken, after: Duration) {
 }
 
 /// The keys of `session`'s lease under `name`.
+///
+/// A read that fails with a retryable error (a member was just killed, so the cluster may
+/// be electing a raft leader) is tried again for up to 10 s; any other error fails the test.
 fn keys_of(c: &etcd_sync::Client, name: &str, session: &Session) -> Vec<String> {
     let lease = format!("{:x}", session.lease_id());
-    keys(c, &format!("{name}/"))
-        .into_iter()
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let all = loop {
+        match c.get_prefix(format!("{name}/")) {
+            Ok(kvs) => break kvs,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("list keys under {name}/: {e}"),
+        }
+    };
+    all.iter()
+        .map(|kv| kv.key_str().into_owned())
         .filter(|k| k.contains(&lease))
         .collect()
 }
