@@ -30,7 +30,9 @@ pub fn etcd_binary() -> io::Result<PathBuf> {
 /// Returns the `etcdctl` binary, for tests that want to poke at a server from the outside.
 ///
 /// Uses the `ETCDCTL_BIN` environment variable if it is set (an error if that file does not
-/// exist), else `etcdctl` found on `PATH`, else `/usr/bin/etcdctl`.
+/// exist), else the `etcdctl` beside `ETCD_BIN` when that is set and has one (so interop
+/// tests talk to the server with its own version's client), else `etcdctl` found on `PATH`,
+/// else `/usr/bin/etcdctl`.
 ///
 /// # Errors
 ///
@@ -52,6 +54,15 @@ pub fn etcd_binary() -> io::Result<PathBuf> {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn etcdctl_binary() -> io::Result<PathBuf> {
+    if std::env::var_os("ETCDCTL_BIN").is_none_or(|value| value.is_empty()) {
+        let beside_server = std::env::var_os("ETCD_BIN")
+            .filter(|value| !value.is_empty())
+            .and_then(|server| Some(Path::new(&server).parent()?.join("etcdctl")))
+            .filter(|candidate| is_executable(candidate));
+        if let Some(path) = beside_server {
+            return Ok(path);
+        }
+    }
     find_binary("ETCDCTL_BIN", "etcdctl", "etcd-client")
 }
 
