@@ -288,10 +288,7 @@ impl Error {
     pub(crate) fn is_auth_expired(&self) -> bool {
         match self {
             Error::Server { code, message } => {
-                *code == Code::Unauthenticated
-                    || message.contains("invalid auth token")
-                    || message.contains("revision of auth store is old")
-                    || message.contains("user name is empty")
+                *code == Code::Unauthenticated || crate::etcd_text::is_stale_token(message)
             }
             _ => false,
         }
@@ -375,7 +372,7 @@ impl Error {
         matches!(
             self,
             Error::Server { code: Code::ResourceExhausted, message }
-                if message.contains("larger than max")
+                if message.contains(crate::etcd_text::GRPC_TOO_LARGE)
         )
     }
 

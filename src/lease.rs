@@ -202,7 +202,7 @@ impl LeaseState {
             Error::Server {
                 code: crate::error::Code::NotFound,
                 message,
-            } if message.contains("lease not found") => {
+            } if message.contains(crate::etcd_text::LEASE_NOT_FOUND) => {
                 self.mark_lost(LossReason::Revoked);
                 self.check().err().unwrap_or(error)
             }

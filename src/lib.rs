@@ -43,6 +43,7 @@ mod client;
 mod clock;
 mod election;
 mod error;
+mod etcd_text;
 mod follow;
 mod guard;
 mod holder;

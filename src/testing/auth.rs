@@ -1,11 +1,9 @@
 //! Turning on etcd's authentication with the real `etcdctl`, as an operator would.
 
 use std::io;
-use std::process::Command;
 
-use super::binary::etcdctl_binary;
 use super::certs::TlsCerts;
-use super::error::context;
+use super::etcdctl;
 
 /// The root user [`EtcdServer::enable_auth`](super::EtcdServer::enable_auth) creates:
 /// `(name, password)`.
@@ -66,7 +64,6 @@ pub const AUTH_PREFIX: &str = "app/";
 
 /// Creates the root user, a restricted user and role, and enables auth, with `etcdctl`.
 pub(super) fn enable_auth(endpoint: &str, tls: Option<&TlsCerts>) -> io::Result<()> {
-    let etcdctl = etcdctl_binary()?;
     let root = format!("{}:{}", AUTH_ROOT.0, AUTH_ROOT.1);
     let user = format!("{}:{}", AUTH_USER.0, AUTH_USER.1);
     let prefix_end = "app0"; // AUTH_PREFIX with its last byte incremented
@@ -86,28 +83,7 @@ pub(super) fn enable_auth(endpoint: &str, tls: Option<&TlsCerts>) -> io::Result<
         &["auth", "enable"],
     ];
     for args in steps {
-        let mut command = Command::new(&etcdctl);
-        command.env_clear().arg("--endpoints").arg(endpoint);
-        if let Some(tls) = tls {
-            command
-                .arg("--cacert")
-                .arg(&tls.ca_cert)
-                .arg("--cert")
-                .arg(&tls.client_cert)
-                .arg("--key")
-                .arg(&tls.client_key);
-        }
-        let output = command
-            .args(args)
-            .output()
-            .map_err(|e| context(e, format_args!("cannot run {}", etcdctl.display())))?;
-        if !output.status.success() {
-            return Err(io::Error::other(format!(
-                "etcdctl {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
+        etcdctl::run(endpoint, tls, args)?;
     }
     Ok(())
 }

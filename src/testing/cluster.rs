@@ -32,6 +32,9 @@ pub struct EtcdCluster {
     // the directory holding their data is removed.
     pub(super) members: Vec<Member>,
     pub(super) tls: Option<TlsCerts>,
+    /// The members that are learners now, with their etcd member ids (hex), for
+    /// [`EtcdCluster::promote`].
+    pub(super) learners: std::sync::Mutex<Vec<(usize, String)>>,
     pub(super) _dir: TempDir,
 }
 
@@ -381,7 +384,7 @@ impl EtcdCluster {
         self.tls.as_ref()
     }
 
-    fn member(&self, i: usize) -> &Member {
+    pub(super) fn member(&self, i: usize) -> &Member {
         self.members.get(i).unwrap_or_else(|| {
             panic!(
                 "etcd member index {i} out of range: the cluster has {} member(s)",

@@ -31,6 +31,9 @@ pub(super) struct MemberConfig<'a> {
     pub(super) token: &'a str,
     pub(super) extra_args: &'a [OsString],
     pub(super) tls: Option<&'a TlsCerts>,
+    /// Whether the member joins a running cluster (a learner added with `member add`)
+    /// instead of bootstrapping a new one with its peers.
+    pub(super) joining: bool,
 }
 
 /// The ports of one member, all on 127.0.0.1.
@@ -108,7 +111,8 @@ impl Member {
         flag("--initial-advertise-peer-urls", peer_url.into());
         flag("--initial-cluster", config.initial_cluster.into());
         flag("--initial-cluster-token", config.token.into());
-        flag("--initial-cluster-state", "new".into());
+        let state = if config.joining { "existing" } else { "new" };
+        flag("--initial-cluster-state", state.into());
         flag(
             "--listen-metrics-urls",
             format!("http://{metrics_addr}").into(),

@@ -10,6 +10,7 @@ use super::binary::etcd_binary;
 use super::certs::TlsCerts;
 use super::cluster::EtcdCluster;
 use super::health::START_TIMEOUT;
+use super::learner::LearnerBase;
 use super::member::{Member, MemberConfig, MemberPorts, member_name, peer_url};
 use super::scratch::{TempDir, free_ports, unique_suffix};
 
@@ -52,6 +53,7 @@ impl EtcdCluster {
             members,
             args: Vec::new(),
             tls: false,
+            learners: 0,
         }
     }
 }
@@ -75,6 +77,7 @@ pub struct EtcdClusterBuilder {
     members: usize,
     args: Vec<OsString>,
     tls: bool,
+    learners: usize,
 }
 
 impl EtcdClusterBuilder {
@@ -127,6 +130,28 @@ impl EtcdClusterBuilder {
     /// ```
     pub fn tls(mut self) -> Self {
         self.tls = true;
+        self
+    }
+
+    /// Adds `learners` non-voting members after the voting ones, each with `etcdctl member
+    /// add --learner` and started to join the running cluster: they take the indices after
+    /// the voters (`EtcdCluster::builder(3).learners(1)` has voters 0, 1, 2 and learner 3).
+    ///
+    /// A learner replicates the log but votes for nothing and serves only `Status` and
+    /// serializable reads; clients must not depend on it. etcd 3.4 and 3.5 allow one
+    /// learner per cluster (3.5: `--experimental-max-learners`), so more than one fails
+    /// to start with etcd's error.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(3).learners(1).start()?;
+    /// assert_eq!(cluster.len(), 4);
+    /// assert!(cluster.is_learner(3));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn learners(mut self, learners: usize) -> Self {
+        self.learners = learners;
         self
     }
 
@@ -195,36 +220,40 @@ impl EtcdClusterBuilder {
         } else {
             None
         };
-        let ports = free_ports(3 * size)?;
-        let ports: Vec<MemberPorts> = (0..size)
+        let all = size + self.learners;
+        let ports = free_ports(3 * all)?;
+        let ports: Vec<MemberPorts> = (0..all)
             .map(|i| MemberPorts {
                 client: ports[i],
-                peer: ports[size + i],
-                metrics: ports[2 * size + i],
+                peer: ports[all + i],
+                metrics: ports[2 * all + i],
             })
             .collect();
-        let initial_cluster = ports
+        let initial_cluster = ports[..size]
             .iter()
             .enumerate()
             .map(|(i, ports)| format!("{}={}", member_name(i), peer_url(ports.peer)))
             .collect::<Vec<_>>()
             .join(",");
+        let token = format!("etcd-sync-{suffix}");
         let config = MemberConfig {
             binary,
             dir: dir.path(),
             initial_cluster: &initial_cluster,
-            token: &format!("etcd-sync-{suffix}"),
+            token: &token,
             extra_args: &self.args,
             tls: tls.as_ref(),
+            joining: false,
         };
-        let members = ports
+        let members = ports[..size]
             .iter()
             .enumerate()
             .map(|(i, ports)| Member::new(&config, i, ports))
             .collect::<io::Result<Vec<_>>>()?;
-        let cluster = EtcdCluster {
+        let mut cluster = EtcdCluster {
             members,
             tls,
+            learners: std::sync::Mutex::new(Vec::new()),
             _dir: dir,
         };
         // Spawn everyone first: a member of a new cluster only becomes healthy once a
@@ -232,6 +261,20 @@ impl EtcdClusterBuilder {
         for member in &cluster.members {
             member.spawn()?;
         }
-        Ok(cluster.wait_all_healthy(START_TIMEOUT).map(|()| cluster))
+        if let Err(failure) = cluster.wait_all_healthy(START_TIMEOUT) {
+            return Ok(Err(failure));
+        }
+        let base = LearnerBase {
+            binary,
+            token: &token,
+            extra_args: &self.args,
+        };
+        let mut joined = initial_cluster;
+        for (index, ports) in ports.iter().enumerate().skip(size) {
+            if let Err(failure) = cluster.add_learner(&base, &mut joined, index, ports) {
+                return Ok(Err(failure));
+            }
+        }
+        Ok(Ok(cluster))
     }
 }

@@ -94,7 +94,7 @@ impl Rpc {
             if reauthenticate {
                 rpc.reauthenticate(None).await?;
             }
-            let request = rpc.stream_request(UnboundedReceiverStream::new(receiver));
+            let request = rpc.request(UnboundedReceiverStream::new(receiver));
             let stream = LeaseClient::new(channel)
                 .lease_keep_alive(request)
                 .await

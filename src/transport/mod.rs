@@ -25,6 +25,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
+use crate::etcd_text;
 use fault::{Wire, wire_cause};
 use generated::etcdserverpb as pb;
 use pb::auth_client::AuthClient;
@@ -346,23 +347,15 @@ impl Rpc {
         }
     }
 
-    /// Wraps a message with the metadata every etcd call carries (the auth token).
+    /// Wraps a message with the metadata every etcd call carries: the auth token, and
+    /// `hasleader`, so a member cut off from the quorum refuses at once ("no leader",
+    /// before handling the call: safe to send elsewhere) instead of serving stale state to
+    /// a stream or holding a unary call until our request timeout.
     pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
+        let mut request = without_token(message);
         if let Some(token) = self.token() {
             request.metadata_mut().insert("token", token);
         }
-        request
-    }
-
-    /// Wraps a stream's request with `hasleader`, so a member cut off from the quorum
-    /// refuses the stream instead of serving stale state.
-    pub(crate) fn stream_request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = self.request(message);
-        request.metadata_mut().insert(
-            "hasleader",
-            tonic::metadata::MetadataValue::from_static("true"),
-        );
         request
     }
 
@@ -415,16 +408,12 @@ impl Rpc {
         F: Fn(Channel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        let attempts = match retry {
-            Retry::Safe => self.inner.channels.len(),
-            Retry::Never => 1,
-        };
         let mut last = Error::Closed;
-        for _ in 0..attempts {
+        for _ in 0..self.inner.channels.len() {
             let (index, channel) = self.channel();
             let request = match token {
                 Token::Send => self.request(message.clone()),
-                Token::Omit => tonic::Request::new(message.clone()),
+                Token::Omit => without_token(message.clone()),
             };
             match tokio::time::timeout(self.inner.request_timeout, call(channel, request)).await {
                 Ok(Ok(response)) => return Ok(response.into_inner()),
@@ -434,6 +423,13 @@ impl Rpc {
                         return Err(error);
                     }
                     self.fail_over(index);
+                    // A learner, or a member without a leader, refused before handling the
+                    // call: even a write that must never be sent twice may go elsewhere.
+                    let unhandled = status.code() == tonic::Code::Unavailable
+                        && etcd_text::is_refused_unhandled(status.message());
+                    if !unhandled && retry == Retry::Never {
+                        return Err(error);
+                    }
                     last = error;
                 }
                 Err(_) => {
@@ -443,6 +439,9 @@ impl Rpc {
                         after: self.inner.request_timeout,
                         endpoint: Some(self.endpoint_url(index).to_string()),
                     };
+                    if retry == Retry::Never {
+                        return Err(last);
+                    }
                 }
             }
         }
@@ -457,7 +456,7 @@ impl Rpc {
         channel: Channel,
         requests: UnboundedReceiver<pb::WatchRequest>,
     ) -> Result<tonic::Streaming<pb::WatchResponse>> {
-        let request = self.stream_request(UnboundedReceiverStream::new(requests));
+        let request = self.request(UnboundedReceiverStream::new(requests));
         WatchClient::new(channel)
             .watch(request)
             .await
@@ -524,6 +523,8 @@ impl ProbeFailure {
                  it with TlsConfig::ca_certificate_pem, and check the endpoint's host name)",
                 self.text
             ),
+            // etcd answered, and what it said is the reason (a learner).
+            Wire::Answered if self.after_handshake => self.text.clone(),
             _ => format!("{} (is etcd running and listening there?)", self.text),
         }
     }
@@ -548,7 +549,7 @@ async fn probe(endpoint: &Endpoint) -> std::result::Result<Channel, ProbeFailure
         cause: wire_cause(&e),
         after_handshake: false,
     })?;
-    pb::maintenance_client::MaintenanceClient::new(channel.clone())
+    let status = pb::maintenance_client::MaintenanceClient::new(channel.clone())
         .status(pb::StatusRequest {})
         .await
         .map_err(|status| {
@@ -563,7 +564,29 @@ async fn probe(endpoint: &Endpoint) -> std::result::Result<Channel, ProbeFailure
                 after_handshake: true,
             }
         })?;
+    // A learner answers Status but refuses every request we would send it: not a member
+    // to start on (it stays in the list, lazily connected, and is skipped again if a
+    // failover lands on it; it may be promoted later).
+    if status.get_ref().is_learner {
+        return Err(ProbeFailure {
+            text: format!(
+                "a learner (non-voting member): it serves no requests, {}",
+                etcd_text::NOT_SUPPORTED_FOR_LEARNER
+            ),
+            cause: Wire::Answered,
+            after_handshake: true,
+        });
+    }
     Ok(channel)
+}
+
+/// A request with the `hasleader` metadata and no token (see [`Rpc::request`]).
+fn without_token<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("hasleader", MetadataValue::from_static("true"));
+    request
 }
 
 /// Joins an error and its sources into one line: tonic's transport errors hide the useful

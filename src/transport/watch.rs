@@ -14,6 +14,7 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use super::Rpc;
 use super::generated::{etcdserverpb as pb, mvccpb};
 use crate::error::{Error, Result};
+use crate::etcd_text;
 use crate::kv::KeyValue;
 
 /// How often a waiter checks that its watch stream still runs on the endpoint in use.
@@ -327,13 +328,13 @@ pub(crate) fn cancel_error(response: &WatchResponse) -> Error {
     } else {
         response.cancel_reason.clone()
     };
-    if reason.contains("invalid auth token") || reason.contains("user name is empty") {
+    if etcd_text::is_stale_token(&reason) {
         return Error::Server {
             code: crate::error::Code::Unauthenticated,
             message: reason,
         };
     }
-    if reason.contains("permission denied") || reason.contains("auth") {
+    if reason.contains(etcd_text::PERMISSION_DENIED) || reason.contains("auth") {
         return Error::Server {
             code: crate::error::Code::PermissionDenied,
             message: reason,

@@ -1,0 +1,61 @@
+//! The texts of etcd's answers that mean something we act on.
+//!
+//! etcd's gRPC codes are too coarse to act on: "no leader", "rpc not supported for
+//! learner" and a dropped connection are all `Unavailable`, and some answers (watch cancel
+//! reasons) carry no code at all. Where the code does not decide, we match the message;
+//! every text is here, so a server version that words one differently is fixed in one
+//! place. Each is the text of etcd's own error (`rpctypes.ErrGRPC*`, `lease.ErrLeaseNotFound`)
+//! and is the same in etcd 3.4 and 3.5: the suite runs on both (`scripts/test`), and the
+//! tests that provoke each answer (learner, auth expiry, revoked lease, leaderless member)
+//! fail if a version stops matching.
+
+/// A learner (non-voting member) refused the call before doing anything with it.
+pub(crate) const NOT_SUPPORTED_FOR_LEARNER: &str = "rpc not supported for learner";
+/// The member has no raft leader. With `hasleader` metadata the check comes before the
+/// request is handled, so nothing was applied.
+pub(crate) const NO_LEADER: &str = "etcdserver: no leader";
+/// The auth token is unknown to the member (expired, or issued by a restarted member).
+pub(crate) const INVALID_AUTH_TOKEN: &str = "invalid auth token";
+/// The token predates a change to users or roles.
+pub(crate) const AUTH_REVISION_OLD: &str = "revision of auth store is old";
+/// A call without a token reached a server with auth enabled.
+pub(crate) const USER_NAME_EMPTY: &str = "user name is empty";
+/// The call's role may not touch the key.
+pub(crate) const PERMISSION_DENIED: &str = "permission denied";
+/// The lease the request names no longer exists on the server.
+pub(crate) const LEASE_NOT_FOUND: &str = "lease not found";
+/// gRPC (not etcd) refused a message above its size limit.
+pub(crate) const GRPC_TOO_LARGE: &str = "larger than max";
+
+/// Whether etcd refused the call before handling it, so sending it to another member
+/// cannot apply it twice, whatever the call is.
+pub(crate) fn is_refused_unhandled(message: &str) -> bool {
+    message.contains(NOT_SUPPORTED_FOR_LEARNER) || message.contains(NO_LEADER)
+}
+
+/// Whether etcd refused the call's auth token (authenticating again may succeed).
+pub(crate) fn is_stale_token(message: &str) -> bool {
+    message.contains(INVALID_AUTH_TOKEN)
+        || message.contains(AUTH_REVISION_OLD)
+        || message.contains(USER_NAME_EMPTY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_before_handling_are_told_apart_from_ambiguous_failures() {
+        assert!(is_refused_unhandled(
+            "etcdserver: rpc not supported for learner"
+        ));
+        assert!(is_refused_unhandled("etcdserver: no leader"));
+        assert!(!is_refused_unhandled("etcdserver: request timed out"));
+        assert!(!is_refused_unhandled(
+            "etcdserver: request timed out, possibly due to previous leader failure"
+        ));
+        assert!(is_stale_token("etcdserver: invalid auth token"));
+        assert!(is_stale_token("etcdserver: revision of auth store is old"));
+        assert!(!is_stale_token("etcdserver: permission denied"));
+    }
+}
