@@ -8,6 +8,7 @@ use super::certs::TlsCerts;
 use super::health::{self, START_TIMEOUT};
 use super::member::Member;
 use super::scratch::TempDir;
+use super::version::EtcdVersion;
 
 /// A multi-member etcd cluster on `127.0.0.1`, all members killed and deleted on drop.
 ///
@@ -32,6 +33,8 @@ pub struct EtcdCluster {
     // the directory holding their data is removed.
     pub(super) members: Vec<Member>,
     pub(super) tls: Option<TlsCerts>,
+    /// The version of the etcd binary every member runs.
+    pub(super) version: EtcdVersion,
     /// The members that are learners now, with their etcd member ids (hex), for
     /// [`EtcdCluster::promote`].
     pub(super) learners: std::sync::Mutex<Vec<(usize, String)>>,
@@ -39,6 +42,21 @@ pub struct EtcdCluster {
 }
 
 impl EtcdCluster {
+    /// The version of etcd the members run, as `etcd --version` printed it.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::start(3)?;
+    /// if cluster.version().at_least(3, 5) {
+    ///     println!("MemberList is linearizable on {}", cluster.version());
+    /// }
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn version(&self) -> EtcdVersion {
+        self.version
+    }
+
     /// The number of members.
     ///
     /// # Example

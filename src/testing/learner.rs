@@ -12,6 +12,7 @@ use super::cluster::EtcdCluster;
 use super::etcdctl;
 use super::health::{START_TIMEOUT, wait_healthy};
 use super::member::{Member, MemberConfig, MemberPorts, member_name, peer_url};
+use super::version::EtcdVersion;
 
 /// How long a new cluster may refuse `member add` as unhealthy: etcd wants every peer
 /// connected for 5 s first.
@@ -23,6 +24,7 @@ pub(super) struct LearnerBase<'a> {
     pub(super) binary: &'a Path,
     pub(super) token: &'a str,
     pub(super) extra_args: &'a [OsString],
+    pub(super) version: EtcdVersion,
 }
 
 impl EtcdCluster {
@@ -68,6 +70,7 @@ impl EtcdCluster {
             extra_args: base.extra_args,
             tls: self.tls.as_ref(),
             joining: true,
+            version: base.version,
         };
         let member = Member::new(&config, index, ports)?;
         member.spawn()?;

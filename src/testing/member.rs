@@ -14,6 +14,7 @@ use super::error::context;
 use super::health::{START_TIMEOUT, wait_healthy};
 use super::process::{send_signal, spawn_dying_with_parent, wait_all_threads_stopped};
 use super::scratch::create_private_dir;
+use super::version::EtcdVersion;
 
 /// Lines of the etcd log quoted in error messages.
 const LOG_TAIL_LINES: usize = 25;
@@ -34,6 +35,8 @@ pub(super) struct MemberConfig<'a> {
     /// Whether the member joins a running cluster (a learner added with `member add`)
     /// instead of bootstrapping a new one with its peers.
     pub(super) joining: bool,
+    /// The server's version, for the flags it takes.
+    pub(super) version: EtcdVersion,
 }
 
 /// The ports of one member, all on 127.0.0.1.
@@ -123,7 +126,11 @@ impl Member {
             flag("--trusted-ca-file", tls.ca_cert.clone().into());
             args.push("--client-cert-auth".into());
         }
-        args.push("--logger=zap".into());
+        // 3.4's default logger (capnslog) is deprecated and warns; zap is the only one
+        // from 3.5 on, where the flag is not needed.
+        if !config.version.at_least(3, 5) {
+            args.push("--logger=zap".into());
+        }
         args.extend(config.extra_args.iter().cloned());
         Ok(Member {
             name,

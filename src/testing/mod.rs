@@ -84,6 +84,7 @@ mod process;
 mod scratch;
 mod server;
 mod start;
+mod version;
 mod watch;
 
 pub use auth::{AUTH_PREFIX, AUTH_ROOT, AUTH_USER};
@@ -92,4 +93,5 @@ pub use certs::TlsCerts;
 pub use cluster::EtcdCluster;
 pub use server::{EtcdServer, EtcdServerBuilder};
 pub use start::EtcdClusterBuilder;
+pub use version::{EtcdVersion, etcd_version};
 pub use watch::RawWatch;

@@ -9,6 +9,7 @@ use super::auth;
 use super::certs::TlsCerts;
 use super::cluster::EtcdCluster;
 use super::start::EtcdClusterBuilder;
+use super::version::EtcdVersion;
 
 /// A single-member etcd server listening on `127.0.0.1`, killed and deleted on drop.
 ///
@@ -130,9 +131,42 @@ impl EtcdServerBuilder {
             cluster: self.cluster.tls(),
         }
     }
+
+    /// Sends watch progress notifications this often; see
+    /// [`EtcdClusterBuilder::watch_progress_notify_interval`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// let etcd = etcd_sync::testing::EtcdServer::builder()
+    ///     .watch_progress_notify_interval(Duration::from_millis(100))
+    ///     .start()?;
+    /// # let _ = etcd;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn watch_progress_notify_interval(self, interval: Duration) -> Self {
+        EtcdServerBuilder {
+            cluster: self.cluster.watch_progress_notify_interval(interval),
+        }
+    }
 }
 
 impl EtcdServer {
+    /// The version of etcd the server runs.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let etcd = etcd_sync::testing::EtcdServer::start()?;
+    /// println!("etcd {}", etcd.version());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn version(&self) -> EtcdVersion {
+        self.cluster.version()
+    }
+
     /// Starts a server with the default flags and waits until it is healthy.
     ///
     /// # Errors

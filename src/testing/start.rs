@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
+use std::time::Duration;
 
 use super::binary::etcd_binary;
 use super::certs::TlsCerts;
@@ -13,6 +14,7 @@ use super::health::START_TIMEOUT;
 use super::learner::LearnerBase;
 use super::member::{Member, MemberConfig, MemberPorts, member_name, peer_url};
 use super::scratch::{TempDir, free_ports, unique_suffix};
+use super::version::{EtcdVersion, version_of};
 
 /// Attempts (with fresh ports each time) to start a server or cluster: another process may
 /// grab a port between the moment it is picked and the moment etcd binds it.
@@ -54,6 +56,7 @@ impl EtcdCluster {
             args: Vec::new(),
             tls: false,
             learners: 0,
+            progress_notify: None,
         }
     }
 }
@@ -78,6 +81,7 @@ pub struct EtcdClusterBuilder {
     args: Vec<OsString>,
     tls: bool,
     learners: usize,
+    progress_notify: Option<Duration>,
 }
 
 impl EtcdClusterBuilder {
@@ -139,8 +143,7 @@ impl EtcdClusterBuilder {
     ///
     /// A learner replicates the log but votes for nothing and serves only `Status` and
     /// serializable reads; clients must not depend on it. etcd 3.4 and 3.5 allow one
-    /// learner per cluster (3.5: `--experimental-max-learners`), so more than one fails
-    /// to start with etcd's error.
+    /// learner per cluster, so more than one fails to start with etcd's error.
     ///
     /// # Example
     ///
@@ -152,6 +155,28 @@ impl EtcdClusterBuilder {
     /// ```
     pub fn learners(mut self, learners: usize) -> Self {
         self.learners = learners;
+        self
+    }
+
+    /// Makes every member send watch progress notifications (a response with a header
+    /// and no events) this often on idle watchers, with the flag the running etcd version
+    /// spells (`--experimental-watch-progress-notify-interval` up to 3.5,
+    /// `--watch-progress-notify-interval` from 3.6). Rounded to whole milliseconds, at
+    /// least 1.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(3)
+    ///     .watch_progress_notify_interval(Duration::from_millis(100))
+    ///     .start()?;
+    /// # let _ = cluster;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn watch_progress_notify_interval(mut self, interval: Duration) -> Self {
+        self.progress_notify = Some(interval);
         self
     }
 
@@ -180,11 +205,18 @@ impl EtcdClusterBuilder {
             ));
         }
         let binary = etcd_binary()?;
+        let version = version_of(&binary)?;
+        let mut args = self.args.clone();
+        if let Some(interval) = self.progress_notify {
+            let flag = version.flag("--experimental-watch-progress-notify-interval");
+            let millis = interval.as_millis().max(1);
+            args.push(format!("{flag}={millis}ms").into());
+        }
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             // An error from `try_start` itself (no directory, cannot spawn) is final; a
             // cluster that does not come up is retried with fresh ports.
-            match self.try_start(&binary)? {
+            match self.try_start(&binary, version, &args)? {
                 Ok(cluster) => return Ok(cluster),
                 Err(failure) => failures.push(failure),
             }
@@ -211,7 +243,12 @@ impl EtcdClusterBuilder {
 
     /// One start attempt: `Err` for a fatal error, `Ok(Err)` for a cluster that did not
     /// come up (worth another attempt with other ports).
-    fn try_start(&self, binary: &Path) -> io::Result<Result<EtcdCluster, io::Error>> {
+    fn try_start(
+        &self,
+        binary: &Path,
+        version: EtcdVersion,
+        args: &[OsString],
+    ) -> io::Result<Result<EtcdCluster, io::Error>> {
         let size = self.members;
         let suffix = unique_suffix();
         let dir = TempDir::create(&format!("etcd-sync-{suffix}"))?;
@@ -241,9 +278,10 @@ impl EtcdClusterBuilder {
             dir: dir.path(),
             initial_cluster: &initial_cluster,
             token: &token,
-            extra_args: &self.args,
+            extra_args: args,
             tls: tls.as_ref(),
             joining: false,
+            version,
         };
         let members = ports[..size]
             .iter()
@@ -253,6 +291,7 @@ impl EtcdClusterBuilder {
         let mut cluster = EtcdCluster {
             members,
             tls,
+            version,
             learners: std::sync::Mutex::new(Vec::new()),
             _dir: dir,
         };
@@ -267,7 +306,8 @@ impl EtcdClusterBuilder {
         let base = LearnerBase {
             binary,
             token: &token,
-            extra_args: &self.args,
+            extra_args: args,
+            version,
         };
         let mut joined = initial_cluster;
         for (index, ports) in ports.iter().enumerate().skip(size) {
