@@ -10,7 +10,15 @@
 //! [`etcd_binary`] uses, in order: the `ETCD_BIN` environment variable (an error if it
 //! names a file that does not exist), `etcd` on `PATH`, then `/usr/bin/etcd`. On Debian and
 //! Ubuntu, `apt-get install etcd-server` provides it. [`etcdctl_binary`] does the same with
-//! `ETCDCTL_BIN`, `etcdctl` and Debian's `etcd-client` package.
+//! `ETCDCTL_BIN`, `etcdctl` and Debian's `etcd-client` package, and prefers the `etcdctl`
+//! beside `ETCD_BIN`, so interop runs against the server's own release.
+//!
+//! # Versions
+//!
+//! The server's version is read from `etcd --version` ([`etcd_version`],
+//! [`EtcdServer::version`]); etcd older than 3.4 is refused, and flags are spelled for the
+//! version that runs ([`EtcdVersion::flag`]: 3.6 renamed some `--experimental-*` flags). The
+//! crate's own suite runs on 3.4 and 3.5 (`scripts/test`).
 //!
 //! # What a server looks like
 //!
