@@ -26,6 +26,9 @@ pub(crate) struct Totals {
     pub(crate) stale_accepted: u64,
     pub(crate) waits: u64,
     pub(crate) slow_waits: Vec<String>,
+    /// The most any timed wait ran past its limit, in ms: how close the runs come to the
+    /// bound (the limit plus two request timeouts).
+    pub(crate) max_overrun_ms: u64,
     pub(crate) errors: HashMap<String, u64>,
     /// The text of every error of no known kind, for the summary.
     pub(crate) other_errors: Vec<String>,
@@ -71,6 +74,7 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
                     let (Ok(timeout), Ok(took)) = (f[1].parse::<u64>(), f[2].parse::<u64>()) else {
                         continue;
                     };
+                    totals.max_overrun_ms = totals.max_overrun_ms.max(took.saturating_sub(timeout));
                     let bound = timeout + 2 * REQUEST_TIMEOUT.as_millis() as u64;
                     if took > bound {
                         totals.slow_waits.push(format!(

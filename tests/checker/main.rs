@@ -651,10 +651,11 @@ fn randomized_checker() {
     let rejected: u64 = totals.sections.values().flatten().map(|s| s.rejected).sum();
     println!(
         "CHECKER seed={seed} secs={secs} processes={PROCESSES}x{SESSIONS}x{THREADS_PER_SESSION} \
-         acquisitions={acquisitions} by_mode={by_mode:?} faults={faults:?} timed_waits={} errors={:?} \
+         acquisitions={acquisitions} by_mode={by_mode:?} faults={faults:?} timed_waits={} (at most {} ms over the limit) errors={:?} \
          stale_writes_rejected={}/{} guarded_writes_rejected={rejected} clean_exits={clean_exits} \
          violations={}",
         totals.waits,
+        totals.max_overrun_ms,
         totals.errors,
         totals.stale_attempts - totals.stale_accepted,
         totals.stale_attempts,
