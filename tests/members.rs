@@ -249,3 +249,15 @@ fn a_member_without_a_leader_refuses_at_once_instead_of_timing_out() {
         .expect_err("a write without a quorum");
     assert!(error.to_string().contains("no leader"), "{error}");
 }
+
+#[test]
+fn more_learners_than_etcd_allows_are_refused_before_starting() {
+    let started = Instant::now();
+    let err = EtcdCluster::builder(3)
+        .learners(2)
+        .start()
+        .expect_err("two learners must be refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("one learner"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}

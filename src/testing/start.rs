@@ -142,8 +142,10 @@ impl EtcdClusterBuilder {
     /// the voters (`EtcdCluster::builder(3).learners(1)` has voters 0, 1, 2 and learner 3).
     ///
     /// A learner replicates the log but votes for nothing and serves only `Status` and
-    /// serializable reads; clients must not depend on it. etcd 3.4 and 3.5 allow one
-    /// learner per cluster, so more than one fails to start with etcd's error.
+    /// serializable reads; clients must not depend on it. etcd allows one learner per
+    /// cluster unless started with a larger `--max-learners` (3.6+), so
+    /// [`start`](EtcdClusterBuilder::start) refuses more than one with `InvalidInput` before
+    /// starting anything.
     ///
     /// # Example
     ///
@@ -202,6 +204,17 @@ impl EtcdClusterBuilder {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "an etcd cluster needs at least one member",
+            ));
+        }
+        if self.learners > 1 {
+            // etcd refuses a second `member add --learner` itself, but only after the
+            // voters are up and three start attempts: say so at once instead.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "learners({}): etcd allows one learner per cluster by default",
+                    self.learners
+                ),
             ));
         }
         let binary = etcd_binary()?;

@@ -498,8 +498,11 @@ fn bad_arguments_exit_2() {
         &["--endpoints", "127.0.0.1:99999", "lock", "x"],
         &["--dial-timeout", "0s", "lock", "x"],
         &["--command-timeout", "0s", "lock", "x"],
+        &["--identity", "", "lock", "x"],
+        &["--identity", "two\nlines", "lock", "x"],
     ];
     let long_name = "x".repeat(5000);
+    let long_identity = "i".repeat(etcd_sync::MAX_IDENTITY_LEN + 1);
     let server = etcd();
     let long = etcd_sync(&server, &["lock", &long_name]);
     let mut runs: Vec<(String, std::process::Command)> = cases
@@ -507,6 +510,10 @@ fn bad_arguments_exit_2() {
         .map(|args| (format!("{args:?}"), etcd_sync_bare(args)))
         .collect();
     runs.push(("a 5000-byte name".into(), long));
+    runs.push((
+        "a 257-byte identity".into(),
+        etcd_sync(&server, &["--identity", &long_identity, "lock", "x"]),
+    ));
     for (what, mut cmd) in runs {
         let out = cmd.output().expect("run etcd-sync");
         assert_eq!(

@@ -14,7 +14,9 @@ use etcd_sync::testing::{EtcdServer, etcdctl_binary};
 /// ignored (etcd-sync keeps signals ignored at startup ignored, as shells do).
 pub(crate) fn etcd_sync_bare(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_etcd-sync"));
-    cmd.env_remove("ETCD_SYNC_ENDPOINTS").args(args);
+    cmd.env_remove("ETCD_SYNC_ENDPOINTS")
+        .env_remove("ETCD_SYNC_IDENTITY")
+        .args(args);
     // SAFETY: only signal(2), async-signal-safe, between fork and exec.
     unsafe {
         cmd.pre_exec(|| {

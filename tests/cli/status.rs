@@ -91,6 +91,41 @@ fn status_shows_our_holder_then_the_waiters_in_both_forms() {
 }
 
 #[test]
+fn identity_from_the_flag_or_the_environment_is_what_status_shows() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let holder = Proc::spawn(etcd_sync(
+        &server,
+        &["--identity", "deploy bot #7", "lock", "idn"],
+    ));
+    let key = holder.line(WAIT);
+    let mut cmd = etcd_sync(&server, &["lock", "idn"]);
+    cmd.env("ETCD_SYNC_IDENTITY", "ci-runner");
+    let _waiter = Proc::spawn(cmd);
+    assert!(eventually(WAIT, || keys(&c, "idn/").len() == 2));
+    // The identity is the key's value, as any etcd reader sees it.
+    let value = c
+        .get(&key)
+        .unwrap()
+        .expect("holder key")
+        .value_str()
+        .into_owned();
+    assert_eq!(value, "deploy bot #7");
+
+    let (code, lines) = status(&server, &["idn"]);
+    assert_eq!(code, 0);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[1].starts_with(&format!("holder  {key}  deploy bot #7  lease ")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].starts_with("waiter  ") && lines[2].contains("  ci-runner  lease "),
+        "{lines:?}"
+    );
+}
+
+#[test]
 fn status_of_an_etcdctl_lock_shows_no_identity_then_free() {
     let server = etcd();
     let c = client(&server.endpoints());

@@ -76,6 +76,17 @@ pub struct GlobalOpts {
     )]
     key: Option<std::path::PathBuf>,
 
+    /// Who this process is, stored as the value of its lock keys and shown by `status`
+    /// (default "<hostname>:<pid>"; `elect` stores PROPOSAL instead)
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_IDENTITY",
+        value_parser = parse_identity,
+        value_name = "TEXT"
+    )]
+    identity: Option<String>,
+
     /// etcd user, as NAME or NAME:PASSWORD (etcd auth)
     #[arg(
         long,
@@ -109,6 +120,7 @@ impl std::fmt::Debug for GlobalOpts {
             .field("ttl", &self.ttl)
             .field("dial_timeout", &self.dial_timeout)
             .field("command_timeout", &self.command_timeout)
+            .field("identity", &self.identity)
             .field("cacert", &self.cacert)
             .field("cert", &self.cert)
             .field("key", &self.key)
@@ -165,6 +177,11 @@ impl GlobalOpts {
     pub fn session_ttl(&self) -> Duration {
         Duration::from_secs(self.ttl)
     }
+
+    /// `--identity`, if given: the session's identity instead of "<hostname>:<pid>".
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
+    }
 }
 
 fn parse_ttl(text: &str) -> Result<u64, String> {
@@ -179,9 +196,25 @@ fn parse_ttl(text: &str) -> Result<u64, String> {
     Ok(ttl)
 }
 
-// Checked here (with the library's own limit) so that a bad N is refused before
-// connecting, like every other argument.
-use etcd_sync::MAX_PERMITS;
+// Checked here (with the library's own limits) so that a bad N or identity is refused
+// before connecting, like every other argument.
+use etcd_sync::{MAX_IDENTITY_LEN, MAX_PERMITS};
+
+fn parse_identity(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("empty (leave --identity out for \"<hostname>:<pid>\")".into());
+    }
+    if text.len() > MAX_IDENTITY_LEN {
+        return Err(format!(
+            "{} bytes; at most {MAX_IDENTITY_LEN} are allowed",
+            text.len()
+        ));
+    }
+    if text.chars().any(char::is_control) {
+        return Err("contains a control character (status prints it on one line)".into());
+    }
+    Ok(text.to_string())
+}
 
 fn parse_permits(text: &str) -> Result<u32, String> {
     match text.trim().parse::<u32>() {

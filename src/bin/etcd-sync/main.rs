@@ -103,7 +103,15 @@ fn with_client(global: &GlobalOpts, f: impl FnOnce(&Client) -> Exit) -> Exit {
 fn connect(global: &GlobalOpts) -> Result<Session, Exit> {
     let builder = global.client_builder().map_err(|e| fail(&e))?;
     let ttl = global.session_ttl();
-    match interruptible(move || builder.connect()?.session_builder().ttl(ttl).start())? {
+    let identity = global.identity().map(str::to_string);
+    let start = move || {
+        let mut session = builder.connect()?.session_builder().ttl(ttl);
+        if let Some(identity) = identity {
+            session = session.identity(identity);
+        }
+        session.start()
+    };
+    match interruptible(start)? {
         Waited::Done(Ok(session)) => Ok(session),
         Waited::Done(Err(e)) => Err(fail(&e)),
         Waited::Signal(signo) => Err(EXIT_SIGNAL_BASE + signo),

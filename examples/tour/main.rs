@@ -1,6 +1,10 @@
 //! A guided tour of etcd-sync against a throwaway etcd this program starts and stops.
 //!
 //! Run it with `scripts/demo` (or `cargo run --release --features testing --example tour`).
+//! This file walks through sessions, the mutex and elections; `more.rs` goes on with
+//! the semaphore, the read-write lock, status, cancelling a wait and the leader loop.
+
+mod more;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,7 +20,7 @@ fn main() {
     }
 }
 
-fn step(title: &str) {
+pub(crate) fn step(title: &str) {
     println!("\n== {title}");
 }
 
@@ -100,14 +104,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let held = mutex.lock()?;
     match other.mutex("tour/migration")?.try_lock() {
         Err(TryLockError::WouldBlock) => println!("   try_lock from another session: WouldBlock"),
-        other => println!("   unexpected: {other:?}"),
+        other => return Err(format!("unexpected: {other:?}").into()),
     }
     match other
         .mutex("tour/migration")?
         .lock_timeout(Duration::from_millis(300))
     {
         Err(e) if e.is_wait_timeout() => println!("   lock_timeout: {e}"),
-        other => println!("   unexpected: {other:?}"),
+        other => return Err(format!("unexpected: {other:?}").into()),
     }
     let keys: Vec<_> = client
         .get_prefix("tour/migration/")?
@@ -139,6 +143,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             LeaderEvent::NoLeader => println!("   observer: no leader"),
         }
     }
+
+    more::semaphore_and_rwlock(&client)?;
+    more::status_and_cancel(&client)?;
+    more::leader_loop(&client)?;
 
     step("Losing a lease: freeze etcd and watch the guard's loss signal");
     let short = client
