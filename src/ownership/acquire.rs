@@ -28,12 +28,7 @@ async fn take_turn(
     if wait.is_never() {
         return turn.try_lock_owned().map_err(|_| TryLockError::WouldBlock);
     }
-    let taken = wait.bound(operation, async {
-        tokio::select! {
-            turn = turn.lock_owned() => Ok(turn),
-            reason = session.wait_lost() => Err(Error::SessionLost(reason)),
-        }
-    });
+    let taken = wait.bound_alive(operation, session, async { Ok(turn.lock_owned().await) });
     Ok(taken.await?)
 }
 

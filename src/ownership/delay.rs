@@ -61,12 +61,7 @@ pub(crate) async fn hold_off(
     // session loss, like every other step of it. (Unbounded, a frozen member held a wait
     // of 303 ms for 2.6 s: one request timeout per endpoint.)
     let ended = wait
-        .bound(operation, async {
-            tokio::select! {
-                ended = first_ended(rpc, &leases) => ended,
-                reason = session.wait_lost() => Err(Error::SessionLost(reason)),
-            }
-        })
+        .bound_alive(operation, session, first_ended(rpc, &leases))
         .await?;
     let Some(lease) = ended else {
         return Ok(());
@@ -76,11 +71,9 @@ pub(crate) async fn hold_off(
         ?delay,
         "the holder's lease ended without a release: lock-delay"
     );
-    wait.bound(operation, async {
-        tokio::select! {
-            () = tokio::time::sleep(delay) => Ok(()),
-            reason = session.wait_lost() => Err(Error::SessionLost(reason)),
-        }
+    wait.bound_alive(operation, session, async {
+        tokio::time::sleep(delay).await;
+        Ok(())
     })
     .await
 }

@@ -163,6 +163,23 @@ impl Wait {
         self.cancel.as_ref().map_or(Ok(()), CancelToken::check)
     }
 
+    /// [`bound`](Wait::bound), also ended by the loss of `session`: every step of a wait
+    /// ends at once when its session dies (rule 4).
+    pub(crate) async fn bound_alive<T>(
+        &self,
+        operation: &'static str,
+        session: &crate::lease::LeaseState,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        self.bound(operation, async {
+            tokio::select! {
+                result = fut => result,
+                reason = session.wait_lost() => Err(Error::SessionLost(reason)),
+            }
+        })
+        .await
+    }
+
     /// Runs `fut` until it ends, the deadline passes (a wait timeout named `operation`)
     /// or the token is cancelled, whichever comes first.
     pub(crate) async fn bound<T>(
