@@ -217,6 +217,35 @@ impl LeaseState {
             None => Ok(()),
         }
     }
+
+    /// Runs the retry-safe `attempt` until etcd answers it: a transient failure (a member
+    /// unreachable or without a leader on every endpoint, as during a leader election) is
+    /// retried after a quick backoff. Ends with `SessionLost` at once when the session is
+    /// lost, also mid-attempt. For the steps of a wait, which a leader change must not end
+    /// (rule 5); the wait's own bound ends it at its deadline or cancel.
+    pub(crate) async fn retry_while_alive<T, F, Fut>(&self, mut attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut backoff = crate::backoff::Backoff::quick();
+        loop {
+            let answered = tokio::select! {
+                result = attempt() => result,
+                reason = self.wait_lost() => return Err(Error::SessionLost(reason)),
+            };
+            match answered {
+                Err(e) if e.is_transient() => {
+                    tracing::debug!(error = %e, "not answered; retrying");
+                    tokio::select! {
+                        () = backoff.sleep() => {}
+                        reason = self.wait_lost() => return Err(Error::SessionLost(reason)),
+                    }
+                }
+                answered => return answered,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -194,6 +194,87 @@ fn pausing_the_pinned_member_reports_loss_before_anyone_acquires() {
     println!("lead times (loss reported -> other holder acquired): {leads:?}");
 }
 
+/// A leader election must not end a wait (rule 5): neither a `lock()` that joins the line
+/// while its member has no leader (the enqueue answers "no leader" on every endpoint), nor
+/// one already waiting, whose watch stream etcd cancels meanwhile. Both acquire, in line
+/// order, once a leader is back and the holder releases. (CI once saw a waiter fail with
+/// "etcdserver: no leader" during an election.)
+#[test]
+fn a_leader_election_does_not_end_a_wait() {
+    let _serial = serial();
+    let cl = cluster();
+    let all = cl.endpoints();
+    let holder_client = client_for(&starting_at(&all, 0));
+    // Sessions outlive the election: nothing here may end by a lost lease.
+    let hs = session(&holder_client, 30);
+    let g = hs.mutex("f-election").unwrap().lock().unwrap();
+    let token = g.fencing_token();
+    let only_member_2 = [all[2].clone()];
+    let waiter_client = client_for(&only_member_2);
+    let ws = session(&waiter_client, 30);
+    let wm = ws.mutex("f-election").unwrap();
+    let waiter = std::thread::spawn(move || {
+        wm.lock()
+            .map(|g| (Instant::now(), g.fencing_token(), g.is_held()))
+    });
+    assert!(eventually(Duration::from_secs(5), || keys(
+        &waiter_client,
+        "f-election/"
+    )
+    .len()
+        == 2));
+    // The joiner's session is granted now: no lease can be granted without a leader.
+    let joiner_client = client_for(&only_member_2);
+    let js = session(&joiner_client, 30);
+    let jm = js.mutex("f-election").unwrap();
+    // Member 2 alone: it has no leader until the others come back.
+    cl.pause(0).unwrap();
+    cl.pause(1).unwrap();
+    let leaderless = eventually(Duration::from_secs(10), || {
+        cl.metrics(2)
+            .is_ok_and(|text| text.contains("etcd_server_has_leader 0"))
+    });
+    assert!(leaderless, "member 2 still reports a leader");
+    let joiner = std::thread::spawn(move || {
+        jm.lock_timeout(Duration::from_secs(60))
+            .map(|g| (Instant::now(), g.fencing_token()))
+    });
+    // Longer than etcd's leaderless check (3 election timeouts) that cancels watch streams.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        !waiter.is_finished(),
+        "the waiter's wait ended: {:?}",
+        waiter.join()
+    );
+    assert!(
+        !joiner.is_finished(),
+        "the joiner's lock ended: {:?}",
+        joiner.join()
+    );
+    cl.resume(0).unwrap();
+    cl.resume(1).unwrap();
+    cl.wait_healthy(Duration::from_secs(20)).unwrap();
+    assert!(eventually(Duration::from_secs(10), || keys(
+        &holder_client,
+        "f-election/"
+    )
+    .len()
+        == 3));
+    assert!(
+        !waiter.is_finished() && !joiner.is_finished(),
+        "acquired while held"
+    );
+    assert!(g.is_held(), "the holder lost its lock in the election");
+    let released_at = Instant::now();
+    drop(g);
+    let (waiter_at, waiter_token, held) = waiter.join().unwrap().expect("the waiter acquires");
+    assert!(waiter_at >= released_at && held);
+    assert!(waiter_token > token);
+    // The joiner is behind the waiter, whose guard the thread dropped on return.
+    let (_, joiner_token) = joiner.join().unwrap().expect("the joiner acquires");
+    assert!(joiner_token > waiter_token);
+}
+
 #[test]
 fn sigkilled_holder_process_is_replaced_within_ttl() {
     let _serial = serial();

@@ -9,6 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 use super::delay;
 use super::hold::{HoldState, spawn_removal};
 use super::{Held, Hold, Kind, Line, Wait};
+use crate::backoff::Backoff;
 use crate::error::{Error, Result, TryLockError};
 use crate::follow::{Follow, Followed};
 use crate::kv::text;
@@ -59,7 +60,11 @@ pub(crate) fn acquire(
     let (enqueued, turn, alive_at) = client.block_on(async {
         let turn = take_turn(line, &session, &wait, kind.operation()).await?;
         // 1. Join the line in etcd.
-        let joined = wait.bound(kind.operation(), join(&rpc, line, kind, value, lease));
+        // A blocking wait rides out a leader election or a failover here too; `try_*`
+        // gives up after one attempt per endpoint.
+        let patient = !wait.is_never();
+        let joining = join(&rpc, line, kind, value, lease, patient);
+        let joined = wait.bound_alive(kind.operation(), &session, joining);
         let enqueued = match joined.await {
             Ok(enqueued) => enqueued,
             Err(e) => {
@@ -156,8 +161,9 @@ async fn join(
     kind: Kind,
     value: &[u8],
     lease: i64,
+    patient: bool,
 ) -> Result<queue::Enqueued> {
-    let enqueued = enqueue_once_or_sweep(rpc, line, value, lease).await?;
+    let enqueued = enqueue_once_or_sweep(rpc, line, value, lease, patient).await?;
     if !enqueued.existed {
         return Ok(enqueued);
     }
@@ -167,7 +173,7 @@ async fn join(
         Kind::Lock(_) => {
             // A fresh create revision for every acquisition: fencing tokens strictly grow.
             queue::remove(rpc, &line.key, Owned::Revision(enqueued.rev)).await?;
-            enqueue_once_or_sweep(rpc, line, value, lease).await
+            enqueue_once_or_sweep(rpc, line, value, lease, patient).await
         }
         Kind::Lead if enqueued.value == value => Ok(enqueued),
         Kind::Lead => {
@@ -193,22 +199,32 @@ async fn join(
     }
 }
 
-/// The enqueue Txn, retried on the next endpoints after a transient failure. A failed
-/// attempt may still be applied later by the member that had it (etcd has no idempotency
-/// keys), re-creating our key after it is gone: if any attempt was ambiguous, the line is
-/// swept for that from the successful answer on.
+/// The enqueue Txn, retried on the next endpoints after a transient failure; when
+/// `patient`, retried after that with a quick backoff until etcd answers (the caller's wait
+/// bounds it). A failed attempt may still be applied later by the member that had it (etcd
+/// has no idempotency keys), re-creating our key after it is gone: if any attempt was
+/// ambiguous, the line is swept for that from the successful answer on.
 async fn enqueue_once_or_sweep(
     rpc: &Rpc,
     line: &Arc<Line>,
     value: &[u8],
     lease: i64,
+    patient: bool,
 ) -> Result<queue::Enqueued> {
     let mut ambiguous = false;
     let mut attempts = rpc.endpoints().len();
+    let mut backoff = Backoff::quick();
     loop {
-        attempts -= 1;
+        attempts = attempts.saturating_sub(1);
         match queue::enqueue(rpc, line.ours(0), value, lease).await {
-            Err(e) if e.is_transient() && attempts > 0 => ambiguous = true,
+            Err(e) if e.is_transient() && (attempts > 0 || patient) => {
+                ambiguous = true;
+                if attempts == 0 {
+                    // Every endpoint failed once: no member can answer now (an election).
+                    tracing::debug!(error = %e, "enqueue not answered; retrying");
+                    backoff.sleep().await;
+                }
+            }
             Ok(enqueued) => {
                 if ambiguous {
                     sweep(line, enqueued.rev + 1);

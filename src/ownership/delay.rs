@@ -61,7 +61,7 @@ pub(crate) async fn hold_off(
     // session loss, like every other step of it. (Unbounded, a frozen member held a wait
     // of 303 ms for 2.6 s: one request timeout per endpoint.)
     let ended = wait
-        .bound_alive(operation, session, first_ended(rpc, &leases))
+        .bound_alive(operation, session, first_ended(rpc, session, &leases))
         .await?;
     let Some(lease) = ended else {
         return Ok(());
@@ -79,10 +79,14 @@ pub(crate) async fn hold_off(
 }
 
 /// The first of `leases` (at most [`CHECKED`]) that has ended: etcd reports TTL -1 for it,
-/// or no longer knows it.
-async fn first_ended(rpc: &Rpc, leases: &[i64]) -> Result<Option<i64>> {
+/// or no longer knows it. A lookup is retried until answered (a leader election must not
+/// fail a wait whose turn came).
+async fn first_ended(rpc: &Rpc, session: &LeaseState, leases: &[i64]) -> Result<Option<i64>> {
     for &lease in leases.iter().take(CHECKED) {
-        let gone = match rpc.lease_time_to_live(lease).await {
+        let looked_up = session
+            .retry_while_alive(|| rpc.lease_time_to_live(lease))
+            .await;
+        let gone = match looked_up {
             Ok(info) => info.ttl <= 0,
             Err(Error::Server {
                 code: Code::NotFound,
