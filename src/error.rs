@@ -304,6 +304,15 @@ impl Error {
         matches!(self, Error::Unavailable { .. } | Error::Timeout { .. })
     }
 
+    /// True when every member refused the request before handling it: none had a leader
+    /// (an election), or only learners were reached. Unlike a timeout or a broken
+    /// connection this is not ambiguous: the request was not applied and never will be,
+    /// so even a write may be sent again, as often as it takes.
+    pub(crate) fn is_refused_unhandled(&self) -> bool {
+        matches!(self, Error::Unavailable { reason, .. }
+            if crate::etcd_text::is_refused_unhandled(reason))
+    }
+
     /// True when the same call may succeed if tried again later or on another endpoint:
     /// etcd was unreachable or without a leader ([`Unavailable`](Error::Unavailable)), too
     /// slow ([`Timeout`](Error::Timeout)), or answered with a passing condition

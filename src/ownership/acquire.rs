@@ -60,8 +60,8 @@ pub(crate) fn acquire(
     let (enqueued, turn, alive_at) = client.block_on(async {
         let turn = take_turn(line, &session, &wait, kind.operation()).await?;
         // 1. Join the line in etcd.
-        // A blocking wait rides out a leader election or a failover here too; `try_*`
-        // gives up after one attempt per endpoint.
+        // A blocking wait rides out a leader election here too; `try_*` gives up after one
+        // attempt per endpoint.
         let patient = !wait.is_never();
         let joining = join(&rpc, line, kind, value, lease, patient);
         let joined = wait.bound_alive(kind.operation(), &session, joining);
@@ -199,11 +199,13 @@ async fn join(
     }
 }
 
-/// The enqueue Txn, retried on the next endpoints after a transient failure; when
-/// `patient`, retried after that with a quick backoff until etcd answers (the caller's wait
-/// bounds it). A failed attempt may still be applied later by the member that had it (etcd
-/// has no idempotency keys), re-creating our key after it is gone: if any attempt was
-/// ambiguous, the line is swept for that from the successful answer on.
+/// The enqueue Txn, retried on the next endpoints after a transient failure. When
+/// `patient`, a refusal of every member ("no leader": an election) is retried after a
+/// quick backoff for as long as it lasts (the caller's wait bounds it); an ambiguous failure
+/// (a timeout, a broken connection) is not, after one attempt per endpoint. A failed attempt
+/// may still be applied later by the member that had it (etcd has no idempotency keys),
+/// re-creating our key after it is gone: if any attempt was ambiguous, the line is swept
+/// for that from the successful answer on.
 async fn enqueue_once_or_sweep(
     rpc: &Rpc,
     line: &Arc<Line>,
@@ -215,15 +217,14 @@ async fn enqueue_once_or_sweep(
     let mut attempts = rpc.endpoints().len();
     let mut backoff = Backoff::quick();
     loop {
-        attempts = attempts.saturating_sub(1);
         match queue::enqueue(rpc, line.ours(0), value, lease).await {
-            Err(e) if e.is_transient() && (attempts > 0 || patient) => {
+            Err(e) if patient && e.is_refused_unhandled() => {
+                tracing::debug!(error = %e, "enqueue refused by every member; retrying");
+                backoff.sleep().await;
+            }
+            Err(e) if e.is_transient() && attempts > 1 => {
+                attempts -= 1;
                 ambiguous = true;
-                if attempts == 0 {
-                    // Every endpoint failed once: no member can answer now (an election).
-                    tracing::debug!(error = %e, "enqueue not answered; retrying");
-                    backoff.sleep().await;
-                }
             }
             Ok(enqueued) => {
                 if ambiguous {
