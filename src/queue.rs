@@ -443,7 +443,7 @@ pub(crate) async fn wait_turn(
             delivery = deletes.next() => delivery,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
             _ = tokio::time::sleep(UNSYNCED_POLL), if poll.is_some() => {
-                match reread_until_answered(rpc, session, ours, &deletes).await? {
+                match reread(rpc, session, ours, &deletes).await? {
                     Reread::Owner(at) => return Ok(at),
                     Reread::Waiting(at) => known = at,
                 }
@@ -459,7 +459,7 @@ pub(crate) async fn wait_turn(
                 if after <= known && !fresh {
                     continue;
                 }
-                match reread_until_answered(rpc, session, ours, &deletes).await? {
+                match reread(rpc, session, ours, &deletes).await? {
                     Reread::Owner(at) => return Ok(at),
                     Reread::Waiting(at) => {
                         known = at;
@@ -474,12 +474,10 @@ pub(crate) async fn wait_turn(
                 return Ok(at);
             }
             // Only part of a long line was tracked: find the rest.
-            Delivery::Cleared { .. } => {
-                match reread_until_answered(rpc, session, ours, &deletes).await? {
-                    Reread::Owner(at) => return Ok(at),
-                    Reread::Waiting(at) => known = at,
-                }
-            }
+            Delivery::Cleared { .. } => match reread(rpc, session, ours, &deletes).await? {
+                Reread::Owner(at) => return Ok(at),
+                Reread::Waiting(at) => known = at,
+            },
             Delivery::OwnDeleted => return Err(key_gone_error(rpc, session).await),
             Delivery::Events(_) => {} // not sent to a subscription that awaits keys gone
             Delivery::Failed(e) => return Err(e),
@@ -505,28 +503,20 @@ enum Reread {
     Waiting(i64),
 }
 
-/// [`reread`] until etcd answers: a wait outlives a leader election (its members answer
-/// "no leader" meanwhile) and a failover; only its bound, a session loss or an error that
-/// retrying cannot fix ends it.
-async fn reread_until_answered(
-    rpc: &Rpc,
-    session: &LeaseState,
-    ours: Ours<'_>,
-    deletes: &Subscription,
-) -> Result<Reread> {
-    session
-        .retry_while_alive(|| reread(rpc, session, ours, deletes))
-        .await
-}
-
-/// Reads our place in the line again and has `deletes` await the keys now ahead.
+/// Reads our place in the line again and has `deletes` await the keys now ahead. Retried
+/// until etcd answers: a wait outlives a leader election (its members answer "no leader"
+/// meanwhile) and a failover; only its bound, a session loss or an error that retrying
+/// cannot fix ends it.
 async fn reread(
     rpc: &Rpc,
     session: &LeaseState,
     ours: Ours<'_>,
     deletes: &Subscription,
 ) -> Result<Reread> {
-    match read_position_at(rpc, ours).await? {
+    let position = session
+        .retry_while_alive(|| read_position_at(rpc, ours))
+        .await?;
+    match position {
         (Position::Owner, at) => Ok(Reread::Owner(at)),
         (Position::Gone, _) => Err(key_gone_error(rpc, session).await),
         (Position::Refused(why), _) => Err(Error::InvalidArgument(why)),
