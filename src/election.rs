@@ -80,8 +80,11 @@ impl Election {
     ///   re-campaign) it was no longer ours when the new value was to be proclaimed.
     /// * [`Error::WouldDeadlock`]: this thread holds a [`MutexGuard`](crate::MutexGuard) of
     ///   this name on this session.
-    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached (each
-    ///   request is tried on every endpoint first); our key is removed in the background.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached to join the
+    ///   line (the request is tried on every endpoint first); our key is removed in the
+    ///   background. A leader election is waited out instead ("no leader" from every member
+    ///   is retried), and once in the line the wait retries its reads until etcd answers:
+    ///   only the session's loss ends it then.
     /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`).
     ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
     /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
