@@ -65,7 +65,10 @@ impl Election {
     /// One session has one key per name. Campaigning again while this session leads under
     /// the name (from any thread) re-campaigns, as in Go: the new value is proclaimed and
     /// the new [`Leadership`] supersedes the old one, which then reports
-    /// `is_leader() == false`, fires `lost()`, and does nothing on `Drop`. A campaign while
+    /// `is_leader() == false`, fires `lost()`, and does nothing on `Drop`. A re-campaign
+    /// keeps the time limit and cancel token of `campaign_timeout`/`campaign_with`; if it
+    /// fails or is cut short, the old guard stays valid (a proclamation cut short may still
+    /// apply, but never over a newer one). A campaign while
     /// another thread of this session *waits* under the name, or holds a [`Mutex`](crate::Mutex)
     /// of the same name, takes turns with it.
     ///
@@ -172,7 +175,7 @@ impl Election {
         {
             // Re-campaign: proclaim first (the old guard stays valid if that fails), then
             // hand the hold to a new guard.
-            if !ownership::proclaim(&hold, value)? {
+            if !ownership::proclaim(&hold, value, &wait)? {
                 return Err(Error::NotLeader);
             }
             let held = Held::supersede(&hold).ok_or(Error::NotLeader)?;

@@ -151,6 +151,71 @@ fn recampaign_on_the_same_session_proclaims() {
     assert_eq!(e.leader().unwrap().unwrap().value, b"def");
 }
 
+/// A re-campaign is a campaign: its time limit and cancel token bound the proclamation it
+/// sends. (The randomized checker saw a 148 ms `campaign_timeout` take 2446 ms: the
+/// re-campaign's proclaim waited out request timeouts on a frozen member.) A proclamation
+/// cut short may still apply later, but never over a newer one.
+#[test]
+fn a_recampaign_keeps_its_time_limit_on_a_frozen_etcd() {
+    let server = etcd();
+    let c = common::client_with_timeout(&server.endpoints(), Duration::from_secs(2));
+    let s = session(&c, 30);
+    let e = s.election("rc-frozen").unwrap();
+    let first = e.campaign("a").unwrap();
+    server.pause().unwrap();
+    let started = Instant::now();
+    let timed = e.campaign_timeout("b", Duration::from_millis(300));
+    let took = started.elapsed();
+    let token = etcd_sync::CancelToken::new();
+    let canceller = {
+        let token = token.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            token.cancel();
+        })
+    };
+    let started = Instant::now();
+    let cancelled = e.campaign_with("b", &token);
+    let took_cancelled = started.elapsed();
+    canceller.join().unwrap();
+    server.resume().unwrap();
+    assert!(
+        matches!(&timed, Err(err) if err.is_wait_timeout()),
+        "{:?}",
+        timed.map(|l| l.fencing_token())
+    );
+    assert!(
+        took < Duration::from_millis(1200),
+        "took {took:?} (limit 300 ms, request timeout 2 s)"
+    );
+    assert!(
+        matches!(&cancelled, Err(err) if err.is_cancelled()),
+        "{:?}",
+        cancelled.map(|l| l.fencing_token())
+    );
+    assert!(
+        took_cancelled < Duration::from_millis(1100),
+        "took {took_cancelled:?} (cancelled after 200 ms)"
+    );
+    // The old guard still leads; a proclamation sent late may have applied ("b").
+    assert!(first.is_leader());
+    let value = e.leader().unwrap().unwrap().value;
+    assert!(
+        value == b"a" || value == b"b",
+        "{:?}",
+        String::from_utf8_lossy(&value)
+    );
+    first.proclaim("c").unwrap();
+    assert_eq!(e.leader().unwrap().unwrap().value, b"c");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        e.leader().unwrap().unwrap().value,
+        b"c",
+        "an old proclamation applied late"
+    );
+    assert!(first.is_leader());
+}
+
 /// Upstream TestElectionOnPrefixOfExistingKey.
 #[test]
 fn election_on_a_prefix_of_an_existing_key() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::{Kind, Line};
+use super::{Kind, Line, Wait};
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::follow::Followed;
@@ -293,7 +293,7 @@ impl Held {
         if !self.is_current() {
             return Ok(false);
         }
-        proclaim(&self.hold, value)
+        proclaim(&self.hold, value, &Wait::forever())
     }
 
     /// Supersedes this guard with a new one on the same hold (a re-campaign): this one
@@ -326,7 +326,10 @@ impl Drop for Held {
 /// Proclaims `value` under the hold's key, exactly once: the Txn requires our create
 /// revision *and* the value revision we last wrote or read, so an attempt that reaches etcd
 /// late (after a newer proclamation) changes nothing. `Ok(false)`: the key is not ours.
-pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8]) -> Result<bool> {
+/// Within `wait` (a re-campaign is a campaign: its limit and cancel token apply) and ended
+/// by the session's loss; a proclamation cut short that reaches etcd later applies only if
+/// nothing newer was written, so the value is never older than the last one proclaimed.
+pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8], wait: &Wait) -> Result<bool> {
     // A lost session writes nothing, although etcd may still show our key.
     let lease = hold.line.session.lease().clone();
     lease.check()?;
@@ -334,12 +337,13 @@ pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8]) -> Result<bool> {
     let value = value.to_vec();
     let session = hold.line.session.clone();
     let rpc = session.client().rpc().clone();
+    let operation = crate::error::wait::CAMPAIGN;
     session
         .client()
-        .block_on(async move {
+        .block_on(wait.bound_alive(operation, &lease, async {
             let _one_at_a_time = hold.proclaiming.lock().await;
             proclaim_once(&rpc, &hold, &value).await
-        })
+        }))
         .map_err(|e| lease.judge(e))
 }
 
