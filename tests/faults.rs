@@ -102,10 +102,12 @@ fn killing_the_etcd_leader_mid_contention_keeps_exclusion_and_progress() {
     let inside = Arc::new(AtomicUsize::new(0));
     let violations = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(StdMutex::new(Vec::new()));
     let threads: Vec<_> = (0..4)
         .map(|i| {
             let endpoints = starting_at(&all, i % 3);
             let (inside, violations, done) = (inside.clone(), violations.clone(), done.clone());
+            let failures = failures.clone();
             std::thread::spawn(move || {
                 let c = client_for(&endpoints);
                 let s = session(&c, 5);
@@ -113,8 +115,12 @@ fn killing_the_etcd_leader_mid_contention_keeps_exclusion_and_progress() {
                 let deadline = Instant::now() + Duration::from_secs(60);
                 let mut sections = 0;
                 while sections < 10 && Instant::now() < deadline {
-                    let Ok(g) = m.lock_timeout(Duration::from_secs(10)) else {
-                        continue;
+                    let g = match m.lock_timeout(Duration::from_secs(10)) {
+                        Ok(g) => g,
+                        Err(e) => {
+                            failures.lock().unwrap().push(e);
+                            continue;
+                        }
                     };
                     if inside.fetch_add(1, Ordering::SeqCst) != 0 {
                         violations.fetch_add(1, Ordering::SeqCst);
@@ -139,6 +145,17 @@ fn killing_the_etcd_leader_mid_contention_keeps_exclusion_and_progress() {
         done.load(Ordering::SeqCst),
         40,
         "progress stopped after the leader died"
+    );
+    // Only the dead member may fail an attempt, once per client at most (an ambiguous
+    // enqueue is not retried on every endpoint twice); an election is waited out.
+    let failures = failures.lock().unwrap();
+    assert!(
+        failures.len() <= 4 && failures.iter().all(Error::is_retryable),
+        "{failures:?}"
+    );
+    assert!(
+        !failures.iter().any(|e| e.to_string().contains("no leader")),
+        "a lock failed on an election: {failures:?}"
     );
 }
 
