@@ -5,11 +5,13 @@
 //! reasons) carry no code at all. Where the code does not decide, we match the message;
 //! every text is here, so a server version that words one differently is fixed in one
 //! place. Each is the text of etcd's own error (`rpctypes.ErrGRPC*`, `lease.ErrLeaseNotFound`)
-//! and is the same in etcd 3.4 and 3.5: the suite runs on both (`scripts/test`), and the
+//! and is the same in etcd 3.4 to 3.7 (the code is not: 3.7 refuses a learner's call
+//! with `FailedPrecondition`): the suite runs on each (`scripts/test`), and the
 //! tests that provoke each answer (learner, auth expiry, revoked lease, leaderless member)
 //! fail if a version stops matching.
 
-/// A learner (non-voting member) refused the call before doing anything with it.
+/// A learner (non-voting member) refused the call before doing anything with it (code
+/// `Unavailable` up to etcd 3.6, `FailedPrecondition` from 3.7: the text decides).
 pub(crate) const NOT_SUPPORTED_FOR_LEARNER: &str = "rpc not supported for learner";
 /// The member has no raft leader. With `hasleader` metadata the check comes before the
 /// request is handled, so nothing was applied.

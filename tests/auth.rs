@@ -40,9 +40,18 @@ fn wrong_credentials_and_missing_credentials_are_clear_errors() {
         user_client(&server, ("", "x")),
         Err(Error::InvalidArgument(_))
     ));
-    let anonymous = common::client(&server.endpoints());
-    let r = anonymous.put("app/x", "v");
-    assert!(matches!(r, Err(Error::Server { .. })), "{r:?}");
+    // Without credentials: current releases (3.4.38+, 3.5.24+, 3.6, 3.7) refuse even the
+    // connect probe, which says what is missing; older ones answer it and refuse the put.
+    match Client::connect(server.endpoints()) {
+        Err(Error::Authentication(message)) => {
+            assert!(message.contains("requires authentication"), "{message}")
+        }
+        Err(other) => panic!("expected an Authentication error, got {other:?}"),
+        Ok(anonymous) => {
+            let r = anonymous.put("app/x", "v");
+            assert!(matches!(r, Err(Error::Server { .. })), "{r:?}");
+        }
+    }
     // The builder's Debug output never shows the password.
     let debug = format!("{:?}", Client::builder().user("u", "hunter2"));
     assert!(!debug.contains("hunter2"), "{debug}");
@@ -108,4 +117,210 @@ fn tokens_expiring_mid_wait_are_renewed() {
         holder.get("app/long-data").unwrap().unwrap().value,
         b"still mine"
     );
+}
+
+/// Every recipe and who-holds-what as the least-privilege user (readwrite on `app/` only):
+/// a waiter handed the lock (its watch carries the token), a lock-delay after an ended
+/// lease (LeaseTimeToLive of another session's lease), readers and permits, a campaign seen
+/// by an observer and by `Client::status`. Current etcd releases require a token on calls
+/// older ones answered anonymously (the connect probe among them): this runs on every
+/// server of the matrix.
+#[test]
+fn a_least_privilege_user_uses_every_recipe() {
+    let server = auth_server(&[]);
+    let c1 = user_client(&server, AUTH_USER).expect("connect as the restricted user");
+    let c2 = user_client(&server, AUTH_USER).expect("connect as the restricted user");
+    let s1 = c1.session().unwrap();
+    let s2 = c2.session().unwrap();
+
+    // A mutex with a waiter behind it, seen by status, then handed over on release.
+    let g1 = s1.mutex("app/m").unwrap().lock().unwrap();
+    let m2 = s2.mutex("app/m").unwrap();
+    let waiter = std::thread::spawn(move || m2.lock_timeout(Duration::from_secs(20)));
+    assert!(common::eventually(Duration::from_secs(5), || {
+        c1.status("app/m").is_ok_and(|s| s.waiters.len() == 1)
+    }));
+    let status = c1.status("app/m").unwrap();
+    assert_eq!(status.holders.len(), 1);
+    assert_eq!(status.holders[0].create_revision, g1.fencing_token());
+    let first = g1.fencing_token();
+    drop(g1);
+    let g2 = waiter.join().unwrap().expect("the waiter takes the lock");
+    assert!(g2.is_held() && g2.fencing_token() > first);
+    drop(g2);
+
+    // Lock-delay: the holder's lease ends (revoked), the waiter looks it up and waits.
+    let s3 = c1.session().unwrap();
+    let held = s3.mutex("app/d").unwrap().lock().unwrap();
+    let delayed = s2
+        .mutex("app/d")
+        .unwrap()
+        .lock_delay(Duration::from_millis(800))
+        .unwrap();
+    let waiter = std::thread::spawn(move || {
+        let start = Instant::now();
+        delayed
+            .lock_timeout(Duration::from_secs(20))
+            .map(|g| (start, Instant::now(), g.is_held()))
+    });
+    assert!(common::eventually(Duration::from_secs(5), || {
+        c1.status("app/d").is_ok_and(|s| s.waiters.len() == 1)
+    }));
+    std::mem::forget(held); // its release would be clean: end the lease instead
+    let ended = Instant::now();
+    s3.close().expect("revoke the holder's lease");
+    let (_, acquired, is_held) = waiter.join().unwrap().expect("the delayed waiter acquires");
+    assert!(is_held);
+    assert!(
+        acquired.duration_since(ended) >= Duration::from_millis(700),
+        "took over {:?} after the lease ended, inside the 800 ms lock-delay",
+        acquired.duration_since(ended)
+    );
+
+    // Readers share, a writer is refused; permits count.
+    let r1 = s1.rwlock("app/rw").unwrap().read().unwrap();
+    let r2 = s2.rwlock("app/rw").unwrap().read().unwrap();
+    assert!(r1.is_held() && r2.is_held());
+    assert!(matches!(
+        c1.session().unwrap().rwlock("app/rw").unwrap().try_write(),
+        Err(etcd_sync::TryLockError::WouldBlock)
+    ));
+    let p1 = s1.semaphore("app/sem", 2).unwrap().acquire().unwrap();
+    let p2 = s2.semaphore("app/sem", 2).unwrap().acquire().unwrap();
+    assert_eq!(c1.status("app/sem").unwrap().holders.len(), 2);
+    drop((r1, r2, p1, p2));
+
+    // An election: the leader is seen by an observer, by leader() and by status.
+    let observer = c2.observe("app/e").unwrap();
+    let leadership = s1.election("app/e").unwrap().campaign("node-a").unwrap();
+    let elected = loop {
+        match observer.recv_timeout(Duration::from_secs(5)) {
+            Ok(Some(etcd_sync::LeaderEvent::Elected(leader))) => break leader,
+            Ok(Some(_)) => continue,
+            other => panic!("expected the election to be observed, got {other:?}"),
+        }
+    };
+    assert_eq!(elected.value, b"node-a");
+    assert_eq!(
+        c2.leader("app/e").unwrap().map(|l| l.value),
+        Some(b"node-a".to_vec())
+    );
+    assert_eq!(c2.status("app/e").unwrap().holders.len(), 1);
+    leadership.proclaim("node-a2").unwrap();
+    assert_eq!(
+        c2.leader("app/e").unwrap().map(|l| l.value),
+        Some(b"node-a2".to_vec())
+    );
+
+    // Outside its prefix the user is refused, and no key is left behind.
+    assert!(matches!(
+        s1.election("elsewhere").unwrap().campaign("x"),
+        Err(Error::Server {
+            code: Code::PermissionDenied,
+            ..
+        })
+    ));
+}
+
+/// The same user on a 3-member cluster: connect with the first member down, then lock
+/// across a failover away from the member the client uses.
+#[test]
+fn auth_survives_a_failover() {
+    let cluster = etcd_sync::testing::EtcdCluster::start(3).expect("start a 3-member cluster");
+    cluster.enable_auth().expect("enable auth with etcdctl");
+    let c = Client::builder()
+        .endpoints(cluster.endpoints())
+        .user(AUTH_USER.0, AUTH_USER.1)
+        .request_timeout(Duration::from_secs(2))
+        .connect()
+        .expect("connect as the restricted user");
+    let s = c
+        .session_builder()
+        .ttl(Duration::from_secs(10))
+        .start()
+        .unwrap();
+    let g = s.mutex("app/failover").unwrap().lock().unwrap();
+    drop(g);
+    // Kill a follower the client uses (member 0 unless it leads), so the next call moves.
+    let leader = cluster.leader().unwrap();
+    let victim = if leader == 0 { 1 } else { 0 };
+    let late = Client::builder()
+        .endpoints([
+            cluster.member_endpoint(victim),
+            cluster.member_endpoint(3 - leader - victim),
+        ])
+        .user(AUTH_USER.0, AUTH_USER.1)
+        .request_timeout(Duration::from_secs(2))
+        .connect()
+        .expect("connect as the restricted user");
+    let ls = late
+        .session_builder()
+        .ttl(Duration::from_secs(10))
+        .start()
+        .unwrap();
+    cluster.kill(victim).unwrap();
+    let g = ls
+        .mutex("app/failover")
+        .unwrap()
+        .lock_timeout(Duration::from_secs(15))
+        .expect("lock after the failover");
+    assert!(g.is_held());
+    g.put("app/after", "ok")
+        .expect("a guarded write on the next member");
+    drop(g);
+    assert!(
+        s.mutex("app/failover")
+            .unwrap()
+            .lock_timeout(Duration::from_secs(15))
+            .is_ok()
+    );
+    // A client whose first endpoint is down authenticates with the next one.
+    let down_first = Client::builder()
+        .endpoints([
+            cluster.member_endpoint(victim),
+            cluster.member_endpoint(leader),
+        ])
+        .user(AUTH_USER.0, AUTH_USER.1)
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .expect("connect past a dead first member");
+    down_first.put("app/x", "1").unwrap();
+}
+
+/// TLS and auth together, the way a production cluster runs: connect, lock, elect.
+#[cfg(feature = "tls")]
+#[test]
+fn tls_and_auth_together() {
+    let server = EtcdServer::builder()
+        .tls()
+        .start()
+        .expect("start etcd with TLS");
+    server.enable_auth().expect("enable auth with etcdctl");
+    let certs = server.tls_certs().unwrap();
+    let tls = etcd_sync::TlsConfig::from_files(&certs.ca_cert, None)
+        .and_then(|t| t.client_identity_files(&certs.client_cert, &certs.client_key))
+        .unwrap();
+    let c = Client::builder()
+        .endpoints(server.endpoints())
+        .tls(tls)
+        .user(AUTH_USER.0, AUTH_USER.1)
+        .connect()
+        .expect("connect over TLS as the restricted user");
+    let s = c.session().unwrap();
+    let g = s.mutex("app/tls").unwrap().lock().unwrap();
+    g.put("app/tls-data", "1").unwrap();
+    drop(g);
+    let l = s.election("app/tls-e").unwrap().campaign("v").unwrap();
+    assert_eq!(
+        c.leader("app/tls-e").unwrap().map(|l| l.value),
+        Some(b"v".to_vec())
+    );
+    drop(l);
+    assert!(matches!(
+        c.put("other/x", "1"),
+        Err(Error::Server {
+            code: Code::PermissionDenied,
+            ..
+        })
+    ));
 }

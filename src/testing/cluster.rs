@@ -391,6 +391,32 @@ impl EtcdCluster {
         health::wait_healthy(&members, timeout)
     }
 
+    /// Turns on etcd's authentication for the whole cluster, as
+    /// [`EtcdServer::enable_auth`](super::EtcdServer::enable_auth) does for one server:
+    /// the users [`AUTH_ROOT`](super::AUTH_ROOT) and [`AUTH_USER`](super::AUTH_USER), the
+    /// latter limited to [`AUTH_PREFIX`](super::AUTH_PREFIX).
+    ///
+    /// # Errors
+    ///
+    /// If `etcdctl` is missing or one of its commands fails.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use etcd_sync::testing::{AUTH_USER, EtcdCluster};
+    /// let cluster = EtcdCluster::start(3)?;
+    /// cluster.enable_auth()?;
+    /// let client = etcd_sync::Client::builder()
+    ///     .endpoints(cluster.endpoints())
+    ///     .user(AUTH_USER.0, AUTH_USER.1)
+    ///     .connect()?;
+    /// # let _ = client;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn enable_auth(&self) -> io::Result<()> {
+        super::auth::enable_auth(&self.endpoints().join(","), self.tls())
+    }
+
     /// Like [`wait_healthy`](Self::wait_healthy), but a killed member is an error instead
     /// of being skipped: for a start, and for a server, which has no other member.
     pub(super) fn wait_all_healthy(&self, timeout: Duration) -> io::Result<()> {

@@ -139,6 +139,14 @@ pub(crate) fn status_error(status: &tonic::Status, endpoint: &str) -> Error {
         };
     }
     match status.code() {
+        // A refusal before handling (a learner, a member without a leader) whatever its
+        // code: etcd 3.7 answers a learner with FailedPrecondition, earlier releases with
+        // Unavailable. Either way another member may take the call.
+        _ if crate::etcd_text::is_refused_unhandled(&message) => Error::Unavailable {
+            endpoint: Some(endpoint.to_string()),
+            reason: message,
+            source: None,
+        },
         tonic::Code::Unavailable => Error::Unavailable {
             endpoint: Some(endpoint.to_string()),
             reason: if message.is_empty() {

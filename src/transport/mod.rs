@@ -185,15 +185,22 @@ impl Rpc {
         let mut first_live = None;
         // A server certificate we do not trust will not become trusted by trying again.
         let mut untrusted = false;
+        // With credentials, the token the first member that authenticated us issued: later
+        // probes send it (current etcd releases answer Status only to authenticated calls).
+        let mut token = None;
         'rounds: loop {
             for (i, (url, endpoint)) in config.endpoints.iter().zip(&endpoints).enumerate() {
-                let (failure, cut) = match tokio::time::timeout_at(deadline, probe(endpoint)).await
-                {
+                let probed = probe(endpoint, config.credentials.as_ref(), &mut token);
+                let (failure, cut) = match tokio::time::timeout_at(deadline, probed).await {
                     Ok(Ok(channel)) => {
                         first_live = Some((i, channel));
                         break 'rounds;
                     }
-                    Ok(Err(failure)) => (failure, false),
+                    Ok(Err(ProbeError::Auth(error))) => {
+                        tracing::warn!(endpoint = %url, %error, "etcd refused our credentials");
+                        return Err(error);
+                    }
+                    Ok(Err(ProbeError::Failed(failure))) => (failure, false),
                     Err(_) => (ProbeFailure::silent(config.connect_timeout), true),
                 };
                 match failure.refused_certificate(config) {
@@ -248,11 +255,10 @@ impl Rpc {
                 current: AtomicUsize::new(current),
                 request_timeout: config.request_timeout,
                 credentials: config.credentials.clone(),
-                token: std::sync::RwLock::new(None),
+                token: std::sync::RwLock::new(token),
                 authenticating: tokio::sync::Mutex::new(()),
             }),
         };
-        rpc.reauthenticate(None).await?;
         Ok(rpc)
     }
 
@@ -425,8 +431,7 @@ impl Rpc {
                     self.fail_over(index);
                     // A learner, or a member without a leader, refused before handling the
                     // call: even a write that must never be sent twice may go elsewhere.
-                    let unhandled = status.code() == tonic::Code::Unavailable
-                        && etcd_text::is_refused_unhandled(status.message());
+                    let unhandled = etcd_text::is_refused_unhandled(status.message());
                     if !unhandled && retry == Retry::Never {
                         return Err(error);
                     }
@@ -540,34 +545,65 @@ fn uses_tls(config: &RpcConfig) -> bool {
     }
 }
 
+/// Why an endpoint did not pass the connect probe.
+enum ProbeError {
+    /// Not reachable or not serving (yet): the next endpoint, or the next round, may do.
+    Failed(ProbeFailure),
+    /// etcd answered about our credentials (wrong, missing, or auth not enabled): no other
+    /// endpoint or round will answer otherwise, so connecting ends with this error.
+    Auth(Error),
+}
+
+impl From<ProbeFailure> for ProbeError {
+    fn from(failure: ProbeFailure) -> ProbeError {
+        ProbeError::Failed(failure)
+    }
+}
+
 /// Connects and asks etcd for its status: proves a real etcd answers (a frozen process
 /// still accepts TCP connections, and with TLS 1.3 a refused client certificate only shows
-/// on the first request).
-async fn probe(endpoint: &Endpoint) -> std::result::Result<Channel, ProbeFailure> {
+/// on the first request). With credentials it authenticates first, unless `token` already
+/// holds a token from an earlier endpoint, and asks with the token: etcd 3.4.38+, 3.5.24+,
+/// 3.6 and 3.7 with auth enabled answer Status only to an authenticated call ("user name
+/// is empty").
+async fn probe(
+    endpoint: &Endpoint,
+    credentials: Option<&(String, String)>,
+    token: &mut Option<MetadataValue<Ascii>>,
+) -> std::result::Result<Channel, ProbeError> {
     let channel = endpoint.connect().await.map_err(|e| ProbeFailure {
         text: error_chain(&e),
         cause: wire_cause(&e),
         after_handshake: false,
     })?;
+    if let (Some((name, password)), None) = (credentials, token.as_ref()) {
+        *token = Some(authenticate(channel.clone(), name, password).await?);
+    }
+    let mut request = without_token(pb::StatusRequest {});
+    if let Some(token) = token.as_ref() {
+        request.metadata_mut().insert("token", token.clone());
+    }
     let status = pb::maintenance_client::MaintenanceClient::new(channel.clone())
-        .status(pb::StatusRequest {})
-        .await
-        .map_err(|status| {
-            let mut text = format!("{:?}: {}", status.code(), status.message());
-            if let Some(source) = std::error::Error::source(&status) {
-                text.push_str(": ");
-                text.push_str(&error_chain(source));
-            }
-            ProbeFailure {
-                text,
-                cause: wire_cause(&status),
-                after_handshake: true,
-            }
-        })?;
+        .status(request)
+        .await;
+    let status = match status {
+        Ok(status) => status.into_inner(),
+        // A server with auth on, asked without credentials: no retry will change that.
+        Err(status)
+            if credentials.is_none() && status.message().contains(etcd_text::USER_NAME_EMPTY) =>
+        {
+            return Err(ProbeError::Auth(Error::Authentication(format!(
+                "etcd requires authentication ({}): give a user name and password \
+                 (ClientBuilder::user)",
+                status.message()
+            ))));
+        }
+        Err(status) => return Err(answered_failure(&status).into()),
+    };
     // A learner answers Status but refuses every request we would send it: not a member
     // to start on (it stays in the list, lazily connected, and is skipped again if a
     // failover lands on it; it may be promoted later).
-    if status.get_ref().is_learner {
+    if status.is_learner {
         return Err(ProbeFailure {
             text: format!(
                 "a learner (non-voting member): it serves no requests, {}",
@@ -575,9 +611,55 @@ async fn probe(endpoint: &Endpoint) -> std::result::Result<Channel, ProbeFailure
             ),
             cause: Wire::Answered,
             after_handshake: true,
-        });
+        }
+        .into());
     }
     Ok(channel)
+}
+
+/// Asks the member behind `channel` for a token. A refusal of the credentials (or of auth
+/// itself) is final; a member that cannot answer now (no leader, a broken connection) is
+/// a probe failure like any other, and the next endpoint is tried.
+async fn authenticate(
+    channel: Channel,
+    name: &str,
+    password: &str,
+) -> std::result::Result<MetadataValue<Ascii>, ProbeError> {
+    let request = without_token(pb::AuthenticateRequest {
+        name: name.to_string(),
+        password: password.to_string(),
+    });
+    let response = AuthClient::new(channel).authenticate(request).await;
+    let response = match response {
+        Ok(response) => response.into_inner(),
+        Err(status) if fault::status_error(&status, "").is_transient() => {
+            return Err(answered_failure(&status).into());
+        }
+        Err(status) => {
+            return Err(ProbeError::Auth(Error::Authentication(
+                status.message().to_string(),
+            )));
+        }
+    };
+    MetadataValue::try_from(response.token.as_str()).map_err(|_| {
+        ProbeError::Auth(Error::Authentication(
+            "etcd returned an unusable token".into(),
+        ))
+    })
+}
+
+/// A probe's call that reached etcd (the handshake was done) and failed.
+fn answered_failure(status: &tonic::Status) -> ProbeFailure {
+    let mut text = format!("{:?}: {}", status.code(), status.message());
+    if let Some(source) = std::error::Error::source(status) {
+        text.push_str(": ");
+        text.push_str(&error_chain(source));
+    }
+    ProbeFailure {
+        text,
+        cause: wire_cause(status),
+        after_handshake: true,
+    }
 }
 
 /// A request with the `hasleader` metadata and no token (see [`Rpc::request`]).
