@@ -40,7 +40,7 @@ fn wrong_credentials_and_missing_credentials_are_clear_errors() {
         user_client(&server, ("", "x")),
         Err(Error::InvalidArgument(_))
     ));
-    // Without credentials: current releases (3.4.38+, 3.5.24+, 3.6, 3.7) refuse even the
+    // Without credentials: current releases (3.4.42+, 3.5.28+, 3.6, 3.7) refuse even the
     // connect probe, which says what is missing; older ones answer it and refuse the put.
     match Client::connect(server.endpoints()) {
         Err(Error::Authentication(message)) => {

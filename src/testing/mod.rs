@@ -8,8 +8,12 @@
 //! # Finding the binary
 //!
 //! [`etcd_binary`] uses, in order: the `ETCD_BIN` environment variable (an error if it
-//! names a file that does not exist), `etcd` on `PATH`, then `/usr/bin/etcd`. On Debian and
-//! Ubuntu, `apt-get install etcd-server` provides it. [`etcdctl_binary`] does the same with
+//! names a file that does not exist); with the cargo feature `vendored-etcd`, the official
+//! etcd release binary that the crate registry delivers with `etcd-bin-vendored` (nothing
+//! to install: `etcd-sync = { features = ["testing", "vendored-etcd"] }` in
+//! `[dev-dependencies]`); `etcd` on `PATH`, then `/usr/bin/etcd`. On Debian and Ubuntu,
+//! `apt-get install etcd-server` provides it. The vendored crates ship `etcd` only: the
+//! few helpers that run `etcdctl` (auth, learners) need one installed. [`etcdctl_binary`] does the same with
 //! `ETCDCTL_BIN`, `etcdctl` and Debian's `etcd-client` package, and prefers the `etcdctl`
 //! beside `ETCD_BIN`, so interop runs against the server's own release.
 //!
@@ -18,7 +22,7 @@
 //! The server's version is read from `etcd --version` ([`etcd_version`],
 //! [`EtcdServer::version`]); etcd older than 3.4 is refused, and flags are spelled for the
 //! version that runs ([`EtcdVersion::flag`]: 3.6 renamed some `--experimental-*` flags). The
-//! crate's own suite runs on 3.4 and 3.5 (`scripts/test`).
+//! crate's own suite runs on 3.4 through 3.7 (`scripts/test`, CONTRIBUTING.md).
 //!
 //! # What a server looks like
 //!

@@ -219,6 +219,7 @@ impl EtcdClusterBuilder {
         }
         let binary = etcd_binary()?;
         let version = version_of(&binary)?;
+        tracing::info!(target: "etcd_sync::testing", binary = %binary.display(), %version, "starting etcd");
         let mut args = self.args.clone();
         if let Some(interval) = self.progress_notify {
             let flag = version.flag("--experimental-watch-progress-notify-interval");

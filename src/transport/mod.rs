@@ -563,7 +563,7 @@ impl From<ProbeFailure> for ProbeError {
 /// Connects and asks etcd for its status: proves a real etcd answers (a frozen process
 /// still accepts TCP connections, and with TLS 1.3 a refused client certificate only shows
 /// on the first request). With credentials it authenticates first, unless `token` already
-/// holds a token from an earlier endpoint, and asks with the token: etcd 3.4.38+, 3.5.24+,
+/// holds a token from an earlier endpoint, and asks with the token: etcd 3.4.42+, 3.5.28+,
 /// 3.6 and 3.7 with auth enabled answer Status only to an authenticated call ("user name
 /// is empty").
 async fn probe(
