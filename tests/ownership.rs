@@ -447,3 +447,36 @@ fn try_lock_on_a_frozen_etcd_gives_up_after_one_request_timeout() {
         "try_lock never succeeded: {outcomes:?}"
     );
 }
+
+/// Issue 25, defect 5: a release that times out on a frozen etcd says how long it waited
+/// (it said "timed out after 0ns": the first attempt used up the whole bound, and the
+/// error reported what was left of it).
+#[test]
+fn a_release_that_times_out_reports_the_time_it_waited() {
+    let server = etcd();
+    let timeout = Duration::from_secs(1);
+    let c = common::client_with_timeout(&server.endpoints(), timeout);
+    let s = session(&c, 20);
+    let g = s.mutex("frozen-after").unwrap().lock().unwrap();
+    server.pause().unwrap();
+    let start = Instant::now();
+    let unlocked = g.unlock();
+    let took = start.elapsed();
+    server.resume().unwrap();
+    match unlocked {
+        Err(Error::Timeout { after, .. }) => assert!(
+            after >= timeout.mul_f32(0.9) && after <= took + Duration::from_millis(10),
+            "a release that waited {took:?} reports 'timed out after {after:?}'"
+        ),
+        other => panic!("expected a release timeout, got {other:?}"),
+    }
+    assert!(
+        took < timeout + Duration::from_millis(600),
+        "unlock took {took:?}"
+    );
+    assert!(eventually(Duration::from_secs(10), || keys(
+        &c,
+        "frozen-after/"
+    )
+    .is_empty()));
+}
