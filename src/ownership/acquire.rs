@@ -69,7 +69,11 @@ pub(crate) fn acquire(
             Ok(enqueued) => enqueued,
             Err(e) => {
                 // The Txn may have applied (or apply later): remove by lease, turn in hand.
-                clean_up_ambiguous(line, turn);
+                let removed = clean_up_ambiguous(line, turn);
+                // Bounded, as after a failed wait: the caller gets its error within one
+                // request timeout, and normally only once the key is gone (a process that
+                // exits on `Cancelled` leaves nothing that blocks the name).
+                let _ = tokio::time::timeout(rpc.request_timeout(), removed).await;
                 // A lease revoked elsewhere shows here first: say the session is lost.
                 return Err(session.judge(e).into());
             }
@@ -249,8 +253,14 @@ fn sweep(line: &Line, from: i64) {
 
 /// After an ambiguous enqueue: remove whatever key of our lease exists under the name,
 /// owning the turn, then have the client's follow task sweep the line for the same
-/// attempt applied late by a member that held it (see `follow.rs`).
-fn clean_up_ambiguous(line: &Arc<Line>, turn: OwnedMutexGuard<()>) {
+/// attempt applied late by a member that held it (see `follow.rs`). The receiver hears
+/// when etcd has answered the removal (or the session ended); the caller waits for it
+/// within a bound, the removal goes on regardless.
+fn clean_up_ambiguous(
+    line: &Arc<Line>,
+    turn: OwnedMutexGuard<()>,
+) -> tokio::sync::oneshot::Receiver<()> {
+    let (done, removed) = tokio::sync::oneshot::channel();
     let rpc = line.session.client().rpc().clone();
     let session = line.session.lease().clone();
     let key = line.key.clone();
@@ -264,9 +274,11 @@ fn clean_up_ambiguous(line: &Arc<Line>, turn: OwnedMutexGuard<()>) {
                 other => break other,
             }
         };
-        drop(turn);
         if let Ok((_, revision)) = removed {
             sweep(&line, revision + 1);
         }
+        drop(turn);
+        let _ = done.send(());
     });
+    removed
 }
