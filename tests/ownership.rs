@@ -480,3 +480,44 @@ fn a_release_that_times_out_reports_the_time_it_waited() {
     )
     .is_empty()));
 }
+
+/// Issue 25, defect 2 (second half): a guard that waited for its turn follows its key from
+/// the revision that proved its ownership at once, not after the 200 ms deferral of an
+/// uncontended hold; a delete right after the handoff ends it as soon as the event arrives.
+#[test]
+fn a_guard_that_waited_follows_its_key_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (a, b) = (session(&c, 30), session(&c, 30));
+    let mut worst = Duration::ZERO;
+    for round in 0..5 {
+        let name = format!("at-once-{round}");
+        let held = a.mutex(&name).unwrap().lock().unwrap();
+        let mutex = b.mutex(&name).unwrap();
+        let waiter = std::thread::spawn(move || mutex.lock_timeout(Duration::from_secs(10)));
+        assert!(eventually(Duration::from_secs(5), || keys(
+            &c,
+            &format!("{name}/")
+        )
+        .len()
+            == 2));
+        held.unlock().unwrap();
+        let guard = waiter.join().unwrap().unwrap();
+        let lost = guard.lost();
+        c.delete(guard.key()).unwrap();
+        let deleted = Instant::now();
+        let fired = fired_within(&lost, Duration::from_secs(2));
+        let took = fired.map(|_| deleted.elapsed());
+        assert!(
+            took.is_some(),
+            "round {round}: the guard never noticed its key was deleted"
+        );
+        worst = worst.max(took.unwrap_or_default());
+        assert!(!guard.is_held());
+    }
+    // The deferral alone would be 200 ms; an event on a running watcher takes a few ms.
+    assert!(
+        worst < Duration::from_millis(150),
+        "a deleted key was noticed after {worst:?}"
+    );
+}

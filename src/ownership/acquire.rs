@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::delay;
 use super::hold::{HoldState, spawn_removal};
 use super::{Held, Hold, Kind, Line, Wait};
+use super::{delay, proof};
 use crate::backoff::Backoff;
 use crate::error::{Error, Result, TryLockError};
 use crate::follow::{Follow, Followed};
@@ -95,10 +95,20 @@ pub(crate) fn acquire(
                     ),
                 );
                 match (turn_came.await, position) {
-                    // Our turn came after others held: a lock-delay may apply.
-                    (Ok(seen_at), Position::Behind(ahead)) => {
+                    // Our turn came after others held: a lock-delay may apply. It is a
+                    // step after the proof, so it ends when our key goes (rule 4).
+                    (Ok(seen_at), Position::Behind(ahead)) if !wait.delay.is_zero() => {
                         let op = kind.operation();
-                        delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, wait.delay)
+                        let delay = wait.delay;
+                        let held_off =
+                            delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, delay);
+                        let watches = line.pin_deletes();
+                        let ours = line.ours(enqueued.rev);
+                        let kept =
+                            proof::while_ours(&rpc, watches, &session, ours, seen_at, held_off);
+                        // Boxed: a rare path, kept out of every acquire's future (in a
+                        // debug build it overflowed a 2 MiB thread stack inline).
+                        Box::pin(wait.bound_alive(op, &session, kept))
                             .await
                             .map(|()| seen_at)
                     }
@@ -144,6 +154,10 @@ pub(crate) fn acquire(
         key: line.key.clone(),
         rev: enqueued.rev,
         alive_at,
+        // A guard that waited follows from its proof revision at once: the name's watcher
+        // is pinned and running (no request), and a delete since the proof ends it as soon
+        // as the event arrives, not after the deferral.
+        at_once: matches!(enqueued.position, Position::Behind(_)),
         hold: Arc::downgrade(&hold) as Weak<dyn Followed>,
     });
     tracing::debug!(
