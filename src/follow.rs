@@ -2,12 +2,13 @@
 //! stream (`watches.rs`), for every live guard and every line being swept. No thread and
 //! no stream per guard.
 //!
-//! * **Guard**: once a guard has been held for 200 ms (most holds are shorter and cost etcd
-//!   nothing), subscribe to the deletes under its name (the watcher its waiters share, so
-//!   often already there). If the watcher starts after the revision at which the caller
-//!   last saw the key, one read of the key closes the gap. A delete by anyone (our own
-//!   cleanup, `etcdctl del`, a lease revoked elsewhere) ends the hold: `is_held()` turns
-//!   false and `lost()` fires, well within a second.
+//! * **Guard**: subscribe to the deletes under its name (the watcher its waiters share),
+//!   from the revision that proved the acquire's ownership: at once for a guard that waited
+//!   (its name's watcher is pinned and running), after 200 ms for an uncontended one (most
+//!   holds are shorter and then cost etcd nothing). If the watcher starts after the proof
+//!   revision, one read of the key closes the gap. A delete by anyone (our own cleanup,
+//!   `etcdctl del`, a lease revoked elsewhere) ends the hold: `is_held()` turns false and
+//!   `lost()` fires, well within a second.
 //! * **Sweep**: after an ambiguous enqueue, watch our key for puts. A put there while the
 //!   line's turn is free is the old attempt applied late by a member that held it (etcd
 //!   has no idempotency keys): take the turn and delete it, so it cannot block the line
