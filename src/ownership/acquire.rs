@@ -56,28 +56,10 @@ pub(crate) fn acquire(
     }
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
-    let lease = line.session.lease_id();
     let (enqueued, turn, alive_at) = client.block_on(async {
         let turn = take_turn(line, &session, &wait, kind.operation()).await?;
         // 1. Join the line in etcd.
-        // A blocking wait rides out a leader election here too; `try_*` gives up after one
-        // attempt per endpoint.
-        let patient = !wait.is_never();
-        let joining = join(&rpc, line, kind, value, lease, patient);
-        let joined = wait.bound_alive(kind.operation(), &session, joining);
-        let enqueued = match joined.await {
-            Ok(enqueued) => enqueued,
-            Err(e) => {
-                // The Txn may have applied (or apply later): remove by lease, turn in hand.
-                let removed = clean_up_ambiguous(line, turn);
-                // Bounded, as after a failed wait: the caller gets its error within one
-                // request timeout, and normally only once the key is gone (a process that
-                // exits on `Cancelled` leaves nothing that blocks the name).
-                let _ = tokio::time::timeout(rpc.request_timeout(), removed).await;
-                // A lease revoked elsewhere shows here first: say the session is lost.
-                return Err(session.judge(e).into());
-            }
-        };
+        let (enqueued, turn) = join_within(&rpc, line, kind, value, &wait, &session, turn).await?;
         // 2. Wait for our turn in etcd, unless asked not to.
         let waited = match &enqueued.position {
             Position::Owner => Ok(enqueued.seen_at),
@@ -170,6 +152,65 @@ pub(crate) fn acquire(
     );
     crate::telemetry::acquired(&line.name, kind.operation(), started);
     Ok(Held::new(hold))
+}
+
+/// Joins the line within `wait`: our key, and the turn back. On any error our key is
+/// removed, turn in hand, and the caller hears of the error once etcd answered the removal,
+/// or after one request timeout in all (the removal goes on in the background).
+///
+/// A join cut short by the wait's limit or token is let finish first, within that same
+/// bound: its Txn may already be on its way, and etcd may apply it after a removal sent
+/// now, re-creating the key behind the caller's back (a sweep would delete it, but only
+/// later: a process that exits on `Cancelled` would leave it blocking the name). Finished,
+/// it tells our revision, and the key is removed by it. Only a join whose outcome stays
+/// unknown (no answer, a lost session) is cleaned up by lease.
+async fn join_within(
+    rpc: &Rpc,
+    line: &Arc<Line>,
+    kind: Kind,
+    value: &[u8],
+    wait: &Wait,
+    session: &LeaseState,
+    turn: OwnedMutexGuard<()>,
+) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>), TryLockError> {
+    // A blocking wait rides out a leader election here too; `try_*` gives up after one
+    // attempt per endpoint.
+    let patient = !wait.is_never();
+    let lease = line.session.lease_id();
+    let mut joining = std::pin::pin!(join(rpc, line, kind, value, lease, patient));
+    let joined = async { Ok((&mut joining).await) };
+    let (error, cut_short) = match wait.bound_alive(kind.operation(), session, joined).await {
+        Ok(Ok(enqueued)) => return Ok((enqueued, turn)),
+        // The join's own failure: its Txn may have applied (or apply later).
+        Ok(Err(e)) => (e, false),
+        // The limit or token ended it (the join is unfinished); a lost session takes the
+        // key with its lease.
+        Err(e) => {
+            let lost = matches!(e, Error::SessionLost(_));
+            (e, !lost)
+        }
+    };
+    let settle_by = tokio::time::Instant::now() + rpc.request_timeout();
+    let finished = if cut_short {
+        tokio::time::timeout_at(settle_by, &mut joining).await.ok()
+    } else {
+        None
+    };
+    match finished {
+        Some(Ok(enqueued)) => {
+            // Known revision: this deletes nothing but the key this attempt created.
+            let owned = Owned::Revision(enqueued.rev);
+            let removed = spawn_removal(&line.session, line.key.clone(), owned, Some(turn));
+            let _ = tokio::time::timeout_at(settle_by, removed).await;
+        }
+        _ => {
+            // The Txn may have applied (or apply later): remove by lease, turn in hand.
+            let removed = clean_up_ambiguous(line, turn);
+            let _ = tokio::time::timeout_at(settle_by, removed).await;
+        }
+    }
+    // A lease revoked elsewhere shows here first: say the session is lost.
+    Err(session.judge(error).into())
 }
 
 /// Joins the line: one Txn, plus what to do with a key this session already has.
