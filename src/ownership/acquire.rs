@@ -192,7 +192,11 @@ async fn join_within(
     };
     let settle_by = tokio::time::Instant::now() + rpc.request_timeout();
     let finished = if cut_short {
-        tokio::time::timeout_at(settle_by, &mut joining).await.ok()
+        tokio::select! {
+            finished = tokio::time::timeout_at(settle_by, &mut joining) => finished.ok(),
+            // The lease takes the key with it: nothing to wait for.
+            _ = session.wait_lost() => None,
+        }
     } else {
         None
     };
