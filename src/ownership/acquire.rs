@@ -156,7 +156,7 @@ pub(crate) fn acquire(
 
 /// Joins the line within `wait`: our key, and the turn back. On any error our key is
 /// removed, turn in hand, and the caller hears of the error once etcd answered the removal,
-/// or after one request timeout in all (the removal goes on in the background).
+/// or at [`settle_by`] (the removal goes on in the background).
 ///
 /// A join cut short by the wait's limit or token is let finish first, within that same
 /// bound: its Txn may already be on its way, and etcd may apply it after a removal sent
@@ -177,6 +177,7 @@ async fn join_within(
     // attempt per endpoint.
     let patient = !wait.is_never();
     let lease = line.session.lease_id();
+    let started = tokio::time::Instant::now();
     let mut joining = std::pin::pin!(join(rpc, line, kind, value, lease, patient));
     let joined = async { Ok((&mut joining).await) };
     let (error, cut_short) = match wait.bound_alive(kind.operation(), session, joined).await {
@@ -190,7 +191,7 @@ async fn join_within(
             (e, !lost)
         }
     };
-    let settle_by = tokio::time::Instant::now() + rpc.request_timeout();
+    let settle_by = settle_by(started, rpc.request_timeout());
     let finished = if cut_short {
         tokio::select! {
             finished = tokio::time::timeout_at(settle_by, &mut joining) => finished.ok(),
@@ -215,6 +216,17 @@ async fn join_within(
     }
     // A lease revoked elsewhere shows here first: say the session is lost.
     Err(session.judge(error).into())
+}
+
+/// How long a failed join waits for its in-flight Txn and its key's removal: a quarter of
+/// a request timeout from the failure, and never past one request timeout from the join's
+/// start. An etcd that answers at all answers these in milliseconds; a frozen one would not
+/// answer before the join's own request timed out, and then the removal by lease and the
+/// sweep go on in the background. So a join cut short on a frozen etcd (`lock_timeout`,
+/// `try_lock`) still returns within about one request timeout, as before.
+fn settle_by(started: tokio::time::Instant, request_timeout: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    (now + request_timeout / 4).min(started + request_timeout)
 }
 
 /// Joins the line: one Txn, plus what to do with a key this session already has.
