@@ -1,6 +1,8 @@
 //! Lock-delay (issue 15, part 4): after a holder whose lease ended (here: an `etcdctl lock`
 //! frozen with SIGSTOP until its lease expired), the next holder waits the delay on top;
-//! after a clean release it takes over at once.
+//! after a clean release it takes over at once. Issue 25: a waiter whose own key is
+//! deleted during the delay gets `LockLost`, and one test per side of what the delay covers
+//! (README "Lock-delay").
 
 mod common;
 
