@@ -2,12 +2,13 @@
 //! stream (`watches.rs`), for every live guard and every line being swept. No thread and
 //! no stream per guard.
 //!
-//! * **Guard**: once a guard has been held for 200 ms (most holds are shorter and cost etcd
-//!   nothing), subscribe to the deletes under its name (the watcher its waiters share, so
-//!   often already there). If the watcher starts after the revision at which the caller
-//!   last saw the key, one read of the key closes the gap. A delete by anyone (our own
-//!   cleanup, `etcdctl del`, a lease revoked elsewhere) ends the hold: `is_held()` turns
-//!   false and `lost()` fires, well within a second.
+//! * **Guard**: subscribe to the deletes under its name (the watcher its waiters share),
+//!   from the revision that proved the acquire's ownership: at once for a guard that waited
+//!   (its name's watcher is pinned and running), after 200 ms for an uncontended one (most
+//!   holds are shorter and then cost etcd nothing). If the watcher starts after the proof
+//!   revision, one read of the key closes the gap. A delete by anyone (our own cleanup,
+//!   `etcdctl del`, a lease revoked elsewhere) ends the hold: `is_held()` turns false and
+//!   `lost()` fires, well within a second.
 //! * **Sweep**: after an ambiguous enqueue, watch our key for puts. A put there while the
 //!   line's turn is free is the old attempt applied late by a member that held it (etcd
 //!   has no idempotency keys): take the turn and delete it, so it cannot block the line
@@ -43,12 +44,14 @@ pub(crate) trait Followed: Send + Sync {
 /// What to follow.
 pub(crate) enum Follow {
     /// End `hold` when `key` (under `prefix`, created at `rev`, known to exist at
-    /// `alive_at`) is deleted.
+    /// `alive_at`) is deleted. `at_once`: subscribe now, not after [`DEFER`] (the guard
+    /// waited, so its name's watcher runs already).
     Guard {
         prefix: Vec<u8>,
         key: Vec<u8>,
         rev: i64,
         alive_at: i64,
+        at_once: bool,
         hold: Weak<dyn Followed>,
     },
     /// Delete any key of `session`'s lease that appears at `key` after revision `from - 1`
@@ -150,12 +153,10 @@ const DEFER: Duration = Duration::from_millis(200);
 struct Deferred(VecDeque<(Instant, Follow)>);
 
 impl Deferred {
+    /// Queues a guard that subscribes after [`DEFER`] (every one waits as long, so the queue
+    /// stays in order of due time).
     fn push(&mut self, what: Follow) {
-        let due = match what {
-            Follow::Guard { .. } => Instant::now() + DEFER,
-            Follow::Sweep { .. } => Instant::now(),
-        };
-        self.0.push_back((due, what));
+        self.0.push_back((Instant::now() + DEFER, what));
     }
 
     /// When the next one is due (far away when there is none).
@@ -192,16 +193,20 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
     loop {
         tokio::select! {
             command = commands.recv() => match command {
-                Some(what) => accept(&entries, &mut deferred, what),
+                Some(what) => {
+                    if let Some(now) = accept(&entries, &mut deferred, what) {
+                        next_tag += 1;
+                        let sink = Sink::new(next_tag, delivered.clone());
+                        entries.insert(next_tag, subscribe(&watches, now, sink));
+                    }
+                }
                 None => return, // the client is gone
             },
             _ = tokio::time::sleep_until(deferred.next_due().into()) => {
                 for what in deferred.take_due() {
                     next_tag += 1;
                     let sink = Sink::new(next_tag, delivered.clone());
-                    let subscribed = watches.subscribe_to(what.spec(), what.known_through(), sink);
-                    let entry = Entry { known: what.known_through(), what, _subscribed: subscribed };
-                    entries.insert(next_tag, entry);
+                    entries.insert(next_tag, subscribe(&watches, what, sink));
                 }
             }
             delivery = deliveries.recv() => {
@@ -216,19 +221,33 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
     }
 }
 
-/// Queues `what` unless an equal sweep already runs or waits.
-fn accept(entries: &HashMap<u64, Entry>, deferred: &mut Deferred, what: Follow) {
-    // Only sweeps can be duplicates; guards (the many) are queued without a scan.
-    let duplicate = matches!(what, Follow::Sweep { .. })
-        && (entries
-            .values()
-            .any(|e| e.what.same_sweep(&what) && e.what.is_live())
-            || deferred
-                .0
-                .iter()
-                .any(|(_, queued)| queued.same_sweep(&what)));
-    if !duplicate {
-        deferred.push(what);
+/// Subscribes for `what`, from the revision through which it is known.
+fn subscribe(watches: &Watches, what: Follow, sink: Sink) -> Entry {
+    let known = what.known_through();
+    let subscribed = watches.subscribe_to(what.spec(), known, sink);
+    Entry {
+        known,
+        what,
+        _subscribed: subscribed,
+    }
+}
+
+/// Drops `what` if an equal sweep already runs; queues a guard that is to wait [`DEFER`];
+/// returns what is to be subscribed now (a sweep, a guard that waited for its turn).
+fn accept(entries: &HashMap<u64, Entry>, deferred: &mut Deferred, what: Follow) -> Option<Follow> {
+    match what {
+        Follow::Guard { at_once: false, .. } => {
+            deferred.push(what);
+            None
+        }
+        Follow::Guard { at_once: true, .. } => Some(what),
+        // Only sweeps can be duplicates; guards (the many) are taken without a scan.
+        Follow::Sweep { .. } => {
+            let duplicate = entries
+                .values()
+                .any(|e| e.what.same_sweep(&what) && e.what.is_live());
+            (!duplicate).then_some(what)
+        }
     }
 }
 

@@ -88,9 +88,20 @@ impl Mutex {
     /// over, so that a paused holder that cannot check fencing tokens has time to notice it
     /// lost. A clean release hands over at once. Default: no delay (as Go's `concurrency`).
     ///
-    /// The leases of the keys that were ahead of ours are looked up once the wait is over
-    /// (one LeaseTimeToLive each, for at most 16 keys). The delay counts against the wait's
-    /// time limit and ends early on a cancel or a lost session.
+    /// **Covered:** a wait whose key was already in the line, behind the holder's key, when
+    /// etcd deleted that key with its ended lease. The leases of the keys that were ahead of
+    /// ours when we joined are looked up once the wait is over (one LeaseTimeToLive each,
+    /// for at most 16 keys); if any of them ended, the delay starts then, when the wait
+    /// sees that its turn came.
+    ///
+    /// **Not covered:** an acquire that joins after the ended holder's key is gone. It finds
+    /// the name free and holds at once, however recently the lease ended: etcd keeps no
+    /// record of an ended lease, and this crate writes none (README, "Lock-delay"). Where
+    /// that matters, check fencing tokens, or keep a waiter queued on the name.
+    ///
+    /// The delay counts against the wait's time limit and ends early on a cancel or a lost
+    /// session, and with [`LockLost`](crate::Error::LockLost) if our own key is deleted
+    /// meanwhile (no guard is returned without its key).
     ///
     /// # Errors
     ///

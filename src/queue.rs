@@ -385,7 +385,7 @@ pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bo
 /// The error for "our key vanished while we waited": `SessionLost` if the lease is gone
 /// (asking etcd when we do not know yet: a revoke from elsewhere deletes our key before
 /// the next keep-alive tells us), else `LockLost` (someone deleted the key).
-async fn key_gone_error(rpc: &Rpc, session: &LeaseState) -> Error {
+pub(crate) async fn key_gone_error(rpc: &Rpc, session: &LeaseState) -> Error {
     if session.loss_reason().is_none()
         && let Ok(live) = rpc.lease_time_to_live(session.id()).await
         && live.ttl <= 0

@@ -1,6 +1,8 @@
 //! Lock-delay (issue 15, part 4): after a holder whose lease ended (here: an `etcdctl lock`
 //! frozen with SIGSTOP until its lease expired), the next holder waits the delay on top;
-//! after a clean release it takes over at once.
+//! after a clean release it takes over at once. Issue 25: a waiter whose own key is
+//! deleted during the delay gets `LockLost`, and one test per side of what the delay covers
+//! (README "Lock-delay").
 
 mod common;
 
@@ -160,4 +162,159 @@ fn a_cancel_during_the_delay_ends_the_wait_and_leaves_no_key() {
     )
     .is_empty()));
     assert!(!held.is_held());
+}
+
+/// The key of `session`'s lease under `prefix`, if any.
+fn key_of(c: &etcd_sync::Client, prefix: &str, session: &etcd_sync::Session) -> Option<String> {
+    let lease = format!("{:x}", session.lease_id());
+    keys(c, prefix).into_iter().find(|k| k.contains(&lease))
+}
+
+/// Issue 25, defect 2: the waiter's own key is deleted during its lock-delay, and a third
+/// session takes the free name at once. The delayed wait must end with a lost error
+/// (its proof of ownership is no longer true), never return a guard that says "held"
+/// beside the third session's guard.
+#[test]
+fn a_key_deleted_during_the_delay_ends_the_wait_with_lock_lost() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (s1, s2, s3) = (session(&c, 30), session(&c, 30), session(&c, 30));
+    let _held = s1.mutex("ld-del").unwrap().lock().unwrap();
+    let delay = Duration::from_secs(5);
+    let mutex = s2.mutex("ld-del").unwrap().lock_delay(delay).unwrap();
+    let waiter = thread::spawn(move || {
+        let result = mutex.lock_timeout(Duration::from_secs(30));
+        let returned = Instant::now();
+        // What the guard says the moment it is handed out, if it is.
+        let held_on_return = result.as_ref().map(|g| g.is_held());
+        (returned, held_on_return.map_err(|e| e.clone()), result)
+    });
+    assert!(eventually(Duration::from_secs(5), || key_of(
+        &c, "ld-del/", &s2
+    )
+    .is_some()));
+    let s2_key = key_of(&c, "ld-del/", &s2).expect("the waiter's key");
+    // The holder's lease ends: the waiter's turn comes and its lock-delay starts.
+    s1.close().unwrap();
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-del/")
+        .len()
+        == 1));
+    thread::sleep(Duration::from_millis(800));
+    assert!(
+        !waiter.is_finished(),
+        "the waiter did not wait out its lock-delay"
+    );
+    c.delete(&s2_key).unwrap();
+    let deleted = Instant::now();
+    let third = s3
+        .mutex("ld-del")
+        .unwrap()
+        .lock_timeout(Duration::from_secs(5))
+        .expect("the name is free once the waiter's key is gone");
+    // Both guards sampled while the waiter is still out: never two held at once.
+    let mut both_held = 0;
+    while !waiter.is_finished() && deleted.elapsed() < delay + Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(5));
+    }
+    let (returned, held_on_return, result) = waiter.join().unwrap();
+    if let Ok(guard) = &result {
+        for _ in 0..100 {
+            if guard.is_held() && third.is_held() {
+                both_held += 1;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert!(
+        matches!(&result, Err(e) if e.is_lost()),
+        "the delayed wait returned {:?} (held on return: {held_on_return:?}, two guards \
+         held in {both_held} of 100 samples) after its key was deleted",
+        result.as_ref().map(|g| g.fencing_token())
+    );
+    assert!(
+        returned.duration_since(deleted) < Duration::from_secs(2),
+        "the wait ended {:?} after its key was deleted",
+        returned.duration_since(deleted)
+    );
+    assert!(third.is_held());
+    assert_eq!(keys(&c, "ld-del/").len(), 1, "{:?}", keys(&c, "ld-del/"));
+}
+
+/// Orphans a holder of `name` (TTL 2 s: its keep-alive stops, like a paused process) and
+/// returns the instant its key was seen gone (the lease expired on the server).
+fn orphan_and_await_expiry(
+    c: &etcd_sync::Client,
+    holder: &etcd_sync::Session,
+    name: &str,
+) -> Instant {
+    let prefix = format!("{name}/");
+    let key = key_of(c, &prefix, holder).expect("the holder's key");
+    holder.orphan();
+    let orphaned = Instant::now();
+    while orphaned.elapsed() < Duration::from_secs(10) {
+        if !keys(c, &prefix).contains(&key) {
+            return Instant::now();
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the orphaned holder's lease never expired");
+}
+
+/// Issue 25, defect 3, what the lock-delay covers (README "Lock-delay"): an acquirer whose
+/// key was already in the line when the holder's lease ended waits the delay.
+#[test]
+fn the_delay_covers_an_acquirer_queued_before_the_holders_lease_ended() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let holder = session(&c, 2);
+    let _held = holder.mutex("ld-queued").unwrap().lock().unwrap();
+    let s = session(&c, 30);
+    let delay = Duration::from_secs(2);
+    let mutex = s.mutex("ld-queued").unwrap().lock_delay(delay).unwrap();
+    let waiter = thread::spawn(move || {
+        let guard = mutex.lock_timeout(Duration::from_secs(20));
+        (Instant::now(), guard.map(|g| g.is_held()))
+    });
+    assert!(eventually(Duration::from_secs(5), || keys(
+        &c,
+        "ld-queued/"
+    )
+    .len()
+        == 2));
+    let expired = orphan_and_await_expiry(&c, &holder, "ld-queued");
+    let (acquired, held) = waiter.join().unwrap();
+    assert!(held.unwrap(), "the successor's guard was not held");
+    let after = acquired.duration_since(expired);
+    assert!(
+        after + Duration::from_millis(50) >= delay,
+        "took over {after:?} after the expiry, before the {delay:?} lock-delay"
+    );
+    assert!(
+        after < delay + Duration::from_secs(2),
+        "took over {after:?} after the expiry"
+    );
+}
+
+/// Issue 25, defect 3, what the lock-delay does not cover (README "Lock-delay"): an
+/// acquirer that arrives after the ended holder's key expired finds a free name and holds
+/// at once; nothing in etcd remembers the ended lease.
+#[test]
+fn the_delay_does_not_cover_an_acquirer_arriving_after_the_ended_holders_key_is_gone() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let holder = session(&c, 2);
+    let _held = holder.mutex("ld-late").unwrap().lock().unwrap();
+    let expired = orphan_and_await_expiry(&c, &holder, "ld-late");
+    let s = session(&c, 30);
+    let delay = Duration::from_secs(2);
+    let mutex = s.mutex("ld-late").unwrap().lock_delay(delay).unwrap();
+    let asked = Instant::now();
+    let guard = mutex.lock_timeout(Duration::from_secs(20)).unwrap();
+    let took = asked.elapsed();
+    assert!(guard.is_held());
+    assert!(
+        took < Duration::from_secs(1),
+        "a late arrival waited {took:?} ({:?} after the expiry)",
+        expired.elapsed()
+    );
 }

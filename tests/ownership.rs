@@ -447,3 +447,77 @@ fn try_lock_on_a_frozen_etcd_gives_up_after_one_request_timeout() {
         "try_lock never succeeded: {outcomes:?}"
     );
 }
+
+/// Issue 25, defect 5: a release that times out on a frozen etcd says how long it waited
+/// (it said "timed out after 0ns": the first attempt used up the whole bound, and the
+/// error reported what was left of it).
+#[test]
+fn a_release_that_times_out_reports_the_time_it_waited() {
+    let server = etcd();
+    let timeout = Duration::from_secs(1);
+    let c = common::client_with_timeout(&server.endpoints(), timeout);
+    let s = session(&c, 20);
+    let g = s.mutex("frozen-after").unwrap().lock().unwrap();
+    server.pause().unwrap();
+    let start = Instant::now();
+    let unlocked = g.unlock();
+    let took = start.elapsed();
+    server.resume().unwrap();
+    match unlocked {
+        Err(Error::Timeout { after, .. }) => assert!(
+            after >= timeout.mul_f32(0.9) && after <= took + Duration::from_millis(10),
+            "a release that waited {took:?} reports 'timed out after {after:?}'"
+        ),
+        other => panic!("expected a release timeout, got {other:?}"),
+    }
+    assert!(
+        took < timeout + Duration::from_millis(600),
+        "unlock took {took:?}"
+    );
+    assert!(eventually(Duration::from_secs(10), || keys(
+        &c,
+        "frozen-after/"
+    )
+    .is_empty()));
+}
+
+/// Issue 25, defect 2 (second half): a guard that waited for its turn follows its key from
+/// the revision that proved its ownership at once, not after the 200 ms deferral of an
+/// uncontended hold; a delete right after the handoff ends it as soon as the event arrives.
+#[test]
+fn a_guard_that_waited_follows_its_key_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (a, b) = (session(&c, 30), session(&c, 30));
+    let mut worst = Duration::ZERO;
+    for round in 0..5 {
+        let name = format!("at-once-{round}");
+        let held = a.mutex(&name).unwrap().lock().unwrap();
+        let mutex = b.mutex(&name).unwrap();
+        let waiter = std::thread::spawn(move || mutex.lock_timeout(Duration::from_secs(10)));
+        assert!(eventually(Duration::from_secs(5), || keys(
+            &c,
+            &format!("{name}/")
+        )
+        .len()
+            == 2));
+        held.unlock().unwrap();
+        let guard = waiter.join().unwrap().unwrap();
+        let lost = guard.lost();
+        c.delete(guard.key()).unwrap();
+        let deleted = Instant::now();
+        let fired = fired_within(&lost, Duration::from_secs(2));
+        let took = fired.map(|_| deleted.elapsed());
+        assert!(
+            took.is_some(),
+            "round {round}: the guard never noticed its key was deleted"
+        );
+        worst = worst.max(took.unwrap_or_default());
+        assert!(!guard.is_held());
+    }
+    // The deferral alone would be 200 ms; an event on a running watcher takes a few ms.
+    assert!(
+        worst < Duration::from_millis(150),
+        "a deleted key was noticed after {worst:?}"
+    );
+}

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::delay;
 use super::hold::{HoldState, spawn_removal};
 use super::{Held, Hold, Kind, Line, Wait};
+use super::{delay, proof};
 use crate::backoff::Backoff;
 use crate::error::{Error, Result, TryLockError};
 use crate::follow::{Follow, Followed};
@@ -56,24 +56,10 @@ pub(crate) fn acquire(
     }
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
-    let lease = line.session.lease_id();
     let (enqueued, turn, alive_at) = client.block_on(async {
         let turn = take_turn(line, &session, &wait, kind.operation()).await?;
         // 1. Join the line in etcd.
-        // A blocking wait rides out a leader election here too; `try_*` gives up after one
-        // attempt per endpoint.
-        let patient = !wait.is_never();
-        let joining = join(&rpc, line, kind, value, lease, patient);
-        let joined = wait.bound_alive(kind.operation(), &session, joining);
-        let enqueued = match joined.await {
-            Ok(enqueued) => enqueued,
-            Err(e) => {
-                // The Txn may have applied (or apply later): remove by lease, turn in hand.
-                clean_up_ambiguous(line, turn);
-                // A lease revoked elsewhere shows here first: say the session is lost.
-                return Err(session.judge(e).into());
-            }
-        };
+        let (enqueued, turn) = join_within(&rpc, line, kind, value, &wait, &session, turn).await?;
         // 2. Wait for our turn in etcd, unless asked not to.
         let waited = match &enqueued.position {
             Position::Owner => Ok(enqueued.seen_at),
@@ -91,10 +77,20 @@ pub(crate) fn acquire(
                     ),
                 );
                 match (turn_came.await, position) {
-                    // Our turn came after others held: a lock-delay may apply.
-                    (Ok(seen_at), Position::Behind(ahead)) => {
+                    // Our turn came after others held: a lock-delay may apply. It is a
+                    // step after the proof, so it ends when our key goes (rule 4).
+                    (Ok(seen_at), Position::Behind(ahead)) if !wait.delay.is_zero() => {
                         let op = kind.operation();
-                        delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, wait.delay)
+                        let delay = wait.delay;
+                        let held_off =
+                            delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, delay);
+                        let watches = line.pin_deletes();
+                        let ours = line.ours(enqueued.rev);
+                        let kept =
+                            proof::while_ours(&rpc, watches, &session, ours, seen_at, held_off);
+                        // Boxed: a rare path, kept out of every acquire's future (in a
+                        // debug build it overflowed a 2 MiB thread stack inline).
+                        Box::pin(wait.bound_alive(op, &session, kept))
                             .await
                             .map(|()| seen_at)
                     }
@@ -140,6 +136,10 @@ pub(crate) fn acquire(
         key: line.key.clone(),
         rev: enqueued.rev,
         alive_at,
+        // A guard that waited follows from its proof revision at once: the name's watcher
+        // is pinned and running (no request), and a delete since the proof ends it as soon
+        // as the event arrives, not after the deferral.
+        at_once: matches!(enqueued.position, Position::Behind(_)),
         hold: Arc::downgrade(&hold) as Weak<dyn Followed>,
     });
     tracing::debug!(
@@ -152,6 +152,81 @@ pub(crate) fn acquire(
     );
     crate::telemetry::acquired(&line.name, kind.operation(), started);
     Ok(Held::new(hold))
+}
+
+/// Joins the line within `wait`: our key, and the turn back. On any error our key is
+/// removed, turn in hand, and the caller hears of the error once etcd answered the removal,
+/// or at [`settle_by`] (the removal goes on in the background).
+///
+/// A join cut short by the wait's limit or token is let finish first, within that same
+/// bound: its Txn may already be on its way, and etcd may apply it after a removal sent
+/// now, re-creating the key behind the caller's back (a sweep would delete it, but only
+/// later: a process that exits on `Cancelled` would leave it blocking the name). Finished,
+/// it tells our revision, and the key is removed by it. Only a join whose outcome stays
+/// unknown (no answer, a lost session) is cleaned up by lease.
+async fn join_within(
+    rpc: &Rpc,
+    line: &Arc<Line>,
+    kind: Kind,
+    value: &[u8],
+    wait: &Wait,
+    session: &LeaseState,
+    turn: OwnedMutexGuard<()>,
+) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>), TryLockError> {
+    // A blocking wait rides out a leader election here too; `try_*` gives up after one
+    // attempt per endpoint.
+    let patient = !wait.is_never();
+    let lease = line.session.lease_id();
+    let started = tokio::time::Instant::now();
+    let mut joining = std::pin::pin!(join(rpc, line, kind, value, lease, patient));
+    let joined = async { Ok((&mut joining).await) };
+    let (error, cut_short) = match wait.bound_alive(kind.operation(), session, joined).await {
+        Ok(Ok(enqueued)) => return Ok((enqueued, turn)),
+        // The join's own failure: its Txn may have applied (or apply later).
+        Ok(Err(e)) => (e, false),
+        // The limit or token ended it (the join is unfinished); a lost session takes the
+        // key with its lease.
+        Err(e) => {
+            let lost = matches!(e, Error::SessionLost(_));
+            (e, !lost)
+        }
+    };
+    let settle_by = settle_by(started, rpc.request_timeout());
+    let finished = if cut_short {
+        tokio::select! {
+            finished = tokio::time::timeout_at(settle_by, &mut joining) => finished.ok(),
+            // The lease takes the key with it: nothing to wait for.
+            _ = session.wait_lost() => None,
+        }
+    } else {
+        None
+    };
+    match finished {
+        Some(Ok(enqueued)) => {
+            // Known revision: this deletes nothing but the key this attempt created.
+            let owned = Owned::Revision(enqueued.rev);
+            let removed = spawn_removal(&line.session, line.key.clone(), owned, Some(turn));
+            let _ = tokio::time::timeout_at(settle_by, removed).await;
+        }
+        _ => {
+            // The Txn may have applied (or apply later): remove by lease, turn in hand.
+            let removed = clean_up_ambiguous(line, turn);
+            let _ = tokio::time::timeout_at(settle_by, removed).await;
+        }
+    }
+    // A lease revoked elsewhere shows here first: say the session is lost.
+    Err(session.judge(error).into())
+}
+
+/// How long a failed join waits for its in-flight Txn and its key's removal: a quarter of
+/// a request timeout from the failure, and never past one request timeout from the join's
+/// start. An etcd that answers at all answers these in milliseconds; a frozen one would not
+/// answer before the join's own request timed out, and then the removal by lease and the
+/// sweep go on in the background. So a join cut short on a frozen etcd (`lock_timeout`,
+/// `try_lock`) still returns within about one request timeout, as before.
+fn settle_by(started: tokio::time::Instant, request_timeout: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    (now + request_timeout / 4).min(started + request_timeout)
 }
 
 /// Joins the line: one Txn, plus what to do with a key this session already has.
@@ -249,8 +324,14 @@ fn sweep(line: &Line, from: i64) {
 
 /// After an ambiguous enqueue: remove whatever key of our lease exists under the name,
 /// owning the turn, then have the client's follow task sweep the line for the same
-/// attempt applied late by a member that held it (see `follow.rs`).
-fn clean_up_ambiguous(line: &Arc<Line>, turn: OwnedMutexGuard<()>) {
+/// attempt applied late by a member that held it (see `follow.rs`). The receiver hears
+/// when etcd has answered the removal (or the session ended); the caller waits for it
+/// within a bound, the removal goes on regardless.
+fn clean_up_ambiguous(
+    line: &Arc<Line>,
+    turn: OwnedMutexGuard<()>,
+) -> tokio::sync::oneshot::Receiver<()> {
+    let (done, removed) = tokio::sync::oneshot::channel();
     let rpc = line.session.client().rpc().clone();
     let session = line.session.lease().clone();
     let key = line.key.clone();
@@ -264,9 +345,11 @@ fn clean_up_ambiguous(line: &Arc<Line>, turn: OwnedMutexGuard<()>) {
                 other => break other,
             }
         };
-        drop(turn);
         if let Ok((_, revision)) = removed {
             sweep(&line, revision + 1);
         }
+        drop(turn);
+        let _ = done.send(());
     });
+    removed
 }

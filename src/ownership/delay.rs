@@ -6,6 +6,11 @@
 //! The key's name carries its lease id (`<name>/<lease hex>`), so one LeaseTimeToLive per
 //! key ahead tells a lease that ended (etcd answers TTL -1, or "lease not found") from a
 //! key that was deleted with its lease still alive (a release, a timed-out waiter).
+//!
+//! Covered: a wait whose key was in the line behind the ended holder's key. Not covered:
+//! an acquire that joins after that key is gone (it sees no key ahead; etcd keeps no record
+//! of an ended lease). The caller runs [`hold_off`] under `proof::while_ours`, so the
+//! delay ends with `LockLost` if our own key is deleted meanwhile.
 
 use std::time::Duration;
 

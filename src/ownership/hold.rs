@@ -202,7 +202,7 @@ impl Held {
     /// etcd answers, keeping the turn until then.
     pub(crate) fn release(&mut self, wait: Option<Duration>) -> Result<Released> {
         if let Some(pending) = self.pending.take() {
-            return self.await_release(pending, wait);
+            return self.await_release(pending, wait, Instant::now());
         }
         let turn = {
             let mut state = self.hold.state();
@@ -242,16 +242,20 @@ impl Held {
             Ok(Err(e)) if !e.is_transient() => Err(e),
             _ => {
                 let pending = spawn_removal(&line.session, line.key.clone(), owned, turn);
-                // What is left of the caller's bound.
-                self.await_release(pending, Some(limit.saturating_sub(started.elapsed())))
+                // What is left of the caller's bound; a timeout reports all of it.
+                let left = limit.saturating_sub(started.elapsed());
+                self.await_release(pending, Some(left), started)
             }
         }
     }
 
+    /// Waits up to `wait` for a release running in the background; a timeout reports the
+    /// time since `since`, when the caller started waiting for this release.
     fn await_release(
         &mut self,
         mut pending: tokio::sync::oneshot::Receiver<Result<bool>>,
         wait: Option<Duration>,
+        since: Instant,
     ) -> Result<Released> {
         let Some(limit) = wait else {
             return Ok(Released::NotCurrent);
@@ -268,7 +272,7 @@ impl Held {
                 self.pending = Some(pending);
                 Err(Error::Timeout {
                     operation: "release (still retried in the background)",
-                    after: limit,
+                    after: since.elapsed(),
                     endpoint: None,
                 })
             }

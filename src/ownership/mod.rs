@@ -35,6 +35,7 @@ use crate::watches::{Pin, Spec, Watches};
 mod acquire;
 mod delay;
 mod hold;
+mod proof;
 
 pub(crate) use acquire::acquire;
 pub use delay::MAX_LOCK_DELAY;
