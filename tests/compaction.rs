@@ -67,8 +67,9 @@ fn watch_streams_opened(metrics: impl Fn() -> String, window: Duration) -> u64 {
 
 /// Releases `guard` and checks that the parked `waiter` acquired promptly.
 fn release_and_check(guard: etcd_sync::MutexGuard, waiter: JoinHandle<Result<Instant>>) {
-    guard.unlock().expect("release");
+    // From the release request: the waiter can get the lock before `unlock` returns.
     let released = Instant::now();
+    guard.unlock().expect("release");
     let acquired = match waiter.join() {
         Ok(Ok(at)) => at,
         Ok(Err(e)) => panic!(
@@ -167,9 +168,11 @@ fn a_guard_learns_its_key_was_deleted_after_compaction_and_a_failover() {
     assert!(guard.is_held());
     let lost = guard.lost();
     let other = client_for(&starting_at(&cl, 1));
-    other.delete(guard.key()).expect("delete the guard's key");
     let deleted = Instant::now();
-    let noticed = lost.recv_timeout(Duration::from_secs(2)).is_err_and(|e| e.is_disconnected());
+    other.delete(guard.key()).expect("delete the guard's key");
+    let noticed = lost
+        .recv_timeout(Duration::from_secs(2))
+        .is_err_and(|e| e.is_disconnected());
     let took = deleted.elapsed();
     assert!(
         noticed && !guard.is_held(),
