@@ -179,3 +179,69 @@ impl Watcher {
             .retain(|_, subscriber| subscriber.sink.send(delivery.clone()));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::KeyValue;
+    use crate::transport::watch::{EventKind, Only};
+
+    fn put(rev: i64) -> Event {
+        Event {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                key: b"k".to_vec(),
+                mod_revision: rev,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn covering(through: i64) -> Watcher {
+        Watcher {
+            created: true,
+            through: Some(through),
+            history_from: through,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_progress_notification_moves_the_resume_revision_forward_only() {
+        let spec = Spec::key(b"k", Only::Deletes);
+        let mut w = covering(10);
+        w.progress(25);
+        assert_eq!(w.create(&spec, 1).start_revision, 26);
+        // A member that lags the one that sent the events proves nothing new.
+        w.progress(20);
+        assert_eq!(w.through, Some(25));
+        // Not confirmed on this stream yet: etcd's answers for it cannot be progress.
+        let mut unconfirmed = covering(10);
+        unconfirmed.created = false;
+        unconfirmed.progress(25);
+        assert_eq!(unconfirmed.through, Some(10));
+    }
+
+    #[test]
+    fn a_forgotten_watcher_starts_again_from_now_and_ignores_progress() {
+        let spec = Spec::key(b"k", Only::Deletes);
+        let mut w = covering(10);
+        w.id = Some(3);
+        w.forget();
+        w.progress(25);
+        assert_eq!(w.through, None);
+        assert_eq!(w.create(&spec, 4).start_revision, 0);
+        assert!(w.create(&spec, 4).progress_notify);
+    }
+
+    #[test]
+    fn events_at_or_before_what_is_covered_go_back() {
+        let w = covering(10);
+        assert!(!w.goes_back(&[put(11), put(11), put(12)]));
+        assert!(w.goes_back(&[put(10)]));
+        assert!(w.goes_back(&[put(12), put(11)]));
+        assert!(w.goes_back(&[put(3)]));
+        // Before its first start a watcher covers nothing: nothing can go back.
+        assert!(!Watcher::default().goes_back(&[put(3)]));
+    }
+}
