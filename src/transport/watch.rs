@@ -38,11 +38,17 @@ pub(crate) struct Watch {
     /// The watch id to give it on its stream (etcd 3.4+), or 0 for one etcd chooses. A
     /// stream whose watchers all have our ids never sees an id etcd chose.
     pub(crate) id: i64,
+    /// Ask for etcd's timed progress notifications: a response with no events whose header
+    /// revision is the store's, sent to a synced watcher that had no event for a while
+    /// (`--experimental-watch-progress-notify-interval`, 10 minutes by default). It goes
+    /// through the same channel as the watcher's events, so every event up to that
+    /// revision came before it.
+    pub(crate) progress_notify: bool,
 }
 
 impl Watch {
     /// One key (the raw watch of `testing` uses it; the client's own watchers are built
-    /// by `watches.rs`).
+    /// by `watches/`).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn key(key: &[u8], start_revision: i64, only: Only) -> Watch {
         Watch {
@@ -51,6 +57,7 @@ impl Watch {
             start_revision,
             only,
             id: 0,
+            progress_notify: false,
         }
     }
 
@@ -66,6 +73,7 @@ impl Watch {
                 Only::Puts => vec![FilterType::Nodelete as i32],
             },
             watch_id: self.id,
+            progress_notify: self.progress_notify,
             ..Default::default()
         }
     }
@@ -91,7 +99,9 @@ pub(crate) struct WatchResponse {
     pub(crate) watch_id: i64,
     pub(crate) created: bool,
     pub(crate) canceled: bool,
-    /// The store revision when etcd sent it.
+    /// The header revision: the store revision when etcd sent it (for events a synced
+    /// watcher gets as they happen, and for a progress notification), or when it read the
+    /// batch (for a watcher catching up: not every event up to it was sent yet).
     pub(crate) revision: i64,
     pub(crate) compact_revision: i64,
     pub(crate) cancel_reason: String,

@@ -1,0 +1,350 @@
+//! The watch task: one stream at a time, carrying every watcher of the client; commands
+//! from the handles add and remove subscribers; etcd's answers are dispatched by watch id.
+//!
+//! A watcher whose history can no longer be followed (etcd reports its resume revision
+//! compacted, in the create answer or in a later cancelled response, or the server sends
+//! events that go back in time) starts again from now on the same stream, and its
+//! subscribers are told to read once: never the same compacted revision again. Timed
+//! progress notifications move a quiet watcher's resume revision forward, so a break after
+//! a compaction usually finds it still resumable.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::watcher::{Subscriber, Watcher};
+use super::{Command, Delivery, Spec};
+use crate::backoff::Backoff;
+use crate::error::Result;
+use crate::transport::Rpc;
+use crate::transport::watch::{WatchResponse, WatchStream, cancel_error};
+
+/// How often the task checks that its stream runs on the endpoint the client uses.
+const STALE_CHECK: Duration = crate::transport::watch::STALE_CHECK;
+
+/// The task's state, kept across streams.
+#[derive(Default)]
+pub(super) struct Hub {
+    watchers: HashMap<Spec, Watcher>,
+    /// Watch id → spec, for the current stream.
+    by_id: HashMap<i64, Spec>,
+    next_id: i64,
+}
+
+/// Why a stream ended.
+enum Ended {
+    /// Every handle is gone: the client was dropped.
+    Commands,
+    /// It went stale (the client moved to another endpoint): open a new one.
+    Reopen,
+}
+
+pub(super) async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Command>) {
+    let mut hub = Hub::default();
+    let mut backoff = Backoff::quick();
+    loop {
+        hub.prune();
+        if hub.watchers.is_empty() {
+            // A stream needs a first watcher (etcd answers headers with the first
+            // response), so an idle client keeps none.
+            match commands.recv().await {
+                Some(command) => hub.apply(command, None),
+                None => return,
+            }
+            continue;
+        }
+        match hub.serve(&rpc, &mut commands).await {
+            Ok(Ended::Commands) => return,
+            Ok(Ended::Reopen) => backoff.reset(),
+            Err(e) => {
+                tracing::debug!(error = %e, "watch stream failed; reopening");
+                // Commands keep arriving while we wait.
+                let pause = backoff.next_pause();
+                let until = tokio::time::Instant::now() + pause;
+                loop {
+                    tokio::select! {
+                        command = commands.recv() => match command {
+                            Some(command) => hub.apply(command, None),
+                            None => return,
+                        },
+                        _ = tokio::time::sleep_until(until) => break,
+                    }
+                }
+            }
+        }
+        hub.stream_closed();
+    }
+}
+
+impl Hub {
+    fn next_watch_id(&mut self) -> i64 {
+        // Never 0: etcd reads 0 as "choose an id".
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Drops watchers nobody wants (their etcd watcher went with the stream, or is
+    /// cancelled by `apply`).
+    fn prune(&mut self) {
+        self.watchers.retain(|_, watcher| watcher.is_wanted());
+    }
+
+    fn stream_closed(&mut self) {
+        self.by_id.clear();
+        for watcher in self.watchers.values_mut() {
+            watcher.id = None;
+            watcher.created = false;
+        }
+    }
+
+    /// Applies a command; `stream` is the live stream, if one runs.
+    fn apply(&mut self, command: Command, stream: Option<&WatchStream>) {
+        match command {
+            Command::Subscribe {
+                spec,
+                id,
+                known,
+                awaited,
+                sink,
+            } => {
+                let watcher = self.watchers.entry(spec.clone()).or_default();
+                let mut subscriber = Subscriber { sink, awaited };
+                // A watcher that started once covers everything after `through`, also
+                // between streams (it is re-created from there); one that has not started
+                // yet tells its subscribers where it starts when etcd confirms it.
+                if watcher.through.is_some() {
+                    watcher.welcome(&mut subscriber, known);
+                }
+                watcher.subscribers.insert(id, subscriber);
+                self.ensure_created(&spec, stream);
+            }
+            Command::Await { spec, id, awaited } => {
+                let Some(watcher) = self.watchers.get_mut(&spec) else {
+                    return;
+                };
+                let Some(mut subscriber) = watcher.subscribers.remove(&id) else {
+                    return;
+                };
+                let known = awaited.known;
+                subscriber.awaited = Some(awaited);
+                if watcher.through.is_some() {
+                    if known < watcher.history_from {
+                        // Too old for the history: the subscriber reads again.
+                        subscriber.sink.send(Delivery::From {
+                            after: watcher.history_from,
+                            fresh: false,
+                        });
+                    } else {
+                        watcher.replay(&mut subscriber, known);
+                    }
+                }
+                watcher.subscribers.insert(id, subscriber);
+            }
+            Command::Unsubscribe { spec, id } => {
+                if let Some(watcher) = self.watchers.get_mut(&spec) {
+                    watcher.subscribers.remove(&id);
+                }
+                self.cancel_if_unwanted(&spec, stream);
+            }
+            Command::Pin(spec) => {
+                self.watchers.entry(spec.clone()).or_default().pins += 1;
+                self.ensure_created(&spec, stream);
+            }
+            Command::Unpin(spec) => {
+                if let Some(watcher) = self.watchers.get_mut(&spec) {
+                    watcher.pins = watcher.pins.saturating_sub(1);
+                }
+                self.cancel_if_unwanted(&spec, stream);
+            }
+        }
+    }
+
+    /// Sends the create request for `spec` on the live stream, if it has none there yet.
+    fn ensure_created(&mut self, spec: &Spec, stream: Option<&WatchStream>) {
+        let Some(stream) = stream else {
+            return; // the next stream creates it
+        };
+        let id = self.next_watch_id();
+        let Some(watcher) = self.watchers.get_mut(spec) else {
+            return;
+        };
+        if watcher.id.is_some() {
+            return;
+        }
+        // A failed send means the stream is closing; the next one creates the watcher.
+        if stream.send_create(&watcher.create(spec, id)).is_ok() {
+            watcher.id = Some(id);
+            self.by_id.insert(id, spec.clone());
+        }
+    }
+
+    fn cancel_if_unwanted(&mut self, spec: &Spec, stream: Option<&WatchStream>) {
+        let Some(watcher) = self.watchers.get(spec) else {
+            return;
+        };
+        if watcher.is_wanted() {
+            return;
+        }
+        if let (Some(id), Some(stream)) = (watcher.id, stream) {
+            // etcd handles requests in order: this cancel follows the create even if the
+            // create is not answered yet. Late answers for the id are ignored.
+            let _ = stream.send_cancel(id);
+            self.by_id.remove(&id);
+        }
+        self.watchers.remove(spec);
+    }
+
+    /// Runs one stream until it breaks, goes stale, or the client is dropped.
+    async fn serve(
+        &mut self,
+        rpc: &Rpc,
+        commands: &mut UnboundedReceiver<Command>,
+    ) -> Result<Ended> {
+        let specs: Vec<Spec> = self.watchers.keys().cloned().collect();
+        let mut creates = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            let id = self.next_watch_id();
+            if let Some(watcher) = self.watchers.get_mut(spec) {
+                creates.push(watcher.create(spec, id));
+                watcher.id = Some(id);
+            }
+            self.by_id.insert(id, spec.clone());
+        }
+        let (mut stream, created, _) = WatchStream::open_tolerant(rpc, creates).await?;
+        for answer in created.answers {
+            self.on_created(answer, &stream);
+        }
+        let mut stale_check = tokio::time::interval(STALE_CHECK);
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(command) => self.apply(command, Some(&stream)),
+                    None => return Ok(Ended::Commands),
+                },
+                response = stream.next() => {
+                    let response = response?;
+                    if response.created {
+                        if response.canceled && rpc.can_reauthenticate(&cancel_error(&response)) {
+                            // The token expired: the next stream opens with a fresh one.
+                            return Err(cancel_error(&response));
+                        }
+                        self.on_created(response, &stream);
+                    } else if response.canceled {
+                        self.on_canceled(&response, &stream)?;
+                    } else if response.events.is_empty() {
+                        self.on_progress(&response);
+                    } else {
+                        self.on_events(response, &stream);
+                    }
+                }
+                _ = stale_check.tick() => {
+                    if stream.is_stale(rpc) {
+                        return Ok(Ended::Reopen);
+                    }
+                }
+            }
+        }
+    }
+
+    /// etcd's answer to a create request.
+    fn on_created(&mut self, answer: WatchResponse, stream: &WatchStream) {
+        let Some(spec) = self.by_id.get(&answer.watch_id).cloned() else {
+            return; // cancelled meanwhile
+        };
+        let Some(watcher) = self.watchers.get_mut(&spec) else {
+            return;
+        };
+        if answer.canceled {
+            if answer.compact_revision > 0 && watcher.through.is_some() {
+                self.restart(&spec, stream, answer.compact_revision);
+                return;
+            }
+            self.by_id.remove(&answer.watch_id);
+            watcher.id = None;
+            let error = cancel_error(&answer);
+            tracing::debug!(error = %error, "etcd refused a watcher");
+            watcher.broadcast(&Delivery::Failed(error));
+            watcher.subscribers.clear();
+            watcher.pins = 0;
+            self.watchers.remove(&spec);
+            return;
+        }
+        watcher.created = true;
+        match watcher.through {
+            // Re-created after a break: it continues where the last stream stopped.
+            Some(_) => {}
+            None => watcher.start_fresh(answer.revision),
+        }
+    }
+
+    /// etcd cancelled a watcher after creating it. With `compact_revision` it could not
+    /// serve the watcher's resume revision (compacted while the stream was down; a
+    /// watcher that fell behind while compaction ran): it starts again from now. etcd
+    /// answers a create this way (`created`, then this), so reopening would try the same
+    /// revision again forever. Any other reason: a new stream, after a pause.
+    fn on_canceled(&mut self, response: &WatchResponse, stream: &WatchStream) -> Result<()> {
+        let Some(spec) = self.by_id.get(&response.watch_id).cloned() else {
+            return Ok(()); // cancelled by us
+        };
+        if response.compact_revision > 0 {
+            self.restart(&spec, stream, response.compact_revision);
+            return Ok(());
+        }
+        Err(cancel_error(response))
+    }
+
+    /// A response with no events, not a create or cancel answer: etcd's timed progress
+    /// notification for one watcher (requested with the create).
+    fn on_progress(&mut self, response: &WatchResponse) {
+        let Some(spec) = self.by_id.get(&response.watch_id) else {
+            return;
+        };
+        if let Some(watcher) = self.watchers.get_mut(spec) {
+            watcher.progress(response.revision);
+        }
+    }
+
+    fn on_events(&mut self, response: WatchResponse, stream: &WatchStream) {
+        let Some(spec) = self.by_id.get(&response.watch_id).cloned() else {
+            return;
+        };
+        let Some(watcher) = self.watchers.get_mut(&spec) else {
+            return;
+        };
+        if watcher.goes_back(&response.events) {
+            // Not something to pass on as news: the events may not be the watcher's
+            // history any more. Its subscribers read instead.
+            tracing::warn!(
+                through = watcher.through,
+                first = response.events.first().map(|e| e.kv.mod_revision),
+                "a watch response went back in time; watching again from now"
+            );
+            self.restart(&spec, stream, 0);
+            return;
+        }
+        watcher.record(response.events);
+    }
+
+    /// Drops the watcher of `spec` from the stream and creates it again from now: the
+    /// [`Delivery::From`] of the new start tells its subscribers to read.
+    fn restart(&mut self, spec: &Spec, stream: &WatchStream, compacted: i64) {
+        let Some(watcher) = self.watchers.get_mut(spec) else {
+            return;
+        };
+        tracing::debug!(
+            through = watcher.through,
+            compacted,
+            subscribers = watcher.subscribers.len(),
+            "watcher history lost; watching again from now"
+        );
+        if let Some(id) = watcher.id {
+            self.by_id.remove(&id);
+            // etcd has usually dropped it already; if not, this ends it (its late answers
+            // are ignored: the id is no longer ours).
+            let _ = stream.send_cancel(id);
+        }
+        watcher.forget();
+        self.ensure_created(spec, Some(stream));
+    }
+}

@@ -1,0 +1,247 @@
+//! One etcd watcher as the hub keeps it: its subscribers, where it stands (every event after
+//! `through` is delivered or on its way), and its recent history for late subscribers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Awaited, Batch, Delivery, Sink, Spec, UNSYNCED_WINDOW};
+use crate::transport::watch::{Event, Watch};
+
+/// How many events a watcher keeps for subscribers that join late.
+const HISTORY_EVENTS: usize = 1024;
+
+/// One subscriber of a watcher.
+pub(super) struct Subscriber {
+    pub(super) sink: Sink,
+    /// What it awaits, if it awaits keys gone (until the outcome is sent).
+    pub(super) awaited: Option<Awaited>,
+}
+
+impl Subscriber {
+    /// Delivers a batch: the events, or the outcome of what it awaits once there is one.
+    fn deliver(&mut self, batch: &Batch) -> bool {
+        match &mut self.awaited {
+            None => self.sink.send(Delivery::Events(batch.clone())),
+            Some(awaited) => match awaited.apply(batch) {
+                Some(outcome) => {
+                    self.awaited = None;
+                    self.sink.send(outcome)
+                }
+                None => true,
+            },
+        }
+    }
+}
+
+/// One etcd watcher and its subscribers.
+#[derive(Default)]
+pub(super) struct Watcher {
+    pub(super) subscribers: HashMap<u64, Subscriber>,
+    pub(super) pins: usize,
+    /// Its id on the current stream, once the create was sent there.
+    pub(super) id: Option<i64>,
+    /// Whether etcd confirmed it on the current stream.
+    pub(super) created: bool,
+    /// Every event after this revision has been, or will be, delivered; `None` before the
+    /// first creation, and after its history was lost (the watcher then starts from
+    /// etcd's "now", and its subscribers are told to read).
+    pub(super) through: Option<i64>,
+    /// When it last started from etcd's "now" (see [`Delivery::From`]'s `fresh`).
+    started_at: Option<Instant>,
+    /// Recent events, all of those after `history_from`.
+    history: VecDeque<Batch>,
+    history_events: usize,
+    pub(super) history_from: i64,
+}
+
+impl Watcher {
+    pub(super) fn is_wanted(&self) -> bool {
+        !self.subscribers.is_empty() || self.pins > 0
+    }
+
+    /// The create request for the current stream: continue after `through`, or from now.
+    pub(super) fn create(&self, spec: &Spec, id: i64) -> Watch {
+        spec.create(id, self.through.map_or(0, |through| through + 1))
+    }
+
+    /// Tells one subscriber where the watcher stands and replays the history it lacks: the
+    /// batches after `known`, if the history reaches back that far (if not, the subscriber
+    /// reads, and everything in the history is older than its read).
+    pub(super) fn welcome(&self, subscriber: &mut Subscriber, known: i64) {
+        subscriber.sink.send(Delivery::From {
+            after: self.history_from,
+            fresh: self
+                .started_at
+                .is_some_and(|at| at.elapsed() < UNSYNCED_WINDOW),
+        });
+        self.replay(subscriber, known);
+    }
+
+    /// Replays the history after `known` to one subscriber, if it reaches back that far.
+    pub(super) fn replay(&self, subscriber: &mut Subscriber, known: i64) {
+        if known < self.history_from {
+            return;
+        }
+        let newer = self
+            .history
+            .iter()
+            .filter(|batch| batch.iter().any(|event| event.kv.mod_revision > known));
+        for batch in newer {
+            subscriber.deliver(batch);
+        }
+    }
+
+    /// Starts over from etcd's "now" at `revision`: history is gone, subscribers re-read.
+    pub(super) fn start_fresh(&mut self, revision: i64) {
+        tracing::debug!(
+            after = revision,
+            subscribers = self.subscribers.len(),
+            "watcher started"
+        );
+        self.through = Some(revision);
+        self.started_at = Some(Instant::now());
+        self.history.clear();
+        self.history_events = 0;
+        self.history_from = revision;
+        self.broadcast(&Delivery::From {
+            after: revision,
+            fresh: true,
+        });
+    }
+
+    /// Its history can no longer be followed (compacted, or the server went back in time):
+    /// it is to start again from now. Its subscribers keep waiting; the [`Delivery::From`]
+    /// of the new start tells them to read, and until then nobody is told it covers
+    /// anything (a new subscriber is welcomed when it starts).
+    pub(super) fn forget(&mut self) {
+        self.id = None;
+        self.created = false;
+        self.through = None;
+    }
+
+    /// A progress notification at `revision` (a response with no events): etcd sends them
+    /// only to synced watchers, on the channel that carries their events, so every event of
+    /// this watcher up to `revision` came before it, and a new stream can resume after it.
+    /// This keeps a quiet watcher's resume revision ahead of compaction. A revision older
+    /// than what the watcher already covers (a member that lags the one that sent its
+    /// events) proves nothing new.
+    pub(super) fn progress(&mut self, revision: i64) {
+        if !self.created {
+            return;
+        }
+        if let Some(through) = &mut self.through {
+            *through = (*through).max(revision);
+        }
+    }
+
+    /// Whether `events` go back: one at or before a revision the watcher already covers, or
+    /// one older than the event before it. etcd never sends that on a healthy watcher; a
+    /// member that restored a snapshot under a watcher did (etcd #15271), and a watcher
+    /// resumed at a future revision could get older events (etcd #19487).
+    pub(super) fn goes_back(&self, events: &[Event]) -> bool {
+        let Some(through) = self.through else {
+            return false;
+        };
+        let mut floor = through + 1;
+        for event in events {
+            if event.kv.mod_revision < floor {
+                return true;
+            }
+            floor = event.kv.mod_revision;
+        }
+        false
+    }
+
+    pub(super) fn record(&mut self, events: Vec<Event>) {
+        let last = events.iter().map(|e| e.kv.mod_revision).max();
+        let Some(last) = last else {
+            return;
+        };
+        self.through = Some(self.through.map_or(last, |t| t.max(last)));
+        let batch: Batch = Arc::new(events);
+        self.history_events += batch.len();
+        self.history.push_back(batch.clone());
+        while self.history_events > HISTORY_EVENTS
+            && let Some(old) = self.history.pop_front()
+        {
+            self.history_events -= old.len();
+            if let Some(rev) = old.iter().map(|e| e.kv.mod_revision).max() {
+                self.history_from = self.history_from.max(rev);
+            }
+        }
+        self.subscribers
+            .retain(|_, subscriber| subscriber.deliver(&batch));
+    }
+
+    pub(super) fn broadcast(&mut self, delivery: &Delivery) {
+        self.subscribers
+            .retain(|_, subscriber| subscriber.sink.send(delivery.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::KeyValue;
+    use crate::transport::watch::{EventKind, Only};
+
+    fn put(rev: i64) -> Event {
+        Event {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                key: b"k".to_vec(),
+                mod_revision: rev,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn covering(through: i64) -> Watcher {
+        Watcher {
+            created: true,
+            through: Some(through),
+            history_from: through,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_progress_notification_moves_the_resume_revision_forward_only() {
+        let spec = Spec::key(b"k", Only::Deletes);
+        let mut w = covering(10);
+        w.progress(25);
+        assert_eq!(w.create(&spec, 1).start_revision, 26);
+        // A member that lags the one that sent the events proves nothing new.
+        w.progress(20);
+        assert_eq!(w.through, Some(25));
+        // Not confirmed on this stream yet: etcd's answers for it cannot be progress.
+        let mut unconfirmed = covering(10);
+        unconfirmed.created = false;
+        unconfirmed.progress(25);
+        assert_eq!(unconfirmed.through, Some(10));
+    }
+
+    #[test]
+    fn a_forgotten_watcher_starts_again_from_now_and_ignores_progress() {
+        let spec = Spec::key(b"k", Only::Deletes);
+        let mut w = covering(10);
+        w.id = Some(3);
+        w.forget();
+        w.progress(25);
+        assert_eq!(w.through, None);
+        assert_eq!(w.create(&spec, 4).start_revision, 0);
+        assert!(w.create(&spec, 4).progress_notify);
+    }
+
+    #[test]
+    fn events_at_or_before_what_is_covered_go_back() {
+        let w = covering(10);
+        assert!(!w.goes_back(&[put(11), put(11), put(12)]));
+        assert!(w.goes_back(&[put(10)]));
+        assert!(w.goes_back(&[put(12), put(11)]));
+        assert!(w.goes_back(&[put(3)]));
+        // Before its first start a watcher covers nothing: nothing can go back.
+        assert!(!Watcher::default().goes_back(&[put(3)]));
+    }
+}
