@@ -206,5 +206,20 @@ mod tests {
             r#"{"event":"no-leader"}"#
         );
         assert_eq!(event_line(&LeaderEvent::NoLeader), "no-leader");
+        // serde_json's escapes: the short forms where JSON has one (the hand-written
+        // escaping before it wrote `\u0008` and `\u000c`), other controls as `\u00xx`,
+        // the rest (DEL, non-ASCII, invalid UTF-8 made U+FFFD) as is.
+        let controls = Leader {
+            key: b"e/1".to_vec(),
+            value: b"\x08\x0c\x1f\x7f\xc3\xa9\xff".to_vec(),
+            create_revision: 1,
+            mod_revision: 1,
+            lease: 1,
+        };
+        assert_eq!(
+            event_json(&LeaderEvent::Elected(controls)).unwrap(),
+            "{\"event\":\"elected\",\"key\":\"e/1\",\"value\":\"\\b\\f\\u001f\x7f\u{e9}\u{fffd}\",\
+             \"revision\":1,\"mod_revision\":1,\"lease\":\"1\"}"
+        );
     }
 }
