@@ -19,7 +19,7 @@
 //! worker threads while signals are watched), [`lock`] (what `lock` takes: lock, read lock
 //! or permit), [`hold`] (acquire, hold, release or abandon),
 //! [`command`] (CMD while holding), [`child`] (CMD's process group), [`signals`], [`text`]
-//! (durations in, leadership events out), [`status`] (who holds what).
+//! (durations in, leadership events out, as text or JSON), [`status`] (who holds what).
 
 mod args;
 mod child;
