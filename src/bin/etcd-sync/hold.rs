@@ -1,5 +1,6 @@
 //! Acquiring and holding a lock or leadership, and giving it up: released, or abandoned
-//! after a loss.
+//! after a loss. Holding with CMD is [`crate::command`]'s, which uses the giving up here;
+//! `main` picks one of the two, so this module does not depend on `command`.
 
 use std::io::{self, Write};
 use std::time::Duration;
@@ -7,8 +8,6 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use etcd_sync::{CancelToken, Error, Leadership, Session, WaitOptions};
 
-use crate::args::HoldOpts;
-use crate::command::run_command;
 use crate::exit::{EXIT_ERROR, EXIT_LOST, EXIT_OK, EXIT_SIGNAL_BASE, EXIT_TIMEOUT, Exit, fail};
 use crate::lock::LockGuard;
 use crate::signals;
@@ -114,16 +113,8 @@ pub fn acquire(
     }
 }
 
-pub fn hold(session: &Session, held: Held, opts: &HoldOpts) -> Exit {
-    if opts.command.is_empty() {
-        hold_until_signal(session, held)
-    } else {
-        run_command(session, held, opts)
-    }
-}
-
 /// Prints the key and holds until a signal (release, exit 0) or a loss (exit 3).
-fn hold_until_signal(session: &Session, held: Held) -> Exit {
+pub fn hold_until_signal(session: &Session, held: Held) -> Exit {
     {
         // If nobody reads our output any more, keep holding all the same.
         let mut out = io::stdout().lock();

@@ -19,7 +19,7 @@
 //! worker threads while signals are watched), [`lock`] (what `lock` takes: lock, read lock
 //! or permit), [`hold`] (acquire, hold, release or abandon),
 //! [`command`] (CMD while holding), [`child`] (CMD's process group), [`signals`], [`text`]
-//! (durations in, leadership events out), [`status`] (who holds what).
+//! (durations in, leadership events out, as text or JSON), [`status`] (who holds what).
 
 mod args;
 mod child;
@@ -38,9 +38,9 @@ use std::time::Duration;
 use clap::Parser;
 use etcd_sync::{Client, LossReason, Session};
 
-use args::{Cli, Command, ElectArgs, GlobalOpts, LockArgs};
+use args::{Cli, Command, ElectArgs, GlobalOpts, HoldOpts, LockArgs};
 use exit::{EXIT_ERROR, EXIT_OK, EXIT_SIGNAL_BASE, Exit, fail};
-use hold::{Held, acquire, hold};
+use hold::{Held, acquire, hold_until_signal};
 use lock::Lock;
 use wait::{TICK, Waited, bounded, interruptible};
 
@@ -166,6 +166,15 @@ fn elect(session: &Session, args: &ElectArgs) -> Exit {
     }
 }
 
+/// Holds until a signal or a loss, or runs CMD while holding.
+fn hold(session: &Session, held: Held, opts: &HoldOpts) -> Exit {
+    if opts.command.is_empty() {
+        hold_until_signal(session, held)
+    } else {
+        command::run_command(session, held, opts)
+    }
+}
+
 fn listen(client: &Client, args: &ElectArgs) -> Exit {
     let observer = match client.observe(&args.name) {
         Ok(observer) => observer,
@@ -181,7 +190,13 @@ fn listen(client: &Client, args: &ElectArgs) -> Exit {
             Err(e) => return fail(&e),
         };
         let line = if args.json {
-            text::event_json(&event)
+            match text::event_json(&event) {
+                Ok(line) => line,
+                Err(e) => {
+                    eprintln!("etcd-sync: cannot write the event as JSON: {e}");
+                    return EXIT_ERROR;
+                }
+            }
         } else {
             text::event_line(&event)
         };

@@ -1,22 +1,17 @@
-//! SIGINT, SIGTERM and SIGHUP: a handler records them in an atomic bit set, and the main
-//! thread polls it between short waits (no self-pipe needed at a 25 ms tick).
+//! SIGINT, SIGTERM and SIGHUP: `signal_hook::flag` sets an atomic flag per signal, and the
+//! main thread polls the flags between short waits (no self-pipe needed at a 25 ms tick).
 
 use std::io;
-use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The signals that stop `etcd-sync` cleanly (release, then exit).
-const HANDLED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-
-/// Bit `n` set: signal `n` arrived and was not taken yet.
-static PENDING: AtomicU64 = AtomicU64::new(0);
-
-extern "C" fn record(signo: libc::c_int) {
-    // Only an atomic read-modify-write: async-signal-safe.
-    if (1..64).contains(&signo) {
-        PENDING.fetch_or(1 << signo, Ordering::SeqCst);
-    }
-}
+/// The signals that stop `etcd-sync` cleanly (release, then exit), each with its flag: set
+/// when it arrived and was not taken yet. In increasing signal number, so that [`take`]
+/// returns the lowest-numbered pending one.
+static PENDING: [(libc::c_int, AtomicBool); 3] = [
+    (libc::SIGHUP, AtomicBool::new(false)),
+    (libc::SIGINT, AtomicBool::new(false)),
+    (libc::SIGTERM, AtomicBool::new(false)),
+];
 
 /// Installs the handlers. SIGINT and SIGTERM are always handled, even when inherited as
 /// ignored (a non-interactive shell ignores SIGINT for `cmd &`): `kill -INT` must still
@@ -25,49 +20,48 @@ extern "C" fn record(signo: libc::c_int) {
 /// SIGCHLD is reset to its default so that a parent that ignored it cannot make the
 /// kernel reap CMD before we read its exit status.
 pub fn install() -> io::Result<()> {
-    // SAFETY: plain sigaction calls with zero-initialised (valid) structs; the handler only
-    // touches an atomic.
+    reset_sigchld()?;
+    for (signo, flag) in &PENDING {
+        if *signo == libc::SIGHUP && ignored(*signo)? {
+            continue;
+        }
+        // signal-hook installs its handler with SA_RESTART, whatever the inherited
+        // disposition was (an ignored one is not chained to).
+        signal_hook::flag::register(*signo, flag)?;
+    }
+    Ok(())
+}
+
+/// Whether `signo` was inherited as ignored. signal-hook registers handlers only; it does
+/// not tell the disposition it replaces.
+fn ignored(signo: libc::c_int) -> io::Result<bool> {
+    // SAFETY: sigaction with a null new action only reads the current one into a
+    // zero-initialised (valid) struct.
     unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        libc::sigemptyset(&mut default.sa_mask);
-        if libc::sigaction(libc::SIGCHLD, &default, ptr::null_mut()) != 0 {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(signo, std::ptr::null(), &mut current) != 0 {
             return Err(io::Error::last_os_error());
         }
-        let handler: extern "C" fn(libc::c_int) = record;
-        for signo in HANDLED {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(signo, ptr::null(), &mut old) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if signo == libc::SIGHUP && old.sa_sigaction == libc::SIG_IGN {
-                continue;
-            }
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = handler as libc::sighandler_t;
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            if libc::sigaction(signo, &action, ptr::null_mut()) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
+        Ok(current.sa_sigaction == libc::SIG_IGN)
+    }
+}
+
+/// Sets SIGCHLD to its default disposition. signal-hook has no "back to default": it
+/// installs handlers, and a handler here would interrupt system calls for nothing.
+fn reset_sigchld() -> io::Result<()> {
+    // SAFETY: setting a standard disposition (no handler) for a valid signal.
+    if unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
 
 /// Takes one pending signal (the lowest-numbered), if any arrived since the last call.
 pub fn take() -> Option<libc::c_int> {
-    loop {
-        let pending = PENDING.load(Ordering::SeqCst);
-        if pending == 0 {
-            return None;
-        }
-        let signo = pending.trailing_zeros();
-        let bit = 1u64 << signo;
-        if PENDING.fetch_and(!bit, Ordering::SeqCst) & bit != 0 {
-            return libc::c_int::try_from(signo).ok();
-        }
-    }
+    PENDING
+        .iter()
+        .find(|(_, flag)| flag.swap(false, Ordering::SeqCst))
+        .map(|(signo, _)| *signo)
 }
 
 /// The name of a signal for messages (`SIGINT`), or its number.
@@ -78,5 +72,30 @@ pub fn name(signo: libc::c_int) -> String {
         libc::SIGKILL => "SIGKILL".into(),
         libc::SIGTERM => "SIGTERM".into(),
         other => format!("signal {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handled_in_signal_order() {
+        let numbers: Vec<libc::c_int> = PENDING.iter().map(|(signo, _)| *signo).collect();
+        assert!(numbers.is_sorted(), "{numbers:?}");
+    }
+
+    #[test]
+    fn takes_lowest_first_and_once() {
+        install().expect("install handlers");
+        assert_eq!(take(), None);
+        // SAFETY: raise to our own process; the handlers only set flags.
+        unsafe {
+            libc::raise(libc::SIGTERM);
+            libc::raise(libc::SIGINT);
+        }
+        assert_eq!(take(), Some(libc::SIGINT));
+        assert_eq!(take(), Some(libc::SIGTERM));
+        assert_eq!(take(), None);
     }
 }

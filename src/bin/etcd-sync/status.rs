@@ -1,15 +1,16 @@
 //! `etcd-sync status NAME [--json]`: who holds a name and who waits, from
 //! `Client::status` (one read, no session). The output formats are documented in
-//! `args::STATUS_ABOUT`; the JSON one is stable, so it is written field by field here.
+//! `args::STATUS_ABOUT`; the JSON one is stable: [`StatusJson`] and [`KeyJson`] fix its
+//! fields and their order.
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use etcd_sync::{Client, Holder, KeyMode, Status};
+use serde::Serialize;
 
 use crate::args::StatusArgs;
 use crate::exit::{EXIT_ERROR, EXIT_OK, EXIT_SIGNAL_BASE, Exit, fail};
-use crate::text::json_string;
 use crate::wait::{Waited, interruptible};
 
 /// What the human form shows for a key with an empty value: `etcdctl lock` and Go's
@@ -26,7 +27,13 @@ pub fn status(client: &Client, args: &StatusArgs) -> Exit {
         Err(code) => return code,
     };
     let text = if args.json {
-        json(&status)
+        match json(&status) {
+            Ok(text) => text,
+            Err(e) => {
+                eprintln!("etcd-sync: cannot write the status as JSON: {e}");
+                return EXIT_ERROR;
+            }
+        }
     } else {
         human(&status)
     };
@@ -79,53 +86,57 @@ pub fn human(status: &Status) -> String {
 }
 
 /// The JSON form: `{"name":..,"holders":[..],"waiters":[..]}`.
-pub fn json(status: &Status) -> String {
-    let mut out = String::with_capacity(128);
-    out.push_str(r#"{"name":"#);
-    json_string(&mut out, &status.name_str());
-    out.push_str(r#","holders":"#);
-    json_keys(&mut out, &status.holders);
-    out.push_str(r#","waiters":"#);
-    json_keys(&mut out, &status.waiters);
-    out.push('}');
-    out
+pub fn json(status: &Status) -> serde_json::Result<String> {
+    serde_json::to_string(&StatusJson {
+        name: status.name_str().into_owned(),
+        holders: status.holders.iter().map(KeyJson::new).collect(),
+        waiters: status.waiters.iter().map(KeyJson::new).collect(),
+    })
 }
 
-fn json_keys(out: &mut String, keys: &[Holder]) {
-    out.push('[');
-    for (i, key) in keys.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(r#"{"key":"#);
-        json_string(out, &key.key_str());
-        out.push_str(r#","identity":"#);
-        match key.identity() {
-            Some(identity) => json_string(out, &identity),
-            None => out.push_str("null"),
-        }
-        out.push_str(r#","lease":"#);
-        match lease_hex(key) {
-            Some(hex) => json_string(out, &hex),
-            None => out.push_str("null"),
-        }
-        let _ = write!(out, r#","revision":{},"ttl":"#, key.create_revision);
-        match key.ttl {
-            Some(ttl) => {
-                let _ = write!(out, "{}", ttl.as_secs());
-            }
-            None => out.push_str("null"),
-        }
-        match key.mode {
-            KeyMode::Exclusive => out.push_str(r#","mode":"exclusive"}"#),
-            KeyMode::Shared => out.push_str(r#","mode":"shared"}"#),
-            KeyMode::Permits(n) => {
-                let _ = write!(out, r#","mode":"permits","permits":{n}}}"#);
-            }
-            KeyMode::Other => out.push_str(r#","mode":"other"}"#),
+/// `status --json`'s object; fields serialize in declaration order (the documented order).
+#[derive(Serialize)]
+struct StatusJson {
+    name: String,
+    holders: Vec<KeyJson>,
+    waiters: Vec<KeyJson>,
+}
+
+/// One key of `status --json`, in the documented field order.
+#[derive(Serialize)]
+struct KeyJson {
+    key: String,
+    identity: Option<String>,
+    /// In hex, as in the key's name; `null` for a key without a lease.
+    lease: Option<String>,
+    /// The create revision (the fencing token).
+    revision: i64,
+    /// Seconds left; `null` without a lease.
+    ttl: Option<u64>,
+    mode: &'static str,
+    /// Only for `"mode":"permits"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permits: Option<u32>,
+}
+
+impl KeyJson {
+    fn new(key: &Holder) -> KeyJson {
+        let (mode, permits) = match key.mode {
+            KeyMode::Exclusive => ("exclusive", None),
+            KeyMode::Shared => ("shared", None),
+            KeyMode::Permits(n) => ("permits", Some(n)),
+            KeyMode::Other => ("other", None),
+        };
+        KeyJson {
+            key: key.key_str().into_owned(),
+            identity: key.identity().map(|identity| identity.into_owned()),
+            lease: lease_hex(key),
+            revision: key.create_revision,
+            ttl: key.ttl.map(|ttl| ttl.as_secs()),
+            mode,
+            permits,
         }
     }
-    out.push(']');
 }
 
 /// The key's lease in hex, as in its name; `None` for a key without a lease.
@@ -189,7 +200,7 @@ mod tests {
     #[test]
     fn json_object() {
         assert_eq!(
-            json(&line()),
+            json(&line()).unwrap(),
             concat!(
                 r#"{"name":"jobs","holders":[{"key":"jobs/694d","identity":"host-a:42","lease":"694d","revision":7,"ttl":9,"mode":"exclusive"}],"#,
                 r#""waiters":[{"key":"jobs/694e","identity":null,"lease":"694e","revision":9,"ttl":9,"mode":"exclusive"},"#,
@@ -202,6 +213,9 @@ mod tests {
             waiters: vec![],
             ..line()
         };
-        assert_eq!(json(&free), r#"{"name":"jobs","holders":[],"waiters":[]}"#);
+        assert_eq!(
+            json(&free).unwrap(),
+            r#"{"name":"jobs","holders":[],"waiters":[]}"#
+        );
     }
 }

@@ -1,12 +1,17 @@
-//! Text in and out: duration arguments, and the lines `elect --listen` prints.
+//! Text in and out: duration arguments, the lines `elect --listen` prints, and JSON.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use etcd_sync::{Leader, LeaderEvent};
+use serde::Serialize;
 
 /// Parses a duration like Go's `time.ParseDuration` (`3s`, `500ms`, `1m30s`, `1.5h`;
-/// units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`). A bare number means seconds.
+/// units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`), as etcdctl reads its duration flags. A
+/// bare number means seconds.
+///
+/// Not `humantime`: its grammar is another one. It refuses Go's `.5s` and `1.s` and a bare
+/// number, and accepts what etcdctl refuses (`5 s`, `1h 30m`, `2min`, `1d`, and `10M` as
+/// ten months); the test `humantime_breaks_etcdctl_parity` lists the differences.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
@@ -72,48 +77,48 @@ pub fn event_line(event: &LeaderEvent) -> String {
     }
 }
 
-/// One line of `elect --listen --json`.
-pub fn event_json(event: &LeaderEvent) -> String {
-    match event {
-        LeaderEvent::Elected(leader) => leader_json("elected", leader),
-        LeaderEvent::Proclaimed(leader) => leader_json("proclaimed", leader),
-        LeaderEvent::NoLeader => r#"{"event":"no-leader"}"#.into(),
-    }
+/// One line of `elect --listen --json`: `{"event":"elected",...}` (fields in the order of
+/// [`LeaderJson`]) or `{"event":"no-leader"}`.
+pub fn event_json(event: &LeaderEvent) -> serde_json::Result<String> {
+    let json = match event {
+        LeaderEvent::Elected(leader) => EventJson::Elected(LeaderJson::new(leader)),
+        LeaderEvent::Proclaimed(leader) => EventJson::Proclaimed(LeaderJson::new(leader)),
+        LeaderEvent::NoLeader => EventJson::NoLeader,
+    };
+    serde_json::to_string(&json)
 }
 
-fn leader_json(event: &str, leader: &Leader) -> String {
-    let mut out = String::with_capacity(128);
-    out.push_str(r#"{"event":"#);
-    json_string(&mut out, event);
-    out.push_str(r#","key":"#);
-    json_string(&mut out, &leader.key_str());
-    out.push_str(r#","value":"#);
-    json_string(&mut out, &leader.value_str());
-    let _ = write!(
-        out,
-        r#","revision":{},"mod_revision":{},"lease":"{:x}"}}"#,
-        leader.create_revision, leader.mod_revision, leader.lease
-    );
-    out
+/// A leadership event as `elect --listen --json` prints it (README "Command-line tool"):
+/// the `event` tag first, then the leader's fields.
+#[derive(Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+enum EventJson {
+    Elected(LeaderJson),
+    Proclaimed(LeaderJson),
+    NoLeader,
 }
 
-/// Appends `text` as a JSON string literal.
-pub fn json_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
+/// The leader's fields, serialized in declaration order (the documented order).
+#[derive(Serialize)]
+struct LeaderJson {
+    key: String,
+    value: String,
+    revision: i64,
+    mod_revision: i64,
+    /// The lease in hex, as in the key's name.
+    lease: String,
+}
+
+impl LeaderJson {
+    fn new(leader: &Leader) -> LeaderJson {
+        LeaderJson {
+            key: leader.key_str().into_owned(),
+            value: leader.value_str().into_owned(),
+            revision: leader.create_revision,
+            mod_revision: leader.mod_revision,
+            lease: format!("{:x}", leader.lease),
         }
     }
-    out.push('"');
 }
 
 #[cfg(test)]
@@ -135,6 +140,49 @@ mod tests {
         }
     }
 
+    /// Why the parser above is hand-written rather than `humantime::parse_duration`: on
+    /// these inputs humantime disagrees with etcdctl (Go's `time.ParseDuration`), or with
+    /// this tool's bare number of seconds, while the hand parser agrees.
+    #[test]
+    fn humantime_breaks_etcdctl_parity() {
+        let ms = Duration::from_millis;
+        let cases: [(&str, Option<Duration>); 11] = [
+            // Go accepts, humantime refuses.
+            (".5s", Some(ms(500))),
+            ("1.s", Some(ms(1000))),
+            // Go refuses ("unknown unit" or a space), humantime accepts.
+            ("5 s", None),
+            ("1h 30m", None),
+            ("2min", None),
+            ("3sec", None),
+            ("1d", None),
+            ("1w", None),
+            // humantime: 10 months; Go: no such unit (`m` is minutes).
+            ("10M", None),
+            ("1y", None),
+            // Go refuses, humantime too, but this tool reads a bare number as seconds.
+            ("7", Some(ms(7000))),
+        ];
+        for (text, go) in cases {
+            assert_eq!(parse_duration(text).ok(), go, "hand parser on {text:?}");
+            assert_ne!(
+                humantime::parse_duration(text).ok(),
+                go,
+                "humantime now agrees on {text:?}"
+            );
+        }
+        // Where both agree: etcdctl's usual forms.
+        for text in [
+            "3s", "500ms", "1m30s", "1.5s", "1h30m", "250us", "250µs", "0", "0s",
+        ] {
+            assert_eq!(
+                parse_duration(text).ok(),
+                humantime::parse_duration(text).ok(),
+                "{text:?}"
+            );
+        }
+    }
+
     #[test]
     fn json_lines() {
         let leader = Leader {
@@ -145,16 +193,33 @@ mod tests {
             lease: 0x694d,
         };
         assert_eq!(
-            event_json(&LeaderEvent::Elected(leader.clone())),
+            event_json(&LeaderEvent::Elected(leader.clone())).unwrap(),
             r#"{"event":"elected","key":"e/694d","value":"say \"hi\"\n\\\u0001","revision":7,"mod_revision":9,"lease":"694d"}"#
         );
         assert!(
-            event_json(&LeaderEvent::Proclaimed(leader)).starts_with(r#"{"event":"proclaimed","#)
+            event_json(&LeaderEvent::Proclaimed(leader))
+                .unwrap()
+                .starts_with(r#"{"event":"proclaimed","#)
         );
         assert_eq!(
-            event_json(&LeaderEvent::NoLeader),
+            event_json(&LeaderEvent::NoLeader).unwrap(),
             r#"{"event":"no-leader"}"#
         );
         assert_eq!(event_line(&LeaderEvent::NoLeader), "no-leader");
+        // serde_json's escapes: the short forms where JSON has one (the hand-written
+        // escaping before it wrote `\u0008` and `\u000c`), other controls as `\u00xx`,
+        // the rest (DEL, non-ASCII, invalid UTF-8 made U+FFFD) as is.
+        let controls = Leader {
+            key: b"e/1".to_vec(),
+            value: b"\x08\x0c\x1f\x7f\xc3\xa9\xff".to_vec(),
+            create_revision: 1,
+            mod_revision: 1,
+            lease: 1,
+        };
+        assert_eq!(
+            event_json(&LeaderEvent::Elected(controls)).unwrap(),
+            "{\"event\":\"elected\",\"key\":\"e/1\",\"value\":\"\\b\\f\\u001f\x7f\u{e9}\u{fffd}\",\
+             \"revision\":1,\"mod_revision\":1,\"lease\":\"1\"}"
+        );
     }
 }
