@@ -101,3 +101,9 @@ pub use telemetry::names as metric_names;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::TlsConfig;
+
+/// The README's snippets, compiled as doc tests so that the front page never shows code
+/// that does not build (one of them uses `testing`).
+#[cfg(all(doctest, feature = "testing"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

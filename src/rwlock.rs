@@ -97,7 +97,7 @@ impl RwLock {
     ///
     /// **Not covered:** an acquire that joins after the ended holder's key is gone. It finds
     /// the name free and holds at once, however recently the lease ended: etcd keeps no
-    /// record of an ended lease, and this crate writes none (README, "Lock-delay"). Where
+    /// record of an ended lease, and this crate writes none (docs/waits.md, "Lock-delay"). Where
     /// that matters, check fencing tokens, or keep a waiter queued on the name.
     ///
     /// The delay counts against the wait's time limit and ends early on a cancel or a lost

@@ -4,7 +4,7 @@
 //! Without the feature every function is an empty `#[inline]` body and [`Stopwatch`] is a
 //! zero-sized type, so call sites need no `cfg` and cost nothing. Labels are built only
 //! inside the functions, so no label is formatted unless the feature is on.
-//! README "Metrics" documents names, types, labels and their cardinality.
+//! docs/operations.md "Metrics" documents names, types, labels and their cardinality.
 
 // Without the feature the functions only swallow their arguments.
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
@@ -16,7 +16,7 @@ use crate::error::LossReason;
 
 /// The names of the metrics etcd-sync emits through the
 /// [`metrics`](https://docs.rs/metrics) facade, and of their labels, for exporter settings
-/// such as histogram buckets. README "Metrics" describes each one.
+/// such as histogram buckets. docs/operations.md "Metrics" describes each one.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {

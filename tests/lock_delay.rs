@@ -2,7 +2,7 @@
 //! frozen with SIGSTOP until its lease expired), the next holder waits the delay on top;
 //! after a clean release it takes over at once. Issue 25: a waiter whose own key is
 //! deleted during the delay gets `LockLost`, and one test per side of what the delay covers
-//! (README "Lock-delay").
+//! (docs/waits.md "Lock-delay").
 
 mod common;
 
@@ -260,7 +260,7 @@ fn orphan_and_await_expiry(
     panic!("the orphaned holder's lease never expired");
 }
 
-/// Issue 25, defect 3, what the lock-delay covers (README "Lock-delay"): an acquirer whose
+/// Issue 25, defect 3, what the lock-delay covers (docs/waits.md "Lock-delay"): an acquirer whose
 /// key was already in the line when the holder's lease ended waits the delay.
 #[test]
 fn the_delay_covers_an_acquirer_queued_before_the_holders_lease_ended() {
@@ -295,7 +295,7 @@ fn the_delay_covers_an_acquirer_queued_before_the_holders_lease_ended() {
     );
 }
 
-/// Issue 25, defect 3, what the lock-delay does not cover (README "Lock-delay"): an
+/// Issue 25, defect 3, what the lock-delay does not cover (docs/waits.md "Lock-delay"): an
 /// acquirer that arrives after the ended holder's key expired finds a free name and holds
 /// at once; nothing in etcd remembers the ended lease.
 #[test]

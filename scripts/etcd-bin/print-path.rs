@@ -1,5 +1,5 @@
 //! Prints the path of the etcd binary the crate registry delivered with `etcd-bin-vendored`
-//! at the version this folder's Cargo.toml pins (see README.md beside this file).
+//! at the version this folder's Cargo.toml pins (scripts/ensure-etcd VERSION runs it).
 
 fn main() {
     match etcd_bin_vendored::etcd_bin_path() {

@@ -16,7 +16,7 @@ pub const EXIT_NOT_FOUND: Exit = 127;
 /// Added to a signal number: CMD was killed by it, or it interrupted a wait.
 pub const EXIT_SIGNAL_BASE: Exit = 128;
 
-/// The exit codes, as shown by `--help` (and in README.md).
+/// The exit codes, as shown by `--help` (and in docs/cli.md).
 pub const EXIT_CODES: &str = "\
 Exit codes:
   0       Done: released/resigned after SIGINT, SIGTERM or SIGHUP; `elect --listen` stopped;

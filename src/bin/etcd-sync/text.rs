@@ -88,7 +88,7 @@ pub fn event_json(event: &LeaderEvent) -> serde_json::Result<String> {
     serde_json::to_string(&json)
 }
 
-/// A leadership event as `elect --listen --json` prints it (README "Command-line tool"):
+/// A leadership event as `elect --listen --json` prints it (docs/cli.md):
 /// the `event` tag first, then the leader's fields.
 #[derive(Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
