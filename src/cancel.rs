@@ -1,16 +1,16 @@
 //! Cancelling a blocked wait from another thread: a [`CancelToken`], and the
 //! [`WaitOptions`] that carry it (with an optional time limit) into every blocking wait.
 //!
-//! A token is a flag plus two ways to be woken: a tokio `Notify` for the waits that run on
-//! the client's runtime, and a [`Signal`] (a channel that disconnects) for user threads in
-//! a `select!`. Cancelling is a store and two wake-ups, with no I/O, so it is cheap enough
-//! for a signal-handling thread.
+//! A token is a tokio-util `CancellationToken` (the flag, and the wake-up of the waits that
+//! run on the client's runtime) plus a [`Signal`] (a channel that disconnects) for user
+//! threads in a `select!`. Cancelling is a store and two wake-ups, with no I/O, so it is
+//! cheap enough for a signal-handling thread.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::signal::Signal;
@@ -45,10 +45,9 @@ pub struct CancelToken {
 
 #[derive(Default)]
 struct Inner {
-    cancelled: AtomicBool,
-    /// Wakes the waits running on a client runtime.
-    notify: tokio::sync::Notify,
-    /// Wakes user threads selecting on [`CancelToken::cancelled`].
+    /// The flag; wakes the waits running on a client runtime.
+    token: CancellationToken,
+    /// Fired once, by the first `cancel`; wakes user threads selecting on [`CancelToken::cancelled`].
     signal: SignalCell,
 }
 
@@ -83,12 +82,10 @@ impl CancelToken {
     /// assert!(token.is_cancelled());
     /// ```
     pub fn cancel(&self) -> bool {
-        let first = !self.inner.cancelled.swap(true, Ordering::SeqCst);
-        if first {
-            self.inner.notify.notify_waiters();
-            self.inner.signal.get().fire();
-        }
-        first
+        // The flag first, so whoever the signal wakes sees `is_cancelled()`; the signal
+        // fires once, which tells the first call from the others.
+        self.inner.token.cancel();
+        self.inner.signal.get().fire()
     }
 
     /// Whether [`cancel`](CancelToken::cancel) was called on this token or a clone.
@@ -98,7 +95,7 @@ impl CancelToken {
     /// assert!(!token.is_cancelled());
     /// ```
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::SeqCst)
+        self.inner.token.is_cancelled()
     }
 
     /// A receiver that becomes ready (disconnected) when the token is cancelled, for a
@@ -123,16 +120,7 @@ impl CancelToken {
 
     /// Resolves when the token is cancelled (at once if it already is).
     pub(crate) async fn wait(&self) {
-        loop {
-            let notified = self.inner.notify.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a cancel in between is not missed.
-            notified.as_mut().enable();
-            if self.is_cancelled() {
-                return;
-            }
-            notified.await;
-        }
+        self.inner.token.cancelled().await;
     }
 
     /// `Err(Cancelled)` once cancelled.

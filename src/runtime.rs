@@ -6,8 +6,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, Result};
 
@@ -69,14 +70,8 @@ fn install_quiet_probe_hook() {
 /// context, where joining would panic: there it is shut down in the background.
 pub(crate) struct Runtime {
     rt: Option<tokio::runtime::Runtime>,
-    /// Background work started with [`Runtime::spawn`] (revokes, releases) still running.
-    pending: Arc<Pending>,
-}
-
-#[derive(Default)]
-struct Pending {
-    count: AtomicUsize,
-    done: tokio::sync::Notify,
+    /// Background work started with [`Runtime::spawn`] (revokes, releases).
+    tasks: TaskTracker,
 }
 
 /// How long dropping the client waits for background cleanup (a revoke from a dropped
@@ -100,7 +95,7 @@ impl Runtime {
             })?;
         Ok(Runtime {
             rt: Some(rt),
-            pending: Arc::default(),
+            tasks: TaskTracker::new(),
         })
     }
 
@@ -125,13 +120,7 @@ impl Runtime {
         F: Future<Output = ()> + Send + 'static,
     {
         if let Some(rt) = &self.rt {
-            let pending = self.pending.clone();
-            pending.count.fetch_add(1, Ordering::SeqCst);
-            drop(rt.spawn(async move {
-                fut.await;
-                pending.count.fetch_sub(1, Ordering::SeqCst);
-                pending.done.notify_waiters();
-            }));
+            drop(self.tasks.spawn_on(fut, rt.handle()));
         }
     }
 }
@@ -144,18 +133,10 @@ impl Drop for Runtime {
             } else {
                 // Give background cleanup a moment to reach etcd, then stop; dropping the
                 // runtime waits for the worker, so no thread of ours outlives the client.
-                let pending = self.pending.clone();
-                rt.block_on(async move {
-                    let _ = tokio::time::timeout(CLEANUP_GRACE, async {
-                        while pending.count.load(Ordering::SeqCst) > 0 {
-                            let notified = pending.done.notified();
-                            if pending.count.load(Ordering::SeqCst) == 0 {
-                                break;
-                            }
-                            notified.await;
-                        }
-                    })
-                    .await;
+                // `wait` ends once the tracker is closed and its tasks are done.
+                self.tasks.close();
+                rt.block_on(async {
+                    let _ = tokio::time::timeout(CLEANUP_GRACE, self.tasks.wait()).await;
                 });
                 drop(rt);
             }
