@@ -333,7 +333,11 @@ impl Mutex {
     }
 
     fn acquire(&self, wait: Wait) -> std::result::Result<MutexGuard, TryLockError> {
-        let held = ownership::lock(&self.line, Operation::Lock, wait.with_delay(self.lock_delay))?;
+        let held = ownership::lock(
+            &self.line,
+            Operation::Lock,
+            wait.with_delay(self.lock_delay),
+        )?;
         Ok(MutexGuard { held })
     }
 }

@@ -367,12 +367,20 @@ impl RwLock {
     }
 
     fn read_for(&self, wait: Wait) -> std::result::Result<RwLockReadGuard, TryLockError> {
-        let held = ownership::lock(&self.readers, Operation::Read, wait.with_delay(self.lock_delay))?;
+        let held = ownership::lock(
+            &self.readers,
+            Operation::Read,
+            wait.with_delay(self.lock_delay),
+        )?;
         Ok(RwLockReadGuard { held })
     }
 
     fn write_for(&self, wait: Wait) -> std::result::Result<RwLockWriteGuard, TryLockError> {
-        let held = ownership::lock(&self.writers, Operation::Write, wait.with_delay(self.lock_delay))?;
+        let held = ownership::lock(
+            &self.writers,
+            Operation::Write,
+            wait.with_delay(self.lock_delay),
+        )?;
         Ok(RwLockWriteGuard { held })
     }
 }

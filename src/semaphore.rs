@@ -302,7 +302,11 @@ impl Semaphore {
     }
 
     fn acquire_for(&self, wait: Wait) -> std::result::Result<Permit, TryLockError> {
-        let held = ownership::lock(&self.line, Operation::Acquire, wait.with_delay(self.lock_delay))?;
+        let held = ownership::lock(
+            &self.line,
+            Operation::Acquire,
+            wait.with_delay(self.lock_delay),
+        )?;
         Ok(Permit { held })
     }
 }

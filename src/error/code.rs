@@ -1,6 +1,6 @@
 //! [`Code`]: the gRPC status codes etcd answers with.
 
-/// gRPC status codes, as etcd reports them in [`Error::Server`].
+/// gRPC status codes, as etcd reports them in [`Error::Server`](crate::Error::Server).
 ///
 /// # Example
 ///

@@ -19,9 +19,9 @@ pub(crate) mod code;
 pub(crate) mod loss;
 pub(crate) mod operation;
 mod predicates;
-pub(crate) mod try_lock;
 #[cfg(test)]
 mod tests;
+pub(crate) mod try_lock;
 
 use code::Code;
 use loss::LossReason;

@@ -277,7 +277,10 @@ fn operations_print_the_words_of_the_error_messages() {
         [
             (Operation::Request, "etcd request"),
             (Operation::OpenWatch, "opening a watch"),
-            (Operation::Release, "release (still retried in the background)"),
+            (
+                Operation::Release,
+                "release (still retried in the background)"
+            ),
             (Operation::Lock, "lock"),
             (Operation::Read, "read"),
             (Operation::Write, "write"),
