@@ -249,11 +249,11 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// * [`Error::Timeout`] with `operation: Operation::Lock` and `after: timeout`
+    /// * [`Error::Timeout`] with [`Operation::Lock`] and `after: timeout`
     ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the lock was not ours in time
     ///   (someone else holds it, or etcd was too slow); no key is left behind. A request
-    ///   that timed out on the way is a `Timeout` too, with `operation: Operation::Request`
-    ///   and the endpoint that did not answer.
+    ///   that timed out on the way is a `Timeout` too, with [`Operation::Request`] and
+    ///   the endpoint that did not answer.
     /// * Otherwise as [`lock`](Mutex::lock): [`Error::SessionLost`], [`Error::LockLost`],
     ///   [`Error::WouldDeadlock`], [`Error::Unavailable`], [`Error::Server`],
     ///   [`Error::Authentication`], [`Error::InsideAsyncRuntime`].

@@ -397,16 +397,15 @@ impl Observer {
         self.events.recv().map_err(|_| Error::Closed)?
     }
 
-    /// Waits up to `timeout` for the next change. A limit that runs out is an error,
-    /// [`Error::Timeout`] with [`Operation::Observe`], as for every wait of this crate
-    /// (the rule is in [`Error::is_wait_timeout`]) and like std's
-    /// [`Receiver::recv_timeout`](std::sync::mpsc::Receiver::recv_timeout); the observer
-    /// goes on, and the next call may return the next change.
+    /// Waits up to `timeout` for the next change. A limit that runs out is an error, as for
+    /// every wait of this crate (the rule is in [`Error::is_wait_timeout`]) and as for
+    /// std's [`Receiver::recv_timeout`](std::sync::mpsc::Receiver::recv_timeout).
     ///
     /// # Errors
     ///
-    /// * [`Error::Timeout`] with `operation: Operation::Observe` and `after: timeout`
-    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): no change came within `timeout`.
+    /// * [`Error::Timeout`] with [`Operation::Observe`] and `after: timeout`
+    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): no change came within `timeout`;
+    ///   the observer goes on.
     /// * The error that stopped the observer, once: etcd refused the watch or the read of
     ///   the leader ([`Error::Server`], e.g. `PermissionDenied`; [`Error::Unavailable`]
     ///   when etcd cancelled the watch for another reason), or re-authenticating failed
@@ -442,7 +441,7 @@ impl Observer {
     ///
     /// # Errors
     ///
-    /// * [`Error::Timeout`] with `operation: Operation::Observe`
+    /// * [`Error::Timeout`] with [`Operation::Observe`]
     ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the limit passed first.
     /// * [`Error::Cancelled`]: the token was cancelled first (or before the call).
     /// * Otherwise as [`recv`](Observer::recv).

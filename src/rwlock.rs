@@ -226,7 +226,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] with `operation: Operation::Read`
+    /// [`Error::Timeout`] with [`Operation::Read`]
     /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
     /// [`read`](RwLock::read).
     ///
@@ -308,7 +308,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] with `operation: Operation::Write`
+    /// [`Error::Timeout`] with [`Operation::Write`]
     /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
     /// [`write`](RwLock::write).
     ///

@@ -241,7 +241,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] with `operation: Operation::Acquire`
+    /// [`Error::Timeout`] with [`Operation::Acquire`]
     /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
     /// [`acquire`](Semaphore::acquire).
     ///

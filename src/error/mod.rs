@@ -52,6 +52,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///   [`SessionLost`](Error::SessionLost)): stop the work it protected;
 ///   [`is_session_lost`](Error::is_session_lost) and [`loss_reason`](Error::loss_reason)
 ///   tell whether a new session is needed, and why;
+/// * [`is_wait_timeout`](Error::is_wait_timeout): the time limit given to a wait ran out
+///   (every blocking call with a limit reports it this way, `Observer::recv_timeout`
+///   included); its documentation states the rule;
 /// * [`is_timeout`](Error::is_timeout), [`is_connect`](Error::is_connect),
 ///   [`is_invalid_argument`](Error::is_invalid_argument): a limit ran out, no etcd could be
 ///   reached at connect time, or the input was refused (and retrying it cannot help).
