@@ -135,15 +135,13 @@ fn election(c: &mut Criterion) {
             n += 1;
             leadership.proclaim(n.to_string()).expect("proclaim");
             loop {
-                match observer
-                    .recv_timeout(Duration::from_secs(5))
-                    .expect("observer")
-                {
-                    Some(LeaderEvent::Proclaimed(l)) if l.value == n.to_string().as_bytes() => {
+                match observer.recv_timeout(Duration::from_secs(5)) {
+                    Ok(LeaderEvent::Proclaimed(l)) if l.value == n.to_string().as_bytes() => {
                         break;
                     }
-                    Some(_) => continue,
-                    None => panic!("observer saw nothing"),
+                    Ok(_) => continue,
+                    Err(e) if e.is_wait_timeout() => panic!("observer saw nothing"),
+                    Err(e) => panic!("observer: {e}"),
                 }
             }
         });

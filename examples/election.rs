@@ -17,7 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let watcher = client.session()?;
     let observer = watcher.election("example/scheduler")?.observe()?;
     let printer = std::thread::spawn(move || {
-        while let Ok(Some(event)) = observer.recv_timeout(Duration::from_secs(3)) {
+        // Until 3 s pass without a change (a wait timeout), or the observer fails.
+        while let Ok(event) = observer.recv_timeout(Duration::from_secs(3)) {
             match event {
                 LeaderEvent::Elected(l) => println!("observer: {} leads", l.value_str()),
                 LeaderEvent::Proclaimed(l) => println!("observer: leader says {}", l.value_str()),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use crate::cancel::WaitOptions;
-use crate::error::TryLockError;
+use crate::error::try_lock::TryLockError;
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::kv::text;
@@ -108,10 +108,11 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// * [`Error::Timeout`] with `operation: "campaign"` and `after: timeout`
-    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): we did not lead in time; no key is
-    ///   left behind. A request that timed out on the way is a `Timeout` too, with
-    ///   `operation: "etcd request"` and the endpoint that did not answer.
+    /// * [`Error::Timeout`] with [`Operation::Campaign`](crate::Operation::Campaign) and
+    ///   `after: timeout` ([`is_wait_timeout`](Error::is_wait_timeout)): we did not lead
+    ///   in time; no key is left behind. A request that timed out on the way is a
+    ///   `Timeout` too, with [`Operation::Request`](crate::Operation::Request) and the
+    ///   endpoint that did not answer.
     /// * Otherwise as [`campaign`](Election::campaign): [`Error::SessionLost`],
     ///   [`Error::NotLeader`], [`Error::WouldDeadlock`], [`Error::Unavailable`],
     ///   [`Error::Server`], [`Error::Authentication`], [`Error::InsideAsyncRuntime`].
@@ -535,9 +536,9 @@ impl Leadership {
     ///
     /// # Errors
     ///
-    /// * [`Error::Timeout`] with `operation: "release (still retried in the background)"`:
-    ///   etcd did not answer within the request timeout; the resignation goes on, and
-    ///   `resign` may be called again.
+    /// * [`Error::Timeout`] with [`Operation::Release`](crate::Operation::Release): etcd
+    ///   did not answer within the request timeout; the resignation goes on, and `resign`
+    ///   may be called again.
     /// * [`Error::SessionLost`]: the session is lost and etcd could not be reached; the
     ///   key goes with the lease.
     /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the delete.

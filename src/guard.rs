@@ -225,9 +225,9 @@ macro_rules! lock_guard {
             /// * [`Error::LockLost`](crate::Error::LockLost): our key was seen deleted, or it
             ///   no longer had our create revision (deleted by someone else, or gone with
             ///   the session's revoked or closed lease). Nothing was deleted.
-            /// * [`Error::Timeout`](crate::Error::Timeout) with `operation: "release (still
-            ///   retried in the background)"`: etcd did not answer within the request
-            ///   timeout; the release goes on.
+            /// * [`Error::Timeout`](crate::Error::Timeout) with
+            ///   [`Operation::Release`](crate::Operation::Release): etcd did not answer
+            ///   within the request timeout; the release goes on.
             /// * [`Error::SessionLost`](crate::Error::SessionLost): the session is lost and
             ///   etcd could not be reached; the key goes with the lease.
             /// * [`Error::Server`](crate::Error::Server) /

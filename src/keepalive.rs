@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::backoff::Backoff;
-use crate::error::{Error, LossReason, Result};
+use crate::error::loss::LossReason;
+use crate::error::{Error, Result};
 use crate::kv::LeaseHex;
 use crate::lease::{LeaseState, safety_margin};
 use crate::transport::Rpc;

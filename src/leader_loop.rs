@@ -460,9 +460,7 @@ impl<'a> LeaderLoop<'a> {
             .spawn(move || {
                 // Ends on the stop token, or when the observer stops after an error.
                 while let Ok(event) = observer.recv_with(&token) {
-                    if let Some(event) = event {
-                        changed(&event);
-                    }
+                    changed(&event);
                 }
             })
             .map_err(|e| Error::unavailable(format!("cannot start the observer thread: {e}")))?;

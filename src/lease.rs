@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::error::{Error, LossReason, Result};
+use crate::error::loss::LossReason;
+use crate::error::{Error, Result};
 use crate::kv::LeaseHex;
 use crate::signal::Signal;
 
@@ -200,7 +201,7 @@ impl LeaseState {
     pub(crate) fn judge(&self, error: Error) -> Error {
         match &error {
             Error::Server {
-                code: crate::error::Code::NotFound,
+                code: crate::error::code::Code::NotFound,
                 message,
             } if message.contains(crate::etcd_text::LEASE_NOT_FOUND) => {
                 self.mark_lost(LossReason::Revoked);

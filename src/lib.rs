@@ -81,7 +81,11 @@ pub use client::{
 /// re-exported so that `select!` needs no version guessing.
 pub use crossbeam_channel;
 pub use election::{Election, Leadership};
-pub use error::{Cause, Code, Error, LossReason, Result, TryLockError};
+pub use error::code::Code;
+pub use error::loss::LossReason;
+pub use error::operation::Operation;
+pub use error::try_lock::TryLockError;
+pub use error::{Cause, Error, Result};
 pub use holder::{Holder, KeyMode, Status};
 pub use identity::MAX_IDENTITY_LEN;
 pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};

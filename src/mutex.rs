@@ -9,7 +9,9 @@ use std::time::Duration;
 use crate::error::Error;
 
 use crate::cancel::WaitOptions;
-use crate::error::{Result, TryLockError, wait};
+use crate::error::Result;
+use crate::error::operation::Operation;
+use crate::error::try_lock::TryLockError;
 use crate::holder::Holder;
 use crate::mode::Mode;
 use crate::ownership::{self, Line, Wait};
@@ -247,11 +249,11 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// * [`Error::Timeout`] with `operation: "lock"` and `after: timeout`
+    /// * [`Error::Timeout`] with [`Operation::Lock`] and `after: timeout`
     ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the lock was not ours in time
     ///   (someone else holds it, or etcd was too slow); no key is left behind. A request
-    ///   that timed out on the way is a `Timeout` too, with `operation: "etcd request"`
-    ///   and the endpoint that did not answer.
+    ///   that timed out on the way is a `Timeout` too, with [`Operation::Request`] and
+    ///   the endpoint that did not answer.
     /// * Otherwise as [`lock`](Mutex::lock): [`Error::SessionLost`], [`Error::LockLost`],
     ///   [`Error::WouldDeadlock`], [`Error::Unavailable`], [`Error::Server`],
     ///   [`Error::Authentication`], [`Error::InsideAsyncRuntime`].
@@ -331,7 +333,11 @@ impl Mutex {
     }
 
     fn acquire(&self, wait: Wait) -> std::result::Result<MutexGuard, TryLockError> {
-        let held = ownership::lock(&self.line, wait::LOCK, wait.with_delay(self.lock_delay))?;
+        let held = ownership::lock(
+            &self.line,
+            Operation::Lock,
+            wait.with_delay(self.lock_delay),
+        )?;
         Ok(MutexGuard { held })
     }
 }

@@ -8,6 +8,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use crate::backoff::Backoff;
 use crate::cancel::WaitOptions;
 use crate::client::Client;
+use crate::error::operation::Operation;
 use crate::error::{Error, Result};
 use crate::kv::KeyValue;
 use crate::kv::text;
@@ -348,8 +349,12 @@ fn diff(last: Option<&Option<Leader>>, current: &Option<Leader>) -> Option<Leade
 /// # fn main() -> etcd_sync::Result<()> {
 /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
 /// let observer = session.election("scheduler")?.observe()?;
-/// while let Some(event) = observer.recv_timeout(std::time::Duration::from_secs(5))? {
-///     println!("{event:?}");
+/// loop {
+///     match observer.recv_timeout(std::time::Duration::from_secs(5)) {
+///         Ok(event) => println!("{event:?}"),
+///         Err(e) if e.is_wait_timeout() => break, // quiet for 5 s
+///         Err(e) => return Err(e),
+///     }
 /// }
 /// # Ok(()) }
 /// ```
@@ -392,10 +397,15 @@ impl Observer {
         self.events.recv().map_err(|_| Error::Closed)?
     }
 
-    /// Waits up to `timeout` for the next change; `Ok(None)` if none came.
+    /// Waits up to `timeout` for the next change. A limit that runs out is an error, as for
+    /// every wait of this crate (the rule is in [`Error::is_wait_timeout`]) and as for
+    /// std's [`Receiver::recv_timeout`](std::sync::mpsc::Receiver::recv_timeout).
     ///
     /// # Errors
     ///
+    /// * [`Error::Timeout`] with [`Operation::Observe`] and `after: timeout`
+    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): no change came within `timeout`;
+    ///   the observer goes on.
     /// * The error that stopped the observer, once: etcd refused the watch or the read of
     ///   the leader ([`Error::Server`], e.g. `PermissionDenied`; [`Error::Unavailable`]
     ///   when etcd cancelled the watch for another reason), or re-authenticating failed
@@ -408,27 +418,32 @@ impl Observer {
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// let observer = session.election("e")?.observe()?;
-    /// if let Some(event) = observer.recv_timeout(std::time::Duration::from_millis(100))? {
-    ///     println!("{event:?}");
+    /// match observer.recv_timeout(std::time::Duration::from_millis(100)) {
+    ///     Ok(event) => println!("{event:?}"),
+    ///     Err(e) if e.is_wait_timeout() => println!("no change in 100 ms"),
+    ///     Err(e) => return Err(e),
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<LeaderEvent>> {
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<LeaderEvent> {
         crate::runtime::ensure_blocking_allowed()?;
         match self.events.recv_timeout(timeout) {
-            Ok(event) => event.map(Some),
-            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => Err(Error::wait_timeout(Operation::Observe, timeout)),
             Err(RecvTimeoutError::Disconnected) => Err(Error::Closed),
         }
     }
 
     /// Waits for the next change under a time limit and/or a
-    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]): `Ok(None)` when the limit
-    /// passed first, [`Error::Cancelled`] when the token was cancelled first (or before).
+    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]), like
+    /// [`Mutex::lock_with`](crate::Mutex::lock_with): whichever of the change, the limit
+    /// and the token comes first ends the wait.
     ///
     /// # Errors
     ///
-    /// * [`Error::Cancelled`]: the token was cancelled.
+    /// * [`Error::Timeout`] with [`Operation::Observe`]
+    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the limit passed first.
+    /// * [`Error::Cancelled`]: the token was cancelled first (or before the call).
     /// * Otherwise as [`recv`](Observer::recv).
     ///
     /// ```no_run
@@ -438,15 +453,14 @@ impl Observer {
     /// let token = etcd_sync::CancelToken::new();
     /// loop {
     ///     match observer.recv_with(&token) {
-    ///         Ok(Some(event)) => println!("{event:?}"),
-    ///         Ok(None) => continue, // no time limit was set: not reached
+    ///         Ok(event) => println!("{event:?}"),
     ///         Err(e) if e.is_cancelled() => break,
     ///         Err(e) => return Err(e),
     ///     }
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn recv_with(&self, options: impl Into<WaitOptions>) -> Result<Option<LeaderEvent>> {
+    pub fn recv_with(&self, options: impl Into<WaitOptions>) -> Result<LeaderEvent> {
         crate::runtime::ensure_blocking_allowed()?;
         let options = options.into();
         let cancelled = match options.cancel_token_value() {
@@ -456,17 +470,18 @@ impl Observer {
             }
             None => crossbeam_channel::never(),
         };
-        let expired = match options.timeout_value() {
-            Some(limit) => crossbeam_channel::after(limit),
-            None => crossbeam_channel::never(),
+        // Without a limit `expired` never fires, and `after` is not used.
+        let (expired, after) = match options.timeout_value() {
+            Some(limit) => (crossbeam_channel::after(limit), limit),
+            None => (crossbeam_channel::never(), Duration::ZERO),
         };
         crossbeam_channel::select_biased! {
             recv(self.events) -> event => match event {
-                Ok(event) => event.map(Some),
+                Ok(event) => event,
                 Err(_) => Err(Error::Closed),
             },
             recv(cancelled) -> _ => Err(Error::Cancelled),
-            recv(expired) -> _ => Ok(None),
+            recv(expired) -> _ => Err(Error::wait_timeout(Operation::Observe, after)),
         }
     }
 
@@ -504,8 +519,10 @@ impl Observer {
         &self.events
     }
 
-    /// The next change if one is ready, without blocking (also allowed on an async worker
-    /// thread).
+    /// The next change if one is ready, `Ok(None)` if none is, without blocking (also
+    /// allowed on an async worker thread). It does not wait, so it has no limit to run out
+    /// of: "nothing yet" is an answer here, where a wait that ran out is an error (see
+    /// [`Error::is_wait_timeout`]).
     ///
     /// # Errors
     ///

@@ -390,7 +390,7 @@ pub(crate) async fn key_gone_error(rpc: &Rpc, session: &LeaseState) -> Error {
         && let Ok(live) = rpc.lease_time_to_live(session.id()).await
         && live.ttl <= 0
     {
-        session.mark_lost(crate::error::LossReason::Revoked);
+        session.mark_lost(crate::error::loss::LossReason::Revoked);
     }
     match session.loss_reason() {
         Some(reason) => Error::SessionLost(reason),

@@ -15,7 +15,9 @@ use std::time::Duration;
 use crate::error::Error;
 
 use crate::cancel::WaitOptions;
-use crate::error::{Result, TryLockError, wait};
+use crate::error::Result;
+use crate::error::operation::Operation;
+use crate::error::try_lock::TryLockError;
 use crate::holder::Holder;
 use crate::mode::Mode;
 use crate::ownership::{self, Line, Wait};
@@ -224,7 +226,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] with `operation: "read"`
+    /// [`Error::Timeout`] with [`Operation::Read`]
     /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
     /// [`read`](RwLock::read).
     ///
@@ -306,7 +308,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] with `operation: "write"`
+    /// [`Error::Timeout`] with [`Operation::Write`]
     /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
     /// [`write`](RwLock::write).
     ///
@@ -365,12 +367,20 @@ impl RwLock {
     }
 
     fn read_for(&self, wait: Wait) -> std::result::Result<RwLockReadGuard, TryLockError> {
-        let held = ownership::lock(&self.readers, wait::READ, wait.with_delay(self.lock_delay))?;
+        let held = ownership::lock(
+            &self.readers,
+            Operation::Read,
+            wait.with_delay(self.lock_delay),
+        )?;
         Ok(RwLockReadGuard { held })
     }
 
     fn write_for(&self, wait: Wait) -> std::result::Result<RwLockWriteGuard, TryLockError> {
-        let held = ownership::lock(&self.writers, wait::WRITE, wait.with_delay(self.lock_delay))?;
+        let held = ownership::lock(
+            &self.writers,
+            Operation::Write,
+            wait.with_delay(self.lock_delay),
+        )?;
         Ok(RwLockWriteGuard { held })
     }
 }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cancel::WaitOptions;
-use crate::error::{Error, Result, TryLockError, wait};
+use crate::error::operation::Operation;
+use crate::error::try_lock::TryLockError;
+use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::mode::{MAX_PERMITS, Mode};
 use crate::ownership::{self, Line, Wait};
@@ -239,7 +241,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] with `operation: "acquire"`
+    /// [`Error::Timeout`] with [`Operation::Acquire`]
     /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
     /// [`acquire`](Semaphore::acquire).
     ///
@@ -300,7 +302,11 @@ impl Semaphore {
     }
 
     fn acquire_for(&self, wait: Wait) -> std::result::Result<Permit, TryLockError> {
-        let held = ownership::lock(&self.line, wait::ACQUIRE, wait.with_delay(self.lock_delay))?;
+        let held = ownership::lock(
+            &self.line,
+            Operation::Acquire,
+            wait.with_delay(self.lock_delay),
+        )?;
         Ok(Permit { held })
     }
 }

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::client::Client;
-use crate::error::{Code, Error, LossReason, Result};
+use crate::error::code::Code;
+use crate::error::loss::LossReason;
+use crate::error::{Error, Result};
 use crate::identity;
 use crate::kv::LeaseHex;
 use crate::lease::{LeaseState, safety_margin};

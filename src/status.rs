@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::error::{Code, Error, Result};
+use crate::error::code::Code;
+use crate::error::{Error, Result};
 use crate::holder::{Holder, KeyMode, Status};
 use crate::kv::{KeyValue, Range};
 use crate::mode;

@@ -12,7 +12,8 @@
 #[cfg(feature = "metrics")]
 use std::time::Instant;
 
-use crate::error::LossReason;
+use crate::error::loss::LossReason;
+use crate::error::operation::Operation;
 
 /// The names of the metrics etcd-sync emits through the
 /// [`metrics`](https://docs.rs/metrics) facade, and of their labels, for exporter settings
@@ -98,16 +99,16 @@ impl Stopwatch {
     }
 }
 
-/// An acquisition of `name` by the wait `operation` (`crate::error::wait`), after `waited`.
+/// An acquisition of `name` by the wait `operation`, after `waited`.
 #[inline]
-pub(crate) fn acquired(name: &[u8], operation: &'static str, waited: Stopwatch) {
+pub(crate) fn acquired(name: &[u8], operation: Operation, waited: Stopwatch) {
     #[cfg(feature = "metrics")]
     {
         describe();
         let labels = labels(name, operation);
         metrics::counter!(ACQUISITIONS, labels.iter()).increment(1);
         metrics::histogram!(WAIT_SECONDS, labels.iter()).record(waited.started.elapsed());
-        if operation == crate::error::wait::CAMPAIGN {
+        if operation == Operation::Campaign {
             leadership(name, "elected");
         }
     }
@@ -118,7 +119,7 @@ pub(crate) fn acquired(name: &[u8], operation: &'static str, waited: Stopwatch) 
 #[inline]
 pub(crate) fn released(
     name: &[u8],
-    operation: &'static str,
+    operation: Operation,
     acquired: Stopwatch,
     session_loss: impl FnOnce() -> Option<LossReason>,
 ) {
@@ -130,7 +131,7 @@ pub(crate) fn released(
         describe();
         let labels = labels(name, operation);
         metrics::histogram!(HOLD_SECONDS, labels.iter()).record(acquired.started.elapsed());
-        if operation == crate::error::wait::CAMPAIGN {
+        if operation == Operation::Campaign {
             leadership(name, "resigned");
         }
     }
@@ -141,7 +142,7 @@ pub(crate) fn released(
 #[inline]
 pub(crate) fn key_lost(
     name: &[u8],
-    operation: &'static str,
+    operation: Operation,
     session_loss: impl FnOnce() -> Option<LossReason>,
 ) {
     #[cfg(feature = "metrics")]
@@ -193,12 +194,12 @@ pub(crate) fn authenticated(replaced: bool) {
 }
 
 #[cfg(feature = "metrics")]
-fn lost(name: &[u8], operation: &'static str, reason: &'static str) {
+fn lost(name: &[u8], operation: Operation, reason: &'static str) {
     describe();
     let mut labels = labels(name, operation);
     labels.push(metrics::Label::new(REASON, reason));
     metrics::counter!(LOSSES, labels.iter()).increment(1);
-    if operation == crate::error::wait::CAMPAIGN {
+    if operation == Operation::Campaign {
         leadership(name, "lost");
     }
 }
@@ -215,24 +216,24 @@ fn leadership(name: &[u8], event: &'static str) {
 
 /// The `name` and `primitive` labels of a hold.
 #[cfg(feature = "metrics")]
-fn labels(name: &[u8], operation: &'static str) -> Vec<metrics::Label> {
+fn labels(name: &[u8], operation: Operation) -> Vec<metrics::Label> {
     vec![
         metrics::Label::new(NAME, String::from_utf8_lossy(name).into_owned()),
         metrics::Label::new(PRIMITIVE, primitive(operation)),
     ]
 }
 
-/// The primitive behind a wait's operation name (`crate::error::wait`).
+/// The primitive behind a wait's operation.
 #[cfg(feature = "metrics")]
-fn primitive(operation: &'static str) -> &'static str {
-    use crate::error::wait;
+fn primitive(operation: Operation) -> &'static str {
     match operation {
-        wait::LOCK => "mutex",
-        wait::READ => "rwlock_read",
-        wait::WRITE => "rwlock_write",
-        wait::ACQUIRE => "semaphore",
-        wait::CAMPAIGN => "election",
-        other => other,
+        Operation::Lock => "mutex",
+        Operation::Read => "rwlock_read",
+        Operation::Write => "rwlock_write",
+        Operation::Acquire => "semaphore",
+        Operation::Campaign => "election",
+        // Not the operation of a hold; named as in errors should one ever get here.
+        other => other.as_str(),
     }
 }
 

@@ -195,8 +195,8 @@ fn a_least_privilege_user_uses_every_recipe() {
     let leadership = s1.election("app/e").unwrap().campaign("node-a").unwrap();
     let elected = loop {
         match observer.recv_timeout(Duration::from_secs(5)) {
-            Ok(Some(etcd_sync::LeaderEvent::Elected(leader))) => break leader,
-            Ok(Some(_)) => continue,
+            Ok(etcd_sync::LeaderEvent::Elected(leader)) => break leader,
+            Ok(_) => continue,
             other => panic!("expected the election to be observed, got {other:?}"),
         }
     };

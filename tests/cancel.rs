@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{client, cluster, eventually, handled, session, try_client_for};
-use etcd_sync::{CancelToken, Error, Session, WaitOptions};
+use etcd_sync::{CancelToken, Error, LeaderEvent, Operation, Session, WaitOptions};
 
 /// A limit on every wait here, so that a cancel that does not work fails the test
 /// instead of hanging it.
@@ -158,12 +158,20 @@ fn observer_recv_with_is_cancelled_and_times_out() {
     let observer = c.observe("c-obs").unwrap();
     // The first event is the current state (nobody leads).
     let first = observer.recv_with(Duration::from_secs(5)).unwrap();
-    assert!(first.is_some(), "no initial event");
+    assert_eq!(first, LeaderEvent::NoLeader);
+    // A limit that runs out is an error, as for every wait.
+    match observer.recv_with(Duration::from_millis(100)) {
+        Err(Error::Timeout {
+            operation: Operation::Observe,
+            after,
+            endpoint: None,
+        }) => assert_eq!(after, Duration::from_millis(100)),
+        other => panic!("expected a wait timeout, got {other:?}"),
+    }
+    let quiet = observer.recv_timeout(Duration::from_millis(100));
     assert!(
-        observer
-            .recv_with(Duration::from_millis(100))
-            .unwrap()
-            .is_none()
+        quiet.as_ref().is_err_and(Error::is_wait_timeout),
+        "{quiet:?}"
     );
     let token = CancelToken::new();
     cancel_later(&token, Duration::from_millis(200));
@@ -174,12 +182,10 @@ fn observer_recv_with_is_cancelled_and_times_out() {
     // An event that is ready wins over nothing; a cancelled token ends it at once.
     let s = session(&c, 30);
     let _l = s.election("c-obs").unwrap().campaign("x").unwrap();
-    assert!(
-        observer
-            .recv_with(Duration::from_secs(5))
-            .unwrap()
-            .is_some()
-    );
+    assert!(matches!(
+        observer.recv_with(Duration::from_secs(5)),
+        Ok(LeaderEvent::Elected(_))
+    ));
     assert!(matches!(observer.recv_with(&token), Err(Error::Cancelled)));
 }
 

@@ -10,10 +10,11 @@ use common::{client, etcd, eventually, keys, session};
 use etcd_sync::{Error, LeaderEvent, Observer};
 
 fn next_event(observer: &Observer) -> LeaderEvent {
-    observer
-        .recv_timeout(Duration::from_secs(5))
-        .expect("observer error")
-        .expect("no leadership event within 5 s")
+    match observer.recv_timeout(Duration::from_secs(5)) {
+        Ok(event) => event,
+        Err(e) if e.is_wait_timeout() => panic!("no leadership event within 5 s: {e}"),
+        Err(e) => panic!("observer error: {e:?}"),
+    }
 }
 
 fn value_of(event: &LeaderEvent) -> Option<String> {
@@ -402,9 +403,15 @@ fn an_undrained_observer_stays_bounded_and_catches_up() {
     }
     let mut received = 0;
     let mut last = None;
-    while let Some(event) = observer.recv_timeout(Duration::from_millis(800)).unwrap() {
-        received += 1;
-        last = value_of(&event);
+    loop {
+        match observer.recv_timeout(Duration::from_millis(800)) {
+            Ok(event) => {
+                received += 1;
+                last = value_of(&event);
+            }
+            Err(e) if e.is_wait_timeout() => break, // drained
+            Err(e) => panic!("observer error: {e:?}"),
+        }
     }
     assert!(
         received < proclamations,

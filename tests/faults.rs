@@ -450,7 +450,8 @@ fn election_failover_has_one_leader_at_a_time_and_observers_converge() {
             .observe()
             .unwrap();
         let mut last = None;
-        while let Ok(Some(event)) = observer.recv_timeout(Duration::from_millis(500)) {
+        // Until 500 ms pass without a change (a wait timeout).
+        while let Ok(event) = observer.recv_timeout(Duration::from_millis(500)) {
             last = Some(event);
         }
         match last {

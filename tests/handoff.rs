@@ -180,7 +180,7 @@ fn observers_and_waiters_of_one_client_share_its_stream() {
     let leader = s1.election("shared-e").unwrap().campaign("v1").unwrap();
     for o in &observers {
         match o.recv_timeout(Duration::from_secs(5)).unwrap() {
-            Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"v1"),
+            LeaderEvent::Elected(l) => assert_eq!(l.value, b"v1"),
             other => panic!("expected Elected, got {other:?}"),
         }
     }

@@ -64,12 +64,12 @@ fn election_interop_with_etcdctl_elect() {
     let observer = e.observe().unwrap();
     assert_eq!(
         observer.recv_timeout(Duration::from_secs(5)).unwrap(),
-        Some(LeaderEvent::NoLeader)
+        LeaderEvent::NoLeader
     );
     // etcdctl leads first: our campaign blocks until it exits.
     let mut child = ChildGuard::spawn(etcdctl(&server.endpoint(), &["elect", "ee", "p1"]));
     match observer.recv_timeout(Duration::from_secs(5)).unwrap() {
-        Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"p1"),
+        LeaderEvent::Elected(l) => assert_eq!(l.value, b"p1"),
         other => panic!("expected etcdctl as leader, got {other:?}"),
     }
     let e2 = e.clone();
@@ -101,11 +101,11 @@ fn observer_reports_etcdctl_leadership_changes() {
     let observer = session(&c, 10).election("obs").unwrap().observe().unwrap();
     assert_eq!(
         observer.recv_timeout(Duration::from_secs(5)).unwrap(),
-        Some(LeaderEvent::NoLeader)
+        LeaderEvent::NoLeader
     );
     let mut first = ChildGuard::spawn(etcdctl(&server.endpoint(), &["elect", "obs", "one"]));
     match observer.recv_timeout(Duration::from_secs(5)).unwrap() {
-        Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"one"),
+        LeaderEvent::Elected(l) => assert_eq!(l.value, b"one"),
         other => panic!("{other:?}"),
     }
     let _second = ChildGuard::spawn(etcdctl(&server.endpoint(), &["elect", "obs", "two"]));
@@ -115,7 +115,7 @@ fn observer_reports_etcdctl_leadership_changes() {
     unsafe { libc::kill(first.child().id() as i32, libc::SIGINT) };
     first.child().wait().unwrap();
     match observer.recv_timeout(Duration::from_secs(5)).unwrap() {
-        Some(LeaderEvent::Elected(l)) => assert_eq!(l.value, b"two"),
+        LeaderEvent::Elected(l) => assert_eq!(l.value, b"two"),
         other => panic!("{other:?}"),
     }
 }

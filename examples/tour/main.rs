@@ -136,7 +136,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         second.fencing_token()
     );
     drop(second);
-    while let Some(event) = observer.recv_timeout(Duration::from_millis(300))? {
+    loop {
+        let event = match observer.recv_timeout(Duration::from_millis(300)) {
+            Ok(event) => event,
+            Err(e) if e.is_wait_timeout() => break, // quiet for 300 ms: caught up
+            Err(e) => return Err(e.into()),
+        };
         match event {
             LeaderEvent::Elected(l) => println!("   observer: elected {}", l.value_str()),
             LeaderEvent::Proclaimed(l) => println!("   observer: leader says {}", l.value_str()),

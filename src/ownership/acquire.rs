@@ -10,7 +10,9 @@ use super::hold::{HoldState, spawn_removal};
 use super::{Held, Hold, Kind, Line, Wait};
 use super::{delay, proof};
 use crate::backoff::Backoff;
-use crate::error::{Error, Result, TryLockError};
+use crate::error::operation::Operation;
+use crate::error::try_lock::TryLockError;
+use crate::error::{Error, Result};
 use crate::follow::{Follow, Followed};
 use crate::kv::text;
 use crate::lease::LeaseState;
@@ -23,7 +25,7 @@ async fn take_turn(
     line: &Line,
     session: &LeaseState,
     wait: &Wait,
-    operation: &'static str,
+    operation: Operation,
 ) -> std::result::Result<OwnedMutexGuard<()>, TryLockError> {
     let turn = line.turn.clone();
     if wait.is_never() {

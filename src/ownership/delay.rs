@@ -15,7 +15,9 @@
 use std::time::Duration;
 
 use super::Wait;
-use crate::error::{Code, Error, Result};
+use crate::error::code::Code;
+use crate::error::operation::Operation;
+use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::mode::Mode;
 use crate::queue::Ahead;
@@ -48,7 +50,7 @@ pub(crate) async fn hold_off(
     rpc: &Rpc,
     session: &LeaseState,
     wait: &Wait,
-    operation: &'static str,
+    operation: Operation,
     prefix: &[u8],
     ahead: &Ahead,
     delay: Duration,

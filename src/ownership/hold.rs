@@ -9,6 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{Kind, Line, Wait};
 use crate::backoff::Backoff;
+use crate::error::operation::Operation;
 use crate::error::{Error, Result};
 use crate::follow::Followed;
 use crate::kv::text;
@@ -271,7 +272,7 @@ impl Held {
             Err(_) => {
                 self.pending = Some(pending);
                 Err(Error::Timeout {
-                    operation: "release (still retried in the background)",
+                    operation: Operation::Release,
                     after: since.elapsed(),
                     endpoint: None,
                 })
@@ -341,7 +342,7 @@ pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8], wait: &Wait) -> Result<bo
     let value = value.to_vec();
     let session = hold.line.session.clone();
     let rpc = session.client().rpc().clone();
-    let operation = crate::error::wait::CAMPAIGN;
+    let operation = Operation::Campaign;
     session
         .client()
         .block_on(wait.bound_alive(operation, &lease, async {

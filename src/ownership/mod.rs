@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::cancel::{CancelToken, WaitOptions};
-use crate::error::{Error, Result, TryLockError};
+use crate::error::operation::Operation;
+use crate::error::try_lock::TryLockError;
+use crate::error::{Error, Result};
 use crate::kv::text;
 use crate::mode::Mode;
 use crate::queue::{self, Ours};
@@ -45,10 +47,10 @@ pub(crate) use hold::{Held, Hold, proclaim};
 /// One acquisition of `line` for a lock guard, traced under `operation`.
 pub(crate) fn lock(
     line: &Arc<Line>,
-    operation: &'static str,
+    operation: Operation,
     wait: Wait,
 ) -> std::result::Result<Held, TryLockError> {
-    let span = tracing::debug_span!("acquire", operation, key = %text(line.key()));
+    let span = tracing::debug_span!("acquire", %operation, key = %text(line.key()));
     let _entered = span.enter();
     let identity = line.session().identity().as_bytes(); // the value `status` shows
     let held = acquire(line, Kind::Lock(operation), identity, wait)?;
@@ -69,7 +71,7 @@ pub(crate) fn blocking<G>(result: std::result::Result<G, TryLockError>) -> Resul
 pub(crate) enum Kind {
     /// A lock (a mutex, a read or write lock, a permit), by the name of its wait in
     /// errors: an existing key of ours is replaced, so fencing tokens strictly increase.
-    Lock(&'static str),
+    Lock(Operation),
     /// Leadership: an existing key of ours is adopted with its place (Go's re-campaign
     /// after a restart with a resumed lease), and its value proclaimed.
     Lead,
@@ -96,10 +98,10 @@ enum Limit {
 
 impl Kind {
     /// The operation's name in errors.
-    fn operation(self) -> &'static str {
+    fn operation(self) -> Operation {
         match self {
             Kind::Lock(operation) => operation,
-            Kind::Lead => crate::error::wait::CAMPAIGN,
+            Kind::Lead => Operation::Campaign,
         }
     }
 }
@@ -168,7 +170,7 @@ impl Wait {
     /// ends at once when its session dies (rule 4).
     pub(crate) async fn bound_alive<T>(
         &self,
-        operation: &'static str,
+        operation: Operation,
         session: &crate::lease::LeaseState,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
@@ -185,7 +187,7 @@ impl Wait {
     /// or the token is cancelled, whichever comes first.
     pub(crate) async fn bound<T>(
         &self,
-        operation: &'static str,
+        operation: Operation,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let cancelled = async {

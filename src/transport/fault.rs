@@ -10,7 +10,8 @@ use std::error::Error as StdError;
 use std::io;
 use std::sync::Arc;
 
-use crate::error::{Cause, Code, Error};
+use crate::error::code::Code;
+use crate::error::{Cause, Error};
 
 /// The cause found in an error chain, most specific first.
 #[derive(Debug, Clone, PartialEq, Eq)]

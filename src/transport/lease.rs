@@ -37,7 +37,7 @@ impl Rpc {
             .await?;
         if !resp.error.is_empty() {
             return Err(Error::Server {
-                code: crate::error::Code::Unknown,
+                code: crate::error::code::Code::Unknown,
                 message: resp.error,
             });
         }

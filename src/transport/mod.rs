@@ -24,6 +24,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
+use crate::error::operation::Operation;
 use crate::error::{Error, Result};
 use crate::etcd_text;
 
@@ -347,7 +348,7 @@ impl Rpc {
                 Err(_) => {
                     self.fail_over(index);
                     last = Error::Timeout {
-                        operation: "etcd request",
+                        operation: Operation::Request,
                         after: self.inner.request_timeout,
                         endpoint: Some(self.endpoint_url(index).to_string()),
                     };

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use super::Rpc;
 use super::generated::{etcdserverpb as pb, mvccpb};
+use crate::error::operation::Operation;
 use crate::error::{Error, Result};
 use crate::etcd_text;
 use crate::kv::KeyValue;
@@ -195,7 +196,7 @@ impl WatchStream {
         .await
         .unwrap_or_else(|_| {
             Err(Error::Timeout {
-                operation: "opening a watch",
+                operation: Operation::OpenWatch,
                 after: rpc.request_timeout(),
                 endpoint: Some(rpc.endpoint_url(endpoint).to_string()),
             })
@@ -326,7 +327,7 @@ impl WatchStream {
 pub(crate) fn cancel_error(response: &WatchResponse) -> Error {
     if response.compact_revision > 0 {
         return Error::Server {
-            code: crate::error::Code::OutOfRange,
+            code: crate::error::code::Code::OutOfRange,
             message: format!(
                 "watch start revision was compacted (compacted up to {})",
                 response.compact_revision
@@ -340,13 +341,13 @@ pub(crate) fn cancel_error(response: &WatchResponse) -> Error {
     };
     if etcd_text::is_stale_token(&reason) {
         return Error::Server {
-            code: crate::error::Code::Unauthenticated,
+            code: crate::error::code::Code::Unauthenticated,
             message: reason,
         };
     }
     if reason.contains(etcd_text::PERMISSION_DENIED) || reason.contains("auth") {
         return Error::Server {
-            code: crate::error::Code::PermissionDenied,
+            code: crate::error::code::Code::PermissionDenied,
             message: reason,
         };
     }

@@ -230,10 +230,7 @@ fn elect_command_gets_key_and_fencing_token() {
     let server = etcd();
     let c = client(&server.endpoints());
     let observer = session(&c, 10).election("ec").unwrap().observe().unwrap();
-    assert_eq!(
-        observer.recv_timeout(WAIT).unwrap(),
-        Some(LeaderEvent::NoLeader)
-    );
+    assert_eq!(observer.recv_timeout(WAIT).unwrap(), LeaderEvent::NoLeader);
     let mut p = Proc::spawn(etcd_sync(
         &server,
         &[
@@ -249,7 +246,7 @@ fn elect_command_gets_key_and_fencing_token() {
     let line = p.line(WAIT);
     assert_eq!(p.code(WAIT), 5);
     let leader = match observer.recv_timeout(WAIT).unwrap() {
-        Some(LeaderEvent::Elected(leader)) => leader,
+        LeaderEvent::Elected(leader) => leader,
         other => panic!("{other:?}"),
     };
     assert_eq!(

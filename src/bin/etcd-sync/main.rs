@@ -185,8 +185,8 @@ fn listen(client: &Client, args: &ElectArgs) -> Exit {
             return EXIT_OK;
         }
         let event = match observer.recv_timeout(TICK) {
-            Ok(Some(event)) => event,
-            Ok(None) => continue,
+            Ok(event) => event,
+            Err(e) if e.is_wait_timeout() => continue, // a tick: look at the signals again
             Err(e) => return fail(&e),
         };
         let line = if args.json {
