@@ -1,0 +1,334 @@
+//! Liveness, beside safety: a free lock is taken by a waiter, and a deleted key is noticed
+//! by its guard, within bounds, whenever no fault is in progress.
+//!
+//! * **Handoff**: while a waiter waits (an attempt, `BEG` to `END`), a name that no guard
+//!   holds (no logged hold covers the instant: fewer than N permits of N for a semaphore)
+//!   must be taken, by that waiter or another, within [`HANDOFF_BOUND`]. Judged only where
+//!   the window `[t0, t0 + bound]` (`t0`: the later of the wait's start and the name
+//!   becoming free) overlaps no fault, each fault extended by its recovery
+//!   ([`recovery`]: the session TTL plus 1 s, in which a SIGKILLed child's keys expire and
+//!   leases are renewed after a leader change). The figure: the longest time a judged free
+//!   name stayed free while someone waited, until someone took it.
+//! * **Loss report**: a guard whose key the operator deleted must see it (`lost()` fires or
+//!   `is_held()` says no) within [`LOSS_BOUND`] of the delete; a guard still held and not
+//!   lost after that is a violation. Judged when no fault overlaps `[delete, delete +
+//!   bound]`. The figure: the slowest report after a judged delete.
+//!
+//! A hold ends at its release's return (a drop's background delete counts against the
+//! bound); at an operator's delete of its key; a failed unlock (retried in the background)
+//! is taken to block the name for a TTL more.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::analysis::Section;
+use super::{PERMITS, SEM_NAME, TTL};
+
+/// A free name must be taken within this while someone waits (the brief's 2 s; the
+/// handoff itself, one watch event and one Txn, is well within it).
+pub(crate) const HANDOFF_BOUND: Duration = Duration::from_secs(2);
+/// A guard must notice its key's deletion within this.
+pub(crate) const LOSS_BOUND: Duration = Duration::from_secs(1);
+
+/// The parent's log: faults, operator deletes, children killed.
+#[derive(Default)]
+pub(crate) struct Events {
+    /// Kind, start, end (ns).
+    pub(crate) faults: Vec<(String, u64, u64)>,
+    /// Key, time before the delete was sent, time after it returned.
+    pub(crate) deletes: Vec<(String, u64, u64)>,
+    /// Child log number → when it was SIGKILLed.
+    pub(crate) kills: HashMap<usize, u64>,
+}
+
+pub(crate) fn parse_events(path: &Path) -> Events {
+    let mut events = Events::default();
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        match f.first() {
+            Some(&"FAULT") => events.faults.push((f[1].to_string(), num(2), num(3))),
+            Some(&"DEL") => events.deletes.push((f[1].to_string(), num(2), num(3))),
+            Some(&"KILL") => {
+                events.kills.insert(num(1) as usize, num(2));
+            }
+            _ => {}
+        }
+    }
+    events
+}
+
+/// How long after a fault ends its effects may still delay a handoff or a loss report.
+fn recovery(kind: &str) -> u64 {
+    match kind {
+        // The compaction itself is instant: watchers that must start again do so at once.
+        "compaction" => 500_000_000,
+        _ => (TTL + Duration::from_secs(1)).as_nanos() as u64,
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Report {
+    pub(crate) violations: Vec<String>,
+    /// Judged free-while-waiting windows that ended with an acquisition, and the longest.
+    pub(crate) handoffs: u64,
+    pub(crate) slowest_handoff_ms: u64,
+    /// Judged deletes of held keys, and the slowest loss report among them.
+    pub(crate) loss_reports: u64,
+    pub(crate) slowest_loss_ms: u64,
+    /// Deletes of keys that were held, of keys that were not (waiters'), and guards
+    /// returned after their key had been deleted.
+    pub(crate) deleted_held: u64,
+    pub(crate) deleted_other: u64,
+    pub(crate) granted_after_delete: u64,
+}
+
+/// A guard's hold ends, for the exclusion checks, where the operator deleted its key:
+/// another guard may then enter before it notices (within [`LOSS_BOUND`], checked here).
+pub(crate) fn clip_deleted(sections: &mut HashMap<String, Vec<Section>>, events: &Events) {
+    let deleted: HashMap<&str, u64> = events
+        .deletes
+        .iter()
+        .map(|(key, before, _)| (key.as_str(), *before))
+        .collect();
+    for s in sections.values_mut().flatten() {
+        if let Some(&before) = deleted.get(s.key.as_str()) {
+            s.confirmed = s.confirmed.min(before.max(s.enter));
+        }
+    }
+}
+
+struct Attempt {
+    id: String,
+    start: u64,
+    end: u64,
+}
+
+/// `BEG`/`END` pairs per name; an attempt with no end ends when its process was killed, or
+/// at `end_ns`.
+fn attempts(
+    dir: &Path,
+    files: usize,
+    events: &Events,
+    end_ns: u64,
+) -> HashMap<String, Vec<Attempt>> {
+    let mut by_name: HashMap<String, Vec<Attempt>> = HashMap::new();
+    for n in 1..=files {
+        let Ok(text) = std::fs::read_to_string(dir.join(format!("log-{n}"))) else {
+            continue;
+        };
+        let cut = events.kills.get(&n).copied().unwrap_or(end_ns);
+        let mut open: HashMap<&str, (&str, u64)> = HashMap::new();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            match (f.first(), f.len()) {
+                (Some(&"BEG"), 4) => {
+                    if let Ok(start) = f[3].parse() {
+                        open.insert(f[1], (f[2], start));
+                    }
+                }
+                (Some(&"END"), 4) => {
+                    if let (Some((name, start)), Ok(end)) = (open.remove(f[1]), f[2].parse()) {
+                        let id = format!("{}", f[1]);
+                        by_name
+                            .entry(name.into())
+                            .or_default()
+                            .push(Attempt { id, start, end });
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (id, (name, start)) in open {
+            let id = format!("{id} (unfinished)");
+            by_name.entry(name.into()).or_default().push(Attempt {
+                id,
+                start,
+                end: cut,
+            });
+        }
+    }
+    by_name
+}
+
+/// Intervals in which `name` could be taken: fewer holds than it has room for.
+fn free_gaps(
+    name: &str,
+    sections: &[Section],
+    events: &Events,
+    from: u64,
+    to: u64,
+) -> Vec<(u64, u64)> {
+    let room = if name == SEM_NAME { PERMITS as i64 } else { 1 };
+    let deleted: HashMap<&str, u64> = events
+        .deletes
+        .iter()
+        .map(|(key, _, after)| (key.as_str(), *after))
+        .collect();
+    let mut edges: Vec<(u64, i64)> = Vec::new();
+    for s in sections {
+        let mut end = match s.how.as_str() {
+            "unlock_err" => s.released_at + TTL.as_nanos() as u64,
+            _ => s.released_at,
+        };
+        if let Some(&after) = deleted.get(s.key.as_str()) {
+            end = end.min(after.max(s.enter));
+        }
+        if end > s.enter {
+            edges.push((s.enter, 1));
+            edges.push((end, -1));
+        }
+    }
+    // At one instant, ends before starts: a handoff at the same nanosecond is no gap.
+    edges.sort_by_key(|&(t, d)| (t, d));
+    let mut gaps = Vec::new();
+    let (mut held, mut free_since) = (0i64, Some(from));
+    for (t, d) in edges {
+        held += d;
+        match free_since {
+            Some(since) if held >= room => {
+                if t > since {
+                    gaps.push((since, t));
+                }
+                free_since = None;
+            }
+            None if held < room => free_since = Some(t),
+            _ => {}
+        }
+    }
+    if let Some(since) = free_since.filter(|&since| since < to) {
+        gaps.push((since, to));
+    }
+    gaps
+}
+
+pub(crate) fn check(
+    dir: &Path,
+    files: usize,
+    sections: &HashMap<String, Vec<Section>>,
+    events: &Events,
+    start_ns: u64,
+    end_ns: u64,
+) -> Report {
+    let mut report = Report::default();
+    let windows: Vec<(u64, u64)> = events
+        .faults
+        .iter()
+        .map(|(kind, start, end)| (*start, end + recovery(kind)))
+        .collect();
+    let quiet = |from: u64, to: u64| windows.iter().all(|&(s, e)| e < from || s > to);
+    let secs = |t: u64| t.saturating_sub(start_ns) as f64 / 1e9;
+    let bound = HANDOFF_BOUND.as_nanos() as u64;
+    let no_sections = Vec::new();
+    for (name, attempts) in attempts(dir, files, events, end_ns) {
+        let sections = sections.get(&name).unwrap_or(&no_sections);
+        let gaps = free_gaps(&name, sections, events, start_ns, end_ns);
+        for a in &attempts {
+            for &(g0, g1) in gaps.iter().filter(|&&(g0, g1)| g0 < a.end && g1 > a.start) {
+                let (t0, t1) = (a.start.max(g0), a.end.min(g1));
+                if !quiet(t0, t0 + bound.min(t1 - t0)) {
+                    continue;
+                }
+                if t1 - t0 > bound {
+                    report.violations.push(format!(
+                        "liveness: {name} free from {:.3} s while {} waited, not taken within \
+                         {HANDOFF_BOUND:?} ({} ms free while it waited)",
+                        secs(t0),
+                        a.id,
+                        (t1 - t0) / 1_000_000
+                    ));
+                } else if t1 == g1 && g1 < end_ns {
+                    report.handoffs += 1;
+                    report.slowest_handoff_ms =
+                        report.slowest_handoff_ms.max((t1 - t0) / 1_000_000);
+                }
+            }
+        }
+    }
+    let loss_bound = LOSS_BOUND.as_nanos() as u64;
+    for (key, before, after) in &events.deletes {
+        let guard = sections
+            .values()
+            .flatten()
+            .filter(|s| &s.key == key && s.held_until >= *before)
+            .min_by_key(|s| s.enter);
+        let Some(s) = guard else {
+            report.deleted_other += 1;
+            continue;
+        };
+        report.deleted_held += 1;
+        report.granted_after_delete += u64::from(s.enter > *after);
+        if !quiet(*before, after + loss_bound) {
+            continue;
+        }
+        if s.lost_at >= *before {
+            let took = s.lost_at.saturating_sub(*after);
+            report.loss_reports += 1;
+            report.slowest_loss_ms = report.slowest_loss_ms.max(took / 1_000_000);
+            if took > loss_bound {
+                report.violations.push(format!(
+                    "liveness: {} ({name}) saw its key deleted at {:.3} s only {} ms later",
+                    s.holder,
+                    secs(*after),
+                    took / 1_000_000,
+                    name = key
+                ));
+            }
+        } else if s.held_until > after + loss_bound {
+            report.violations.push(format!(
+                "liveness: {} still held {key} {} ms after its deletion at {:.3} s without \
+                 noticing",
+                s.holder,
+                (s.held_until - after) / 1_000_000,
+                secs(*after)
+            ));
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(key: &str, enter: u64, released_at: u64) -> Section {
+        Section {
+            mode: "x".into(),
+            token: 1,
+            holder: "1:0:0".into(),
+            enter,
+            confirmed: released_at,
+            accepted: 0,
+            rejected: 0,
+            first_rev: 0,
+            last_rev: 0,
+            key: key.into(),
+            held_until: released_at,
+            lost_at: 0,
+            released_at,
+            how: "unlock".into(),
+        }
+    }
+
+    #[test]
+    fn gaps_are_where_nothing_is_held() {
+        let events = Events::default();
+        let sections = vec![
+            section("a/1", 10, 20),
+            section("a/2", 20, 30),
+            section("a/3", 40, 50),
+        ];
+        assert_eq!(
+            free_gaps("a", &sections, &events, 0, 60),
+            vec![(0, 10), (30, 40), (50, 60)]
+        );
+        let mut events = Events::default();
+        events.deletes.push(("a/3".into(), 44, 45));
+        assert_eq!(
+            free_gaps("a", &sections, &events, 0, 60),
+            vec![(0, 10), (30, 40), (45, 60)]
+        );
+    }
+}
