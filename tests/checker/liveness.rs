@@ -32,12 +32,20 @@ pub(crate) const HANDOFF_BOUND: Duration = Duration::from_secs(2);
 pub(crate) const LOSS_BOUND: Duration = Duration::from_secs(1);
 
 /// The parent's log: faults, operator deletes, children killed.
+pub(crate) struct Delete {
+    pub(crate) key: String,
+    pub(crate) token: i64,
+    pub(crate) before: u64,
+    pub(crate) after: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct Events {
     /// Kind, start, end (ns).
     pub(crate) faults: Vec<(String, u64, u64)>,
-    /// Key, time before the delete was sent, time after it returned.
-    pub(crate) deletes: Vec<(String, u64, u64)>,
+    /// Deletes: key and its create revision (the token of a guard on it), time before the
+    /// delete was sent, time after it returned.
+    pub(crate) deletes: Vec<Delete>,
     /// Child log number → when it was SIGKILLed.
     pub(crate) kills: HashMap<usize, u64>,
 }
@@ -50,7 +58,12 @@ pub(crate) fn parse_events(path: &Path) -> Events {
         let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         match f.first() {
             Some(&"FAULT") => events.faults.push((f[1].to_string(), num(2), num(3))),
-            Some(&"DEL") => events.deletes.push((f[1].to_string(), num(2), num(3))),
+            Some(&"DEL") => events.deletes.push(Delete {
+                key: f[1].to_string(),
+                token: num(2) as i64,
+                before: num(3),
+                after: num(4),
+            }),
             Some(&"KILL") => {
                 events.kills.insert(num(1) as usize, num(2));
             }
@@ -88,16 +101,21 @@ pub(crate) struct Report {
 /// A guard's hold ends, for the exclusion checks, where the operator deleted its key:
 /// another guard may then enter before it notices (within [`LOSS_BOUND`], checked here).
 pub(crate) fn clip_deleted(sections: &mut HashMap<String, Vec<Section>>, events: &Events) {
-    let deleted: HashMap<&str, u64> = events
-        .deletes
-        .iter()
-        .map(|(key, before, _)| (key.as_str(), *before))
-        .collect();
+    let deleted = deleted(events);
     for s in sections.values_mut().flatten() {
-        if let Some(&before) = deleted.get(s.key.as_str()) {
-            s.confirmed = s.confirmed.min(before.max(s.enter));
+        if let Some(d) = deleted.get(&(s.key.as_str(), s.token)) {
+            s.confirmed = s.confirmed.min(d.before.max(s.enter));
         }
     }
+}
+
+/// The operator's deletes by key and create revision (a guard's key and token).
+fn deleted(events: &Events) -> HashMap<(&str, i64), &Delete> {
+    events
+        .deletes
+        .iter()
+        .map(|d| ((d.key.as_str(), d.token), d))
+        .collect()
 }
 
 struct Attempt {
@@ -162,19 +180,15 @@ fn free_gaps(
     to: u64,
 ) -> Vec<(u64, u64)> {
     let room = if name == SEM_NAME { PERMITS as i64 } else { 1 };
-    let deleted: HashMap<&str, u64> = events
-        .deletes
-        .iter()
-        .map(|(key, _, after)| (key.as_str(), *after))
-        .collect();
+    let deleted = deleted(events);
     let mut edges: Vec<(u64, i64)> = Vec::new();
     for s in sections {
         let mut end = match s.how.as_str() {
             "unlock_err" => s.released_at + TTL.as_nanos() as u64,
             _ => s.released_at,
         };
-        if let Some(&after) = deleted.get(s.key.as_str()) {
-            end = end.min(after.max(s.enter));
+        if let Some(d) = deleted.get(&(s.key.as_str(), s.token)) {
+            end = end.min(d.after.max(s.enter));
         }
         if end > s.enter {
             edges.push((s.enter, 1));
@@ -248,41 +262,46 @@ pub(crate) fn check(
         }
     }
     let loss_bound = LOSS_BOUND.as_nanos() as u64;
-    for (key, before, after) in &events.deletes {
+    for d in &events.deletes {
+        // The guard on the deleted key: the last hold of it (a re-campaign's).
         let guard = sections
             .values()
             .flatten()
-            .filter(|s| &s.key == key && s.held_until >= *before)
-            .min_by_key(|s| s.enter);
+            .filter(|s| s.key == d.key && s.token == d.token)
+            .max_by_key(|s| s.enter);
         let Some(s) = guard else {
             report.deleted_other += 1;
             continue;
         };
         report.deleted_held += 1;
-        report.granted_after_delete += u64::from(s.enter > *after);
-        if !quiet(*before, after + loss_bound) {
+        report.granted_after_delete += u64::from(s.enter > d.after);
+        if !quiet(d.before, d.after + loss_bound) {
             continue;
         }
-        if s.lost_at >= *before {
-            let took = s.lost_at.saturating_sub(*after);
+        if s.lost_at >= d.before {
+            let took = s.lost_at.saturating_sub(d.after);
             report.loss_reports += 1;
             report.slowest_loss_ms = report.slowest_loss_ms.max(took / 1_000_000);
             if took > loss_bound {
                 report.violations.push(format!(
-                    "liveness: {} ({name}) saw its key deleted at {:.3} s only {} ms later",
+                    "liveness: {} saw its key {} (token {}) deleted at {:.3} s only {} ms later",
                     s.holder,
-                    secs(*after),
+                    d.key,
+                    d.token,
+                    secs(d.after),
                     took / 1_000_000,
-                    name = key
                 ));
             }
-        } else if s.held_until > after + loss_bound {
+        } else if s.held_until > d.after + loss_bound {
             report.violations.push(format!(
-                "liveness: {} still held {key} {} ms after its deletion at {:.3} s without \
-                 noticing",
+                "liveness: {} still held {} (token {}, entered {} ms after the delete) {} ms \
+                 after its deletion at {:.3} s without noticing",
                 s.holder,
-                (s.held_until - after) / 1_000_000,
-                secs(*after)
+                d.key,
+                d.token,
+                (s.enter as i64 - d.after as i64) / 1_000_000,
+                (s.held_until - d.after) / 1_000_000,
+                secs(d.after)
             ));
         }
     }
@@ -325,7 +344,12 @@ mod tests {
             vec![(0, 10), (30, 40), (50, 60)]
         );
         let mut events = Events::default();
-        events.deletes.push(("a/3".into(), 44, 45));
+        events.deletes.push(Delete {
+            key: "a/3".into(),
+            token: 1,
+            before: 44,
+            after: 45,
+        });
         assert_eq!(
             free_gaps("a", &sections, &events, 0, 60),
             vec![(0, 10), (30, 40), (45, 60)]

@@ -2,7 +2,7 @@
 //! time, with quiet stretches between some of them (where the liveness checks judge).
 //!
 //! Every fault is logged to the parent's log as `FAULT <kind> <start> <end>` (CLOCK_MONOTONIC
-//! ns), every operator delete as `DEL <key> <before> <after>`.
+//! ns), every operator delete as `DEL <key> <create revision> <before> <after>`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
