@@ -169,6 +169,7 @@ fn checker_child() {
     for t in threads {
         let _ = t.join();
     }
+    log(&log_file, format!("JOINED {}", monotonic_ns()));
     // Close every session (a clean exit): the parent checks nothing is left behind.
     drop(client);
 }
@@ -215,9 +216,9 @@ impl Children {
     }
 
     /// Waits until `stop_by` for the children to exit (closing their sessions), then
-    /// kills the rest; returns how many exited by themselves.
-    fn finish(&mut self, stop_by: Instant) -> usize {
-        let mut clean_exits = 0;
+    /// kills the rest; returns how many exited by themselves, and the logs of the others.
+    fn finish(&mut self, stop_by: Instant) -> (usize, Vec<usize>) {
+        let (mut clean_exits, mut hung) = (0, Vec::new());
         for (n, child) in &mut self.running {
             while Instant::now() < stop_by && child.child().try_wait().ok().flatten().is_none() {
                 std::thread::sleep(Duration::from_millis(50));
@@ -227,9 +228,10 @@ impl Children {
             } else {
                 child.kill();
                 log(&self.events, format!("KILL {n} {}", monotonic_ns()));
+                hung.push(*n);
             }
         }
-        clean_exits
+        (clean_exits, hung)
     }
 }
 
@@ -291,7 +293,7 @@ fn randomized_checker() {
     let (faults, fault_errors) = (nemesis.counts, nemesis.errors);
     let snapshots_received = nemesis.snapshots_received;
     // Children stop by themselves at the deadline (closing their sessions); bound it.
-    let clean_exits = children.finish(deadline + Duration::from_secs(20));
+    let (clean_exits, hung) = children.finish(deadline + Duration::from_secs(20));
     let end_ns = monotonic_ns();
     cluster.wait_healthy(Duration::from_secs(30)).unwrap();
     let auto_compactions: usize = (0..nemesis::VOTERS)
@@ -305,7 +307,20 @@ fn randomized_checker() {
     let spawned = children.spawned;
     let mut totals = parse_logs(&dir, spawned);
     let events = liveness::parse_events(&dir.join("nemesis"));
-    let live = liveness::check(&dir, spawned, &totals.sections, &events, start_ns, end_ns);
+    let mut live = liveness::check(&dir, spawned, &totals.sections, &events, start_ns, end_ns);
+    for n in hung {
+        // A child that did not end 20 s after the deadline: its threads (a wait that never
+        // returned) or its clean-up (closing the sessions) hung.
+        let log = std::fs::read_to_string(dir.join(format!("log-{n}"))).unwrap_or_default();
+        let what = if log.contains("JOINED") {
+            "closing its client"
+        } else {
+            "a worker thread"
+        };
+        live.violations.push(format!(
+            "liveness: child log-{n} still running 20 s after the deadline: {what} hung"
+        ));
+    }
     liveness::clip_deleted(&mut totals.sections, &events);
     let mut violations = Vec::new();
     for (name, sections) in &mut totals.sections {
@@ -327,7 +342,8 @@ fn randomized_checker() {
     if let Err(diverged) = members_agree(&c, &endpoints) {
         violations.push(diverged);
     }
-    if violations.is_empty() && live.violations.is_empty() {
+    let keep = std::env::var_os("CHECKER_KEEP_LOGS").is_some();
+    if violations.is_empty() && live.violations.is_empty() && !keep {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
         println!("CHECKER logs kept in {}", dir.display());
