@@ -149,7 +149,7 @@ fn attempts(
                 }
                 (Some(&"END"), 4) => {
                     if let (Some((name, start)), Ok(end)) = (open.remove(f[1]), f[2].parse()) {
-                        let id = format!("{}", f[1]);
+                        let id = f[1].to_string();
                         by_name
                             .entry(name.into())
                             .or_default()

@@ -274,7 +274,8 @@ impl Nemesis<'_> {
                 self.client.delete(&kv.key).map_err(|e| e.to_string())?;
                 let after = monotonic_ns();
                 self.deletes += 1;
-                log(&self.log, format!("DEL {} {before} {after}", kv.key_str()));
+                let (key, token) = (kv.key_str(), kv.create_revision);
+                log(&self.log, format!("DEL {key} {token} {before} {after}"));
             }
             std::thread::sleep(rng.millis(50, 300));
         }
