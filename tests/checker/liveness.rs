@@ -48,6 +48,24 @@ pub(crate) struct Events {
     pub(crate) deletes: Vec<Delete>,
     /// Child log number → when it was SIGKILLed.
     pub(crate) kills: HashMap<usize, u64>,
+    /// Name → (time, the keys etcd had under it: `key@create_rev,...` or `-`).
+    pub(crate) keys: HashMap<String, Vec<(u64, String)>>,
+}
+
+impl Events {
+    /// What etcd had under `name` at the first look in `[from, to]`.
+    fn keys_seen(&self, name: &str, from: u64, to: u64) -> String {
+        self.keys
+            .get(name)
+            .and_then(|seen| seen.iter().find(|(t, _)| (from..=to).contains(t)))
+            .map_or_else(
+                || "etcd's keys not observed then".into(),
+                |(_, keys)| match keys.as_str() {
+                    "-" => "etcd had no key under it then".into(),
+                    keys => format!("etcd had {keys} then"),
+                },
+            )
+    }
 }
 
 pub(crate) fn parse_events(path: &Path) -> Events {
@@ -64,6 +82,11 @@ pub(crate) fn parse_events(path: &Path) -> Events {
                 before: num(3),
                 after: num(4),
             }),
+            Some(&"KEYS") if f.len() == 4 => events
+                .keys
+                .entry(f[2].to_string())
+                .or_default()
+                .push((num(1), f[3].to_string())),
             Some(&"KILL") => {
                 events.kills.insert(num(1) as usize, num(2));
             }
@@ -256,6 +279,8 @@ pub(crate) fn check(
     let secs = |t: u64| t.saturating_sub(start_ns) as f64 / 1e9;
     let bound = HANDOFF_BOUND.as_nanos() as u64;
     let no_sections = Vec::new();
+    // One violation per free stretch of a name: (name, start) → first message, others.
+    let mut wedged: std::collections::BTreeMap<(String, u64), (String, usize)> = Default::default();
     for (name, attempts) in attempts(dir, files, events, end_ns) {
         let sections = sections.get(&name).unwrap_or(&no_sections);
         let gaps = free_gaps(&name, sections, events, start_ns, end_ns);
@@ -272,16 +297,22 @@ pub(crate) fn check(
                     continue;
                 };
                 if to - from > bound {
-                    report.violations.push(format!(
+                    let (first, more) = wedged.entry((name.clone(), g0)).or_default();
+                    *more += usize::from(!first.is_empty());
+                    if !first.is_empty() {
+                        continue;
+                    }
+                    *first = format!(
                         "liveness: {name} free from {:.3} s while {} waited (since {:.3} s), \
                          not taken within {HANDOFF_BOUND:?}: {} ms free outside faults, {} ms \
-                         in all",
+                         in all; {}",
                         secs(t0),
                         a.id,
                         secs(a.start),
                         (to - from) / 1_000_000,
-                        (t1 - t0) / 1_000_000
-                    ));
+                        (t1 - t0) / 1_000_000,
+                        events.keys_seen(&name, from + bound, to),
+                    );
                 } else if (from, to) == (t0, t1) && t1 == g1 && g1 < end_ns {
                     // Wholly outside faults and ended by an acquisition: a handoff figure.
                     report.handoffs += 1;
@@ -290,6 +321,12 @@ pub(crate) fn check(
                 }
             }
         }
+    }
+    for (message, more) in wedged.into_values() {
+        report.violations.push(match more {
+            0 => message,
+            more => format!("{message} (and {more} more waiters)"),
+        });
     }
     let loss_bound = LOSS_BOUND.as_nanos() as u64;
     for d in &events.deletes {

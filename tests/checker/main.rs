@@ -174,6 +174,45 @@ fn checker_child() {
     drop(client);
 }
 
+/// Logs the keys of every name twice a second (`KEYS <ns> <name> <key@create_rev,...>`, `-`
+/// for none): what etcd held while a liveness check found a name free and a waiter waiting.
+fn observe_keys(c: Client, events: Log) -> Observer {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            for name in NAMES {
+                if let Ok(kvs) = c.get_prefix(format!("{name}/")) {
+                    let keys: Vec<String> = kvs
+                        .iter()
+                        .map(|kv| format!("{}@{}", kv.key_str(), kv.create_revision))
+                        .collect();
+                    let keys = if keys.is_empty() {
+                        "-".into()
+                    } else {
+                        keys.join(",")
+                    };
+                    log(&events, format!("KEYS {} {name} {keys}", monotonic_ns()));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    Observer { stop, thread }
+}
+
+struct Observer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Observer {
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
 /// The worker processes: started with their own log, SIGKILLed by the nemesis (and
 /// replaced), and at the end waited for; every kill is logged (`KILL <log> <ns>`).
 struct Children {
@@ -289,12 +328,14 @@ fn randomized_checker() {
         snapshots_received: 0,
         deletes: 0,
     };
+    let observer = observe_keys(c.clone(), nemesis.log.clone());
     nemesis.run(&mut rng, deadline, &mut |rng| children.sigkill(rng));
     let (faults, fault_errors) = (nemesis.counts, nemesis.errors);
     let snapshots_received = nemesis.snapshots_received;
     // Children stop by themselves at the deadline (closing their sessions); bound it.
     let (clean_exits, hung) = children.finish(deadline + Duration::from_secs(20));
     let end_ns = monotonic_ns();
+    observer.stop();
     cluster.wait_healthy(Duration::from_secs(30)).unwrap();
     let auto_compactions: usize = (0..nemesis::VOTERS)
         .map(|m| {
