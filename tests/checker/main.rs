@@ -410,7 +410,8 @@ fn randomized_checker() {
     );
     println!(
         "CHECKER faults={faults:?} auto_compactions={auto_compactions} \
-         snapshots_received={snapshots_received} fault_errors={fault_errors:?}"
+         snapshots_received={snapshots_received}/{} fault_errors={fault_errors:?}",
+        faults.get("snapshot_restart").copied().unwrap_or(0)
     );
     println!(
         "CHECKER liveness: handoffs_judged={} slowest_handoff={} ms (bound {:?}); deletes: \
