@@ -38,6 +38,8 @@ pub struct EtcdCluster {
     /// The members that are learners now, with their etcd member ids (hex), for
     /// [`EtcdCluster::promote`].
     pub(super) learners: std::sync::Mutex<Vec<(usize, String)>>,
+    /// What a member added later starts with ([`EtcdCluster::add_learner`]).
+    pub(super) join: super::learner::JoinSettings,
     pub(super) _dir: TempDir,
 }
 

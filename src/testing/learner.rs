@@ -1,10 +1,10 @@
 //! Learners: non-voting members added to a running cluster, as an operator adds them
 //! (`etcdctl member add --learner`, then the new member started with
-//! `--initial-cluster-state existing`), and promoted to voters.
+//! `--initial-cluster-state existing`), promoted to voters, and members removed.
 
 use std::ffi::OsString;
 use std::io;
-use std::path::Path;
+use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -12,35 +12,40 @@ use super::cluster::EtcdCluster;
 use super::etcdctl;
 use super::health::{START_TIMEOUT, wait_healthy};
 use super::member::{Member, MemberConfig, MemberPorts, member_name, peer_url};
-use super::version::EtcdVersion;
+use super::scratch::free_ports;
 
 /// How long a new cluster may refuse `member add` as unhealthy: etcd wants every peer
 /// connected for 5 s first.
 const RECONFIG_WAIT: Duration = Duration::from_secs(15);
 const RECONFIG_POLL: Duration = Duration::from_millis(250);
 
-/// The voters' settings a learner starts with too.
-pub(super) struct LearnerBase<'a> {
-    pub(super) binary: &'a Path,
-    pub(super) token: &'a str,
-    pub(super) extra_args: &'a [OsString],
-    pub(super) version: EtcdVersion,
+/// The voters' settings a member added later (a learner) starts with too.
+#[derive(Debug)]
+pub(super) struct JoinSettings {
+    pub(super) binary: PathBuf,
+    pub(super) token: String,
+    pub(super) extra_args: Vec<OsString>,
 }
 
 impl EtcdCluster {
-    /// Adds member `index` as a learner and starts it, with the flags of `base` (the
-    /// voters' shared settings). `joined` is the `--initial-cluster` of the members so far;
-    /// the new member is appended to it.
-    pub(super) fn add_learner(
+    /// Adds member `index` as a learner and starts it, with the voters' flags. `joined` is
+    /// the `--initial-cluster` of the members so far; the new member is appended to it
+    /// (etcdctl's own `ETCD_INITIAL_CLUSTER` is used instead when it prints one: it leaves
+    /// out removed members).
+    pub(super) fn join_learner(
         &mut self,
-        base: &LearnerBase<'_>,
         joined: &mut String,
         index: usize,
         ports: &MemberPorts,
     ) -> io::Result<()> {
         let name = member_name(index);
         let peer = peer_url(ports.peer);
-        let voter = self.member(0).client_url.clone();
+        let voter = (0..self.len())
+            .find(|&v| !self.is_learner(v) && self.member(v).is_answering())
+            .map_or_else(
+                || self.member(0).client_url.clone(),
+                |v| self.member(v).client_url.clone(),
+            );
         let add = ["member", "add", &name, "--peer-urls", &peer, "--learner"];
         // etcd's --strict-reconfig-check (on by default) refuses to add a member until
         // every peer has been connected for 5 s ("unhealthy cluster"): a new cluster is
@@ -61,16 +66,19 @@ impl EtcdCluster {
                 "etcdctl member add printed no member id: {added:?}"
             ))
         })?;
-        joined.push_str(&format!(",{name}={peer}"));
+        match initial_cluster(&added) {
+            Some(printed) => *joined = printed,
+            None => joined.push_str(&format!(",{name}={peer}")),
+        }
         let config = MemberConfig {
-            binary: base.binary,
+            binary: &self.join.binary,
             dir: self._dir.path(),
             initial_cluster: joined,
-            token: base.token,
-            extra_args: base.extra_args,
+            token: &self.join.token,
+            extra_args: &self.join.extra_args,
             tls: self.tls.as_ref(),
             joining: true,
-            version: base.version,
+            version: self.version,
         };
         let member = Member::new(&config, index, ports)?;
         member.spawn()?;
@@ -86,6 +94,93 @@ impl EtcdCluster {
         self.learners
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds a learner to the running cluster, as an operator does (`etcdctl member add
+    /// --learner`, then a new etcd started with `--initial-cluster-state existing` and the
+    /// voters' flags), and waits until it is healthy. It takes the next index
+    /// ([`len`](Self::len) before the call); indices of removed members are not reused.
+    /// etcd allows one learner at a time (by default).
+    ///
+    /// # Errors
+    ///
+    /// etcdctl's error (for example, a second learner), or the new member not becoming
+    /// healthy within 30 seconds (it is killed, and keeps its index).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let mut cluster = etcd_sync::testing::EtcdCluster::start(3)?;
+    /// let learner = cluster.add_learner()?;
+    /// cluster.promote(learner)?;
+    /// cluster.remove_member(learner)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn add_learner(&mut self) -> io::Result<usize> {
+        let index = self.len();
+        let ports = free_ports(3)?;
+        let ports = MemberPorts {
+            client: ports[0],
+            peer: ports[1],
+            metrics: ports[2],
+        };
+        // The fallback when etcdctl prints no ETCD_INITIAL_CLUSTER: the running members.
+        let mut joined = (0..self.len())
+            .filter(|&i| self.member(i).is_running())
+            .map(|i| format!("{}={}", member_name(i), self.member(i).peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        match self.join_learner(&mut joined, index, &ports) {
+            Ok(()) => Ok(index),
+            Err(e) => {
+                if let Some(member) = self.members.get(index) {
+                    let _ = member.retire();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes member `i` from the cluster (`etcdctl member remove`, asked of another
+    /// running member): a learner or a voter. etcd stops the removed member itself; its
+    /// process is then reaped and counted as killed, so [`wait_healthy`](Self::wait_healthy)
+    /// skips it. Its index is not reused.
+    ///
+    /// # Errors
+    ///
+    /// If its member id cannot be found, or etcdctl fails (for example, when removing it
+    /// would leave the cluster without a quorum of started members).
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let mut cluster = etcd_sync::testing::EtcdCluster::start(3)?;
+    /// let learner = cluster.add_learner()?;
+    /// cluster.remove_member(learner)?;
+    /// assert!(!cluster.is_running(learner));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn remove_member(&self, i: usize) -> io::Result<()> {
+        let id = self.member_id(i)?;
+        let mut last = None;
+        for other in (0..self.len()).filter(|&o| o != i && self.member(o).is_answering()) {
+            match etcdctl::run(
+                &self.member(other).client_url,
+                self.tls.as_ref(),
+                &["member", "remove", &id],
+            ) {
+                Ok(_) => {
+                    self.lock_learners().retain(|(index, _)| *index != i);
+                    return self.member(i).retire();
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no other member is running")))
     }
 
     /// Whether member `i` is a learner (added with
@@ -151,6 +246,15 @@ impl EtcdCluster {
     }
 }
 
+/// The `ETCD_INITIAL_CLUSTER` that `etcdctl member add` prints for the new member.
+fn initial_cluster(output: &str) -> Option<String> {
+    output.lines().find_map(|line| {
+        let value = line.strip_prefix("ETCD_INITIAL_CLUSTER=")?;
+        let value = value.trim().trim_matches('"');
+        (!value.is_empty()).then(|| value.to_string())
+    })
+}
+
 /// The member id in `etcdctl member add`'s output: "Member 8e9e05c52164694d added to
 /// cluster cdf818194e3a8c32".
 fn member_id(output: &str) -> Option<String> {
@@ -164,7 +268,7 @@ fn member_id(output: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::member_id;
+    use super::{initial_cluster, member_id};
 
     #[test]
     fn member_id_is_read_from_etcdctl_output() {
@@ -173,5 +277,18 @@ mod tests {
         assert_eq!(member_id(output).as_deref(), Some("8e9e05c52164694d"));
         assert_eq!(member_id("nothing here"), None);
         assert_eq!(member_id("Member xyz added"), None);
+    }
+
+    #[test]
+    fn initial_cluster_is_read_from_etcdctl_output() {
+        let output = "Member 8e9e05c52164694d added to cluster cdf818194e3a8c32\n\n\
+                      ETCD_NAME=\"m3\"\n\
+                      ETCD_INITIAL_CLUSTER=\"m0=http://127.0.0.1:1,m3=http://127.0.0.1:4\"\n\
+                      ETCD_INITIAL_CLUSTER_STATE=\"existing\"\n";
+        assert_eq!(
+            initial_cluster(output).as_deref(),
+            Some("m0=http://127.0.0.1:1,m3=http://127.0.0.1:4")
+        );
+        assert_eq!(initial_cluster("nothing"), None);
     }
 }

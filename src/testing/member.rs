@@ -65,6 +65,8 @@ pub(super) struct Member {
     pub(super) data_dir: PathBuf,
     pub(super) log_path: PathBuf,
     pub(super) client_url: String,
+    /// The URL its peers reach it on (`--initial-advertise-peer-urls`).
+    pub(super) peer_url: String,
     /// Plain-HTTP listener for /health and /metrics (`--listen-metrics-urls`), so health
     /// checks work the same with and without TLS on the client port.
     pub(super) metrics_addr: SocketAddr,
@@ -111,7 +113,7 @@ impl Member {
         flag("--listen-client-urls", client_url.clone().into());
         flag("--advertise-client-urls", client_url.clone().into());
         flag("--listen-peer-urls", peer_url.clone().into());
-        flag("--initial-advertise-peer-urls", peer_url.into());
+        flag("--initial-advertise-peer-urls", peer_url.clone().into());
         flag("--initial-cluster", config.initial_cluster.into());
         flag("--initial-cluster-token", config.token.into());
         let state = if config.joining { "existing" } else { "new" };
@@ -139,6 +141,7 @@ impl Member {
             data_dir,
             log_path,
             client_url,
+            peer_url,
             metrics_addr,
             state: Mutex::new(State::default()),
         })
@@ -236,6 +239,17 @@ impl Member {
             .wait()
             .map(drop)
             .map_err(|e| context(e, format_args!("cannot wait for etcd member {}", self.name)))
+    }
+
+    /// Kills the process if it still runs and forgets how it ended: a member removed from
+    /// the cluster (whose etcd exits by itself) then counts as killed, not as crashed.
+    pub(super) fn retire(&self) -> io::Result<()> {
+        self.kill()?;
+        let mut state = self.lock();
+        state.child = None;
+        state.paused = false;
+        state.exited = None;
+        Ok(())
     }
 
     pub(super) fn restart(&self) -> io::Result<()> {

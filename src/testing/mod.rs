@@ -91,6 +91,7 @@ mod health;
 mod http;
 mod learner;
 mod member;
+mod membership;
 pub mod metrics;
 mod process;
 mod scratch;

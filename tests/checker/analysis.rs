@@ -17,6 +17,16 @@ pub(crate) struct Section {
     pub(crate) rejected: u64,
     pub(crate) first_rev: i64,
     pub(crate) last_rev: i64,
+    /// The guard's key in etcd.
+    pub(crate) key: String,
+    /// When the worker stopped holding it (before its release).
+    pub(crate) held_until: u64,
+    /// When the worker saw it lost (`lost()` fired or `is_held()` said no); 0 if it did not.
+    pub(crate) lost_at: u64,
+    /// When its release (unlock, drop, or the re-campaign that superseded it) returned.
+    pub(crate) released_at: u64,
+    /// How it ended: `unlock`, `unlock_err`, `drop`, `recamp`.
+    pub(crate) how: String,
 }
 
 #[derive(Default)]
@@ -43,7 +53,7 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
         for line in text.lines() {
             let f: Vec<&str> = line.split(' ').collect();
             match (f.first(), f.len()) {
-                (Some(&"CS"), 11) => {
+                (Some(&"CS"), 16) => {
                     let parsed = (|| {
                         Some(Section {
                             mode: f[2].to_string(),
@@ -55,6 +65,11 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
                             rejected: f[8].parse().ok()?,
                             first_rev: f[9].parse().ok()?,
                             last_rev: f[10].parse().ok()?,
+                            key: f[11].to_string(),
+                            held_until: f[12].parse().ok()?,
+                            lost_at: f[13].parse().ok()?,
+                            released_at: f[14].parse().ok()?,
+                            how: f[15].to_string(),
                         })
                     })();
                     if let Some(section) = parsed {
@@ -190,6 +205,11 @@ mod tests {
             rejected: 0,
             first_rev: 0,
             last_rev: 0,
+            key: format!("n/{token}"),
+            held_until: confirmed,
+            lost_at: 0,
+            released_at: confirmed,
+            how: "unlock".into(),
         }
     }
 

@@ -1,0 +1,503 @@
+//! The children's workload: random acquisitions of every primitive, guarded writes while
+//! holding, and releases, each logged for the checks (`analysis.rs`, `liveness.rs`).
+//!
+//! Log lines (times on CLOCK_MONOTONIC, in ns, shared by every process):
+//!
+//! * `BEG <id> <name> <start>` and `END <id> <end> <outcome>` around every attempt;
+//! * `CS <name> <mode> <token> <holder> <enter> <confirmed> <accepted> <rejected>
+//!   <first_rev> <last_rev> <key> <held_until> <lost_at> <released_at> <how>` per guard;
+//! * `WAIT`, `ERR`, `NOTE`, `STALE` as before (timed waits, errors, stale writes).
+
+use std::sync::Mutex as StdMutex;
+use std::time::{Duration, Instant};
+
+use etcd_sync::{
+    Client, Error, Leadership, MutexGuard, Permit, RwLockReadGuard, RwLockWriteGuard, Session,
+    TryLockError, Txn, TxnOp,
+};
+
+use super::common::monotonic_ns;
+use super::{Log, NAMES, PERMITS, RW_NAME, Rng, SEM_NAME, TTL, log};
+
+/// The session this thread works with: the slot's, or a new one if it is lost.
+pub(crate) fn current_session(
+    client: &Client,
+    slot: &StdMutex<Option<Session>>,
+) -> Option<Session> {
+    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = slot.as_ref().filter(|s| s.is_alive()) {
+        return Some(s.clone());
+    }
+    let fresh = client.session_builder().ttl(TTL).start().ok()?;
+    *slot = Some(fresh.clone());
+    Some(fresh)
+}
+
+/// A held guard of any kind.
+pub(crate) enum Guard {
+    Lock(MutexGuard),
+    Lead(Leadership),
+    Read(RwLockReadGuard),
+    Write(RwLockWriteGuard),
+    Permit(Permit),
+}
+
+/// The same call on whichever guard it is.
+macro_rules! each {
+    ($guard:expr, $g:ident => $call:expr) => {
+        match $guard {
+            Guard::Lock($g) => $call,
+            Guard::Lead($g) => $call,
+            Guard::Read($g) => $call,
+            Guard::Write($g) => $call,
+            Guard::Permit($g) => $call,
+        }
+    };
+}
+
+impl Guard {
+    pub(crate) fn token(&self) -> i64 {
+        each!(self, g => g.fencing_token())
+    }
+    pub(crate) fn is_held(&self) -> bool {
+        match self {
+            Guard::Lead(l) => l.is_leader(),
+            Guard::Lock(g) => g.is_held(),
+            Guard::Read(g) => g.is_held(),
+            Guard::Write(g) => g.is_held(),
+            Guard::Permit(p) => p.is_held(),
+        }
+    }
+    fn put(&self, key: &str, value: String) -> etcd_sync::Result<i64> {
+        each!(self, g => g.put(key, value))
+    }
+    fn ownership_compare(&self) -> etcd_sync::Compare {
+        each!(self, g => g.ownership_compare())
+    }
+    pub(crate) fn key(&self) -> String {
+        each!(self, g => g.key_str().into_owned())
+    }
+    pub(crate) fn lost(&self) -> crossbeam_channel::Receiver<()> {
+        each!(self, g => g.lost())
+    }
+    /// How the guard shares its name, for the log: exclusive, shared, or a permit.
+    fn mode(&self) -> String {
+        match self {
+            Guard::Read(_) => "s".into(),
+            Guard::Permit(_) => format!("p{PERMITS}"),
+            _ => "x".into(),
+        }
+    }
+    /// Releases and reports whether etcd confirmed it.
+    fn release(self) -> bool {
+        match self {
+            Guard::Lock(g) => g.unlock().is_ok(),
+            Guard::Lead(mut l) => l.is_leader() && l.resign().is_ok(),
+            Guard::Read(g) => g.unlock().is_ok(),
+            Guard::Write(g) => g.unlock().is_ok(),
+            Guard::Permit(p) => p.release().is_ok(),
+        }
+    }
+}
+
+/// One acquisition attempt of a random kind; logs a WAIT line for timed waits. Returns
+/// its outcome for the `END` line (`ok`, `busy` for a `try_*` that found the name taken,
+/// else the error's kind) and the guard.
+fn acquire(
+    session: &Session,
+    name: &str,
+    value: &str,
+    rng: &mut Rng,
+    log_file: &Log,
+) -> (&'static str, Option<Guard>) {
+    let started = Instant::now();
+    let timeout = rng.millis(20, 600);
+    let (timed, result) = match name {
+        RW_NAME => read_or_write(session, rng, timeout),
+        SEM_NAME => permit(session, rng, timeout),
+        _ => lock_or_lead(session, name, value, rng, timeout),
+    };
+    // `None`: a `try_*` found the name busy, which is no error.
+    let Some(result) = result else {
+        return ("busy", None);
+    };
+    let took = started.elapsed();
+    if timed {
+        log(
+            log_file,
+            format!(
+                "WAIT {} {} {}",
+                timeout.as_millis(),
+                took.as_millis(),
+                // When it started (UNIX ms), to find it in the traces if it was slow.
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |now| now.saturating_sub(took).as_millis())
+            ),
+        );
+    }
+    match result {
+        Ok(guard) => ("ok", Some(guard)),
+        Err(e) => {
+            log(log_file, format!("ERR {}", error_kind(&e)));
+            if error_kind(&e) == "other" {
+                log(log_file, format!("NOTE {e}")); // for diagnosis; not parsed
+            }
+            (error_kind(&e), None)
+        }
+    }
+}
+
+/// A `try_*` result as the others': `WouldBlock` is "no guard", not an error.
+fn tried<G>(result: Result<G, TryLockError>) -> etcd_sync::Result<Option<G>> {
+    match result {
+        Ok(g) => Ok(Some(g)),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// One attempt: whether its wait had a limit, and its outcome (`None`: a `try_*` found
+/// the name busy).
+type Attempt = (bool, Option<etcd_sync::Result<Guard>>);
+
+/// A `try_*` attempt.
+fn attempt<G>(result: Result<G, TryLockError>, wrap: fn(G) -> Guard) -> Attempt {
+    (false, tried(result).map(|g| g.map(wrap)).transpose())
+}
+
+/// Read and write locks and a Mutex on [`RW_NAME`].
+fn read_or_write(session: &Session, rng: &mut Rng, timeout: Duration) -> Attempt {
+    let rw = match session.rwlock(RW_NAME) {
+        Ok(rw) => rw,
+        Err(e) => return (false, Some(Err(e))),
+    };
+    match rng.below(7) {
+        0 | 1 => (false, Some(rw.read().map(Guard::Read))),
+        2 => (true, Some(rw.read_timeout(timeout).map(Guard::Read))),
+        3 => attempt(rw.try_read(), Guard::Read),
+        4 => (false, Some(rw.write().map(Guard::Write))),
+        5 => (true, Some(rw.write_timeout(timeout).map(Guard::Write))),
+        _ => (
+            false,
+            Some(
+                session
+                    .mutex(RW_NAME)
+                    .and_then(|m| m.lock())
+                    .map(Guard::Lock),
+            ),
+        ),
+    }
+}
+
+/// The semaphore of [`PERMITS`] on [`SEM_NAME`].
+fn permit(session: &Session, rng: &mut Rng, timeout: Duration) -> Attempt {
+    let sem = match session.semaphore(SEM_NAME, PERMITS) {
+        Ok(sem) => sem,
+        Err(e) => return (false, Some(Err(e))),
+    };
+    match rng.below(3) {
+        0 => (false, Some(sem.acquire().map(Guard::Permit))),
+        1 => (true, Some(sem.acquire_timeout(timeout).map(Guard::Permit))),
+        _ => attempt(sem.try_acquire(), Guard::Permit),
+    }
+}
+
+/// Mutex and Election on the other names; whether the wait had a limit.
+fn lock_or_lead(
+    session: &Session,
+    name: &str,
+    value: &str,
+    rng: &mut Rng,
+    timeout: Duration,
+) -> Attempt {
+    let op = rng.below(9);
+    let result: etcd_sync::Result<Guard> = match op {
+        7 => {
+            // A wait cancelled from another thread at a random moment (often while waiting,
+            // sometimes before it starts or after it got the lock).
+            let token = etcd_sync::CancelToken::new();
+            let (canceller, after) = (token.clone(), rng.millis(0, 400));
+            std::thread::spawn(move || {
+                std::thread::sleep(after);
+                canceller.cancel();
+            });
+            let options = etcd_sync::WaitOptions::new()
+                .timeout(timeout)
+                .cancel_token(&token);
+            session
+                .mutex(name)
+                .and_then(|m| m.lock_with(options))
+                .map(Guard::Lock)
+        }
+        8 => session
+            .mutex(name)
+            .and_then(|m| m.lock_delay(rng.millis(0, 300)))
+            .and_then(|m| m.lock_timeout(timeout))
+            .map(Guard::Lock),
+        // Half the plain waits with a lock-delay, so that deletes and lost holders find
+        // delays in flight.
+        0 => {
+            let delay = if rng.below(2) == 0 {
+                rng.millis(1, 300)
+            } else {
+                Duration::ZERO
+            };
+            session
+                .mutex(name)
+                .and_then(|m| m.lock_delay(delay))
+                .and_then(|m| m.lock())
+                .map(Guard::Lock)
+        }
+        1 => session
+            .mutex(name)
+            .and_then(|m| m.lock_timeout(timeout))
+            .map(Guard::Lock),
+        2 => match session.mutex(name).map(|m| tried(m.try_lock())) {
+            Ok(Ok(Some(g))) => Ok(Guard::Lock(g)),
+            Ok(Ok(None)) => return (false, None),
+            Ok(Err(e)) | Err(e) => Err(e),
+        },
+        3 => {
+            // A retry loop around a short timeout, as users write them.
+            let m = match session.mutex(name) {
+                Ok(m) => m,
+                Err(e) => return (false, Some(Err(e))),
+            };
+            let mut result = Err(Error::Closed);
+            for _ in 0..3 {
+                result = m.lock_timeout(timeout).map(Guard::Lock);
+                if !matches!(result, Err(Error::Timeout { .. })) {
+                    break;
+                }
+            }
+            result
+        }
+        4 => session
+            .election(name)
+            .and_then(|e| e.campaign(value))
+            .map(Guard::Lead),
+        5 => session
+            .election(name)
+            .and_then(|e| e.campaign_timeout(value, timeout))
+            .map(Guard::Lead),
+        _ => {
+            let e = match session.election(name) {
+                Ok(e) => e,
+                Err(e) => return (false, Some(Err(e))),
+            };
+            let mut result = Err(Error::Closed);
+            for _ in 0..3 {
+                result = e.campaign_timeout(value, timeout).map(Guard::Lead);
+                if !matches!(result, Err(Error::Timeout { .. })) {
+                    break;
+                }
+            }
+            result
+        }
+    };
+    // Timed waits: the lock-delay counts against the limit too.
+    (matches!(op, 1 | 5 | 7 | 8), Some(result))
+}
+
+fn error_kind(e: &Error) -> &'static str {
+    match e {
+        Error::Timeout { .. } => "timeout",
+        Error::SessionLost(_) => "session_lost",
+        Error::Unavailable { .. } => "unavailable",
+        Error::LockLost | Error::NotLeader => "lost",
+        Error::WouldDeadlock(_) => "would_deadlock",
+        Error::Cancelled => "cancelled",
+        _ => "other",
+    }
+}
+
+/// How long a guard is kept: mostly briefly, sometimes long enough (over a second) for an
+/// operator's delete of its key to be reported while it is still held.
+fn hold_time(rng: &mut Rng) -> Duration {
+    if rng.below(8) == 0 {
+        rng.millis(1_100, 1_800)
+    } else {
+        rng.millis(0, 60)
+    }
+}
+
+/// What a guard's log line says about it while it was held.
+struct Hold {
+    enter: u64,
+    confirmed: u64,
+    accepted: u32,
+    rejected: u32,
+    first_rev: i64,
+    last_rev: i64,
+    lost_at: u64,
+}
+
+impl Hold {
+    fn new() -> Hold {
+        let enter = monotonic_ns();
+        Hold {
+            enter,
+            confirmed: enter,
+            accepted: 0,
+            rejected: 0,
+            first_rev: 0,
+            last_rev: 0,
+            lost_at: 0,
+        }
+    }
+
+    /// The `CS` line of a guard whose hold ended (`how`: unlock, unlock_err, drop, recamp).
+    fn line(&self, name: &str, held: &Held, who: &str, held_until: u64, how: &str) -> String {
+        format!(
+            "CS {name} {} {} {who} {} {} {} {} {} {} {} {held_until} {} {} {how}",
+            held.mode,
+            held.token,
+            self.enter,
+            self.confirmed,
+            self.accepted,
+            self.rejected,
+            self.first_rev,
+            self.last_rev,
+            held.key,
+            self.lost_at,
+            monotonic_ns(),
+        )
+    }
+}
+
+/// What identifies a guard in the log, kept past its release.
+struct Held {
+    mode: String,
+    token: i64,
+    key: String,
+}
+
+impl Held {
+    fn of(guard: &Guard) -> Held {
+        Held {
+            mode: guard.mode(),
+            token: guard.token(),
+            key: guard.key(),
+        }
+    }
+}
+
+/// Waits up to `wait` for the guard to be lost; records when it was seen lost (its
+/// `lost()` channel fired or `is_held()` said no), else confirms it held.
+fn watch(guard: &Guard, lost: &crossbeam_channel::Receiver<()>, hold: &mut Hold, wait: Duration) {
+    if hold.lost_at != 0 {
+        return;
+    }
+    if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) = lost.recv_timeout(wait) {
+        hold.lost_at = monotonic_ns();
+        return;
+    }
+    let before = monotonic_ns();
+    if guard.is_held() {
+        hold.confirmed = before;
+    } else {
+        hold.lost_at = before;
+    }
+}
+
+pub(crate) fn worker(
+    client: &Client,
+    slot: &StdMutex<Option<Session>>,
+    log_file: &Log,
+    who: &str,
+    deadline_ns: u64,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let mut attempts = 0u64;
+    while monotonic_ns() < deadline_ns {
+        let Some(session) = current_session(client, slot) else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        let name = NAMES[rng.below(NAMES.len() as u64) as usize];
+        attempts += 1;
+        let id = format!("{who}#{attempts}");
+        log(log_file, format!("BEG {id} {name} {}", monotonic_ns()));
+        let (outcome, guard) = acquire(&session, name, who, &mut rng, log_file);
+        log(log_file, format!("END {id} {} {outcome}", monotonic_ns()));
+        let Some(mut guard) = guard else {
+            continue;
+        };
+        let mut hold = Hold::new();
+        let mut lost = guard.lost();
+        let hold_for = hold_time(&mut rng);
+        for _ in 0..1 + rng.below(3) {
+            match guard.put(&format!("{name}-data"), format!("{}:{who}", guard.token())) {
+                Ok(revision) => {
+                    hold.accepted += 1;
+                    if hold.first_rev == 0 {
+                        hold.first_rev = revision;
+                    }
+                    hold.last_rev = revision;
+                }
+                Err(_) => hold.rejected += 1,
+            }
+            if let Guard::Lead(l) = &guard
+                && rng.below(3) == 0
+            {
+                let _ = l.proclaim(format!("{who}-{}", rng.below(100)));
+            }
+            // A re-campaign on the same session and name: the old guard is superseded
+            // (its interval ends here), the new one carries the same token (same hold).
+            if let Guard::Lead(_) = &guard
+                && rng.below(5) == 0
+                && let Ok(again) = session.election(name).and_then(|e| e.campaign(who))
+            {
+                let line = hold.line(name, &Held::of(&guard), who, monotonic_ns(), "recamp");
+                log(log_file, line);
+                guard = Guard::Lead(again);
+                lost = guard.lost();
+                hold = Hold::new();
+            }
+            watch(&guard, &lost, &mut hold, rng.millis(0, 20));
+            if hold.lost_at != 0 {
+                break;
+            }
+        }
+        // Keep it (watching for its loss) for the rest of its hold time.
+        let until = Instant::now() + hold_for;
+        while hold.lost_at == 0 && Instant::now() < until {
+            let left = until.saturating_duration_since(Instant::now());
+            watch(
+                &guard,
+                &lost,
+                &mut hold,
+                left.min(Duration::from_millis(20)),
+            );
+        }
+        let held_until = monotonic_ns();
+        let ownership = guard.ownership_compare();
+        // Release; only a release etcd confirmed makes the old condition stale (a drop, or
+        // a release that timed out, may still be finishing in the background, and a
+        // superseded guard's hold lives on in its successor).
+        let held = Held::of(&guard);
+        let (how, confirmed_release) = if rng.below(3) == 0 {
+            let released = guard.release();
+            (if released { "unlock" } else { "unlock_err" }, released)
+        } else {
+            drop(guard);
+            ("drop", false)
+        };
+        // Written after the release, with the release's end time.
+        log(log_file, hold.line(name, &held, who, held_until, how));
+        if confirmed_release
+            && let Ok(r) = client.txn(
+                Txn::new()
+                    .when([ownership])
+                    .and_then([TxnOp::put(format!("{name}-stale"), "x")]),
+            )
+        {
+            log(
+                log_file,
+                format!("STALE {} {}", held.token, u8::from(r.succeeded)),
+            );
+        }
+    }
+}
