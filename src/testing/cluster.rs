@@ -39,7 +39,7 @@ pub struct EtcdCluster {
     /// [`EtcdCluster::promote`].
     pub(super) learners: std::sync::Mutex<Vec<(usize, String)>>,
     /// What a member added later starts with ([`EtcdCluster::add_learner`]).
-    pub(super) join: super::learner::JoinSettings,
+    pub(super) join: super::member::JoinSettings,
     pub(super) _dir: TempDir,
 }
 

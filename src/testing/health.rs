@@ -20,6 +20,14 @@ const HEALTH_POLL_INTERVAL: Duration = Duration::from_millis(50);
 const LEADER_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Member {
+    /// Kills the member and starts it again on its data, then waits until it is healthy.
+    /// (Here rather than in `member.rs`, which knows nothing of health: no import circle.)
+    pub(super) fn restart(&self) -> io::Result<()> {
+        self.kill()?;
+        self.spawn()?;
+        wait_healthy(&[self], START_TIMEOUT)
+    }
+
     /// One health poll: `Ok(true)` once `GET /health` says so, an error if the process is
     /// not running.
     fn poll_health(&self) -> io::Result<bool> {

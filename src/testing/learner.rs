@@ -2,9 +2,7 @@
 //! (`etcdctl member add --learner`, then the new member started with
 //! `--initial-cluster-state existing`), promoted to voters, and members removed.
 
-use std::ffi::OsString;
 use std::io;
-use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -18,14 +16,6 @@ use super::scratch::free_ports;
 /// connected for 5 s first.
 const RECONFIG_WAIT: Duration = Duration::from_secs(15);
 const RECONFIG_POLL: Duration = Duration::from_millis(250);
-
-/// The voters' settings a member added later (a learner) starts with too.
-#[derive(Debug)]
-pub(super) struct JoinSettings {
-    pub(super) binary: PathBuf,
-    pub(super) token: String,
-    pub(super) extra_args: Vec<OsString>,
-}
 
 impl EtcdCluster {
     /// Adds member `index` as a learner and starts it, with the voters' flags. `joined` is

@@ -11,7 +11,6 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::certs::TlsCerts;
 use super::error::context;
-use super::health::{START_TIMEOUT, wait_healthy};
 use super::process::{send_signal, spawn_dying_with_parent, wait_all_threads_stopped};
 use super::scratch::create_private_dir;
 use super::version::EtcdVersion;
@@ -54,6 +53,14 @@ pub(super) fn member_name(i: usize) -> String {
 /// The URL peers reach a member on.
 pub(super) fn peer_url(port: u16) -> String {
     format!("http://127.0.0.1:{port}")
+}
+
+/// The voters' settings a member added later (a learner) starts with too.
+#[derive(Debug)]
+pub(super) struct JoinSettings {
+    pub(super) binary: PathBuf,
+    pub(super) token: String,
+    pub(super) extra_args: Vec<OsString>,
 }
 
 /// One etcd process: how to start it, and its current state.
@@ -250,12 +257,6 @@ impl Member {
         state.paused = false;
         state.exited = None;
         Ok(())
-    }
-
-    pub(super) fn restart(&self) -> io::Result<()> {
-        self.kill()?;
-        self.spawn()?;
-        wait_healthy(&[self], START_TIMEOUT)
     }
 
     pub(super) fn pause(&self) -> io::Result<()> {

@@ -11,7 +11,7 @@ use super::binary::etcd_binary;
 use super::certs::TlsCerts;
 use super::cluster::EtcdCluster;
 use super::health::START_TIMEOUT;
-use super::learner::JoinSettings;
+use super::member::JoinSettings;
 use super::member::{Member, MemberConfig, MemberPorts, member_name, peer_url};
 use super::scratch::{TempDir, free_ports, unique_suffix};
 use super::version::{EtcdVersion, version_of};
