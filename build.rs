@@ -1,14 +1,11 @@
 //! Compiles etcd's v3 wire API from `proto/` with protox (pure Rust: no system `protoc`)
 //! and generates tonic clients with tonic-prost-build. The generated code stays private
-//! to the crate (see `src/pb.rs`).
+//! to the crate (see `src/transport/generated.rs`). Only the KV, Lease, Watch, Auth and
+//! Maintenance services are used: the server-side Lock and Election services are not
+//! (the recipes are built on transactions, as in Go's `concurrency`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = [
-        "proto/kv.proto",
-        "proto/rpc.proto",
-        "proto/v3lock.proto",
-        "proto/v3election.proto",
-    ];
+    let files = ["proto/kv.proto", "proto/rpc.proto"];
     let descriptors = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
         .build_server(false)

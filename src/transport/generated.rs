@@ -13,9 +13,3 @@ pub(crate) mod mvccpb {
 pub(crate) mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");
 }
-pub(crate) mod v3lockpb {
-    tonic::include_proto!("v3lockpb");
-}
-pub(crate) mod v3electionpb {
-    tonic::include_proto!("v3electionpb");
-}
