@@ -27,6 +27,22 @@ fn user_client(server: &EtcdServer, (user, password): (&str, &str)) -> etcd_sync
         .connect()
 }
 
+/// The restricted user's client of these endpoints, with a session (TTL 10 s).
+fn app_session(endpoints: Vec<String>) -> (Client, etcd_sync::Session) {
+    let client = Client::builder()
+        .endpoints(endpoints)
+        .user(AUTH_USER.0, AUTH_USER.1)
+        .request_timeout(Duration::from_secs(2))
+        .connect()
+        .expect("connect as the restricted user");
+    let session = client
+        .session_builder()
+        .ttl(Duration::from_secs(10))
+        .start()
+        .expect("a session as the restricted user");
+    (client, session)
+}
+
 #[test]
 fn wrong_credentials_and_missing_credentials_are_clear_errors() {
     let server = auth_server(&[]);
@@ -228,36 +244,16 @@ fn a_least_privilege_user_uses_every_recipe() {
 fn auth_survives_a_failover() {
     let cluster = etcd_sync::testing::EtcdCluster::start(3).expect("start a 3-member cluster");
     cluster.enable_auth().expect("enable auth with etcdctl");
-    let c = Client::builder()
-        .endpoints(cluster.endpoints())
-        .user(AUTH_USER.0, AUTH_USER.1)
-        .request_timeout(Duration::from_secs(2))
-        .connect()
-        .expect("connect as the restricted user");
-    let s = c
-        .session_builder()
-        .ttl(Duration::from_secs(10))
-        .start()
-        .unwrap();
+    let (_c, s) = app_session(cluster.endpoints());
     let g = s.mutex("app/failover").unwrap().lock().unwrap();
     drop(g);
     // Kill a follower the client uses (member 0 unless it leads), so the next call moves.
     let leader = cluster.leader().unwrap();
     let victim = if leader == 0 { 1 } else { 0 };
-    let late = Client::builder()
-        .endpoints([
-            cluster.member_endpoint(victim),
-            cluster.member_endpoint(3 - leader - victim),
-        ])
-        .user(AUTH_USER.0, AUTH_USER.1)
-        .request_timeout(Duration::from_secs(2))
-        .connect()
-        .expect("connect as the restricted user");
-    let ls = late
-        .session_builder()
-        .ttl(Duration::from_secs(10))
-        .start()
-        .unwrap();
+    let (_late, ls) = app_session(vec![
+        cluster.member_endpoint(victim),
+        cluster.member_endpoint(3 - leader - victim),
+    ]);
     cluster.kill(victim).unwrap();
     let g = ls
         .mutex("app/failover")
