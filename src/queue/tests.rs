@@ -1,0 +1,131 @@
+//! Unit tests of the waiting primitive: key layout and reading a position.
+
+use super::*;
+
+#[test]
+fn keys_match_go_layout() {
+    let prefix = key_prefix(b"mylock").unwrap_or_default();
+    assert_eq!(prefix, b"mylock/");
+    assert_eq!(
+        own_key(&prefix, 0x694d82254d5fa305, Mode::Exclusive),
+        b"mylock/694d82254d5fa305"
+    );
+    assert_eq!(
+        own_key(&prefix, 0x694d82254d5fa305, Mode::Shared),
+        b"mylock/694d82254d5fa305.shared"
+    );
+    assert_eq!(
+        own_key(&prefix, 0x694d82254d5fa305, Mode::Permits(3)),
+        b"mylock/694d82254d5fa305.permits-3"
+    );
+    assert!(key_prefix(b"").is_err());
+    assert!(key_prefix(&vec![b'x'; MAX_NAME_LEN + 1]).is_err());
+}
+
+fn kv(key: &[u8], rev: i64) -> KeyValue {
+    KeyValue {
+        key: key.to_vec(),
+        create_revision: rev,
+        ..Default::default()
+    }
+}
+
+fn ours(key: &[u8], mode: Mode, rev: i64) -> Ours<'_> {
+    Ours {
+        prefix: b"p/",
+        key,
+        mode,
+        rev,
+    }
+}
+
+/// The position from one newest-first read, if one read decides it.
+fn position_of(kvs: Vec<KeyValue>, ours: Ours<'_>) -> Option<Position> {
+    match before_ours(kvs, ours) {
+        None => Some(Position::Gone),
+        Some((before, complete)) => judge(
+            ours.mode,
+            ours.prefix,
+            before.into_iter().map(|kv| kv.key).collect(),
+            complete,
+        ),
+    }
+}
+
+#[test]
+fn position_read_tracks_every_key_before_ours() {
+    let a = ours(b"p/a", Mode::Exclusive, 5);
+    assert!(matches!(
+        position_of(vec![kv(b"p/a", 5)], a),
+        Some(Position::Owner)
+    ));
+    // Newest first: ours, then the keys before it.
+    match position_of(vec![kv(b"p/a", 5), kv(b"p/b", 3), kv(b"p/c", 2)], a) {
+        Some(Position::Behind(ahead)) => {
+            assert_eq!(ahead.len(), 2);
+            assert!(ahead.keys.blocking.contains(b"p/b".as_slice()));
+            assert!(ahead.complete);
+        }
+        other => panic!("expected Behind, got {other:?}"),
+    }
+    // A full answer: only the newest keys are known.
+    let mut long = vec![kv(b"p/a", 5000)];
+    long.extend((0..TRACKED).map(|i| kv(format!("p/k{i}").as_bytes(), 4000 - i)));
+    match position_of(long, ours(b"p/a", Mode::Exclusive, 5000)) {
+        Some(Position::Behind(ahead)) => assert!(!ahead.complete),
+        other => panic!("expected Behind, got {other:?}"),
+    }
+    for gone in [vec![kv(b"p/b", 3)], vec![kv(b"p/a", 9)], vec![]] {
+        assert!(matches!(position_of(gone, a), Some(Position::Gone)));
+    }
+}
+
+#[test]
+fn readers_and_permits_need_older_keys_when_the_newest_let_them_hold() {
+    // A full page of readers ahead of a reader: the keys before them decide.
+    let mut long = vec![kv(b"p/a.shared", 5000)];
+    long.extend((0..TRACKED).map(|i| kv(format!("p/{i:x}.shared").as_bytes(), 4000 - i)));
+    assert!(position_of(long.clone(), ours(b"p/a.shared", Mode::Shared, 5000)).is_none());
+    // A writer behind them is decided at once.
+    long[0] = kv(b"p/a", 5000);
+    assert!(matches!(
+        position_of(long, ours(b"p/a", Mode::Exclusive, 5000)),
+        Some(Position::Behind(_))
+    ));
+    // A permit of another size is refused.
+    let mixed = vec![kv(b"p/a.permits-2", 9), kv(b"p/b.permits-3", 4)];
+    assert!(matches!(
+        position_of(mixed, ours(b"p/a.permits-2", Mode::Permits(2), 9)),
+        Some(Position::Refused(_))
+    ));
+}
+
+#[test]
+fn a_new_key_has_every_other_key_of_the_line_ahead() {
+    let a = ours(b"p/a", Mode::Exclusive, 5);
+    assert!(matches!(
+        ahead_of_new(vec![kv(b"p/a", 5)], a),
+        Some(Position::Owner)
+    ));
+    match ahead_of_new(vec![kv(b"p/0", 2), kv(b"p/a", 5), kv(b"p/data", 3)], a) {
+        Some(Position::Behind(ahead)) => {
+            assert_eq!(ahead.len(), 2);
+            assert!(ahead.complete);
+        }
+        other => panic!("expected Behind, got {other:?}"),
+    }
+    // As many keys as the limit: there may be more.
+    let full: Vec<KeyValue> = (0..=TRACKED)
+        .map(|i| kv(format!("p/k{i}").as_bytes(), i + 1))
+        .collect();
+    match ahead_of_new(full, a) {
+        Some(Position::Behind(ahead)) => assert!(!ahead.complete),
+        other => panic!("expected Behind, got {other:?}"),
+    }
+    // A reader behind readers holds with them.
+    let readers = vec![kv(b"p/1.shared", 2), kv(b"p/a.shared", 5)];
+    assert!(matches!(
+        ahead_of_new(readers, ours(b"p/a.shared", Mode::Shared, 5)),
+        Some(Position::Owner)
+    ));
+}
