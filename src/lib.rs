@@ -37,42 +37,17 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod backoff;
-mod cancel;
-mod client;
-mod clock;
-mod election;
-mod error;
-mod etcd_text;
-mod follow;
-mod guard;
-mod holder;
-mod identity;
-mod keepalive;
-mod kv;
-mod leader_loop;
-mod lease;
-mod mode;
-mod mutex;
-mod observe;
-mod ownership;
-mod queue;
-mod runtime;
-mod rwlock;
-mod semaphore;
-mod session;
-mod signal;
-mod status;
-mod telemetry;
+pub(crate) mod client;
+pub(crate) mod line;
+pub(crate) mod ownership;
+pub(crate) mod recipes;
+pub(crate) mod session;
+pub(crate) mod support;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
-#[cfg(feature = "tls")]
-mod tls;
-mod transport;
-mod watches;
+pub(crate) mod transport;
 
-pub use cancel::{CancelToken, WaitOptions};
 pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
     MAX_KEEP_ALIVE_INTERVAL, MAX_TIMEOUT, MIN_KEEP_ALIVE_INTERVAL,
@@ -80,31 +55,32 @@ pub use client::{
 /// The channel crate whose receivers this crate hands out (`lost()`, [`Observer::receiver`]),
 /// re-exported so that `select!` needs no version guessing.
 pub use crossbeam_channel;
-pub use election::{Election, Leadership};
-pub use error::code::Code;
-pub use error::loss::LossReason;
-pub use error::operation::Operation;
-pub use error::try_lock::TryLockError;
-pub use error::{Cause, Error, Result};
-pub use holder::{Holder, KeyMode, Status};
-pub use identity::MAX_IDENTITY_LEN;
-pub use kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
-pub use leader_loop::{
+pub use line::mode::MAX_PERMITS;
+pub use ownership::MAX_LOCK_DELAY;
+pub use recipes::election::{Election, Leadership};
+pub use recipes::holder::{Holder, KeyMode, Status};
+pub use recipes::leader_loop::{
     DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop, LoopHealth, LoopState, TermEnd,
 };
-pub use mode::MAX_PERMITS;
-pub use mutex::{Mutex, MutexGuard};
-pub use observe::{Leader, LeaderEvent, Observer};
-pub use ownership::MAX_LOCK_DELAY;
-pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use semaphore::{Permit, Semaphore};
+pub use recipes::mutex::{Mutex, MutexGuard};
+pub use recipes::observe::{Leader, LeaderEvent, Observer};
+pub use recipes::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use recipes::semaphore::{Permit, Semaphore};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};
+pub use support::cancel::{CancelToken, WaitOptions};
+pub use support::error::code::Code;
+pub use support::error::loss::LossReason;
+pub use support::error::operation::Operation;
+pub use support::error::try_lock::TryLockError;
+pub use support::error::{Cause, Error, Result};
+pub use support::identity::MAX_IDENTITY_LEN;
+pub use support::kv::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub use telemetry::names as metric_names;
+pub use support::telemetry::names as metric_names;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-pub use tls::TlsConfig;
+pub use support::tls::TlsConfig;
 
 /// The README's snippets, compiled as doc tests so that the front page never shows code
 /// that does not build (one of them uses `testing`).

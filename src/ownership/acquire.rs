@@ -9,15 +9,16 @@ use tokio::sync::OwnedMutexGuard;
 use super::hold::{HoldState, spawn_removal};
 use super::{Held, Hold, Kind, Line, Wait};
 use super::{delay, proof};
-use crate::backoff::Backoff;
-use crate::error::operation::Operation;
-use crate::error::try_lock::TryLockError;
-use crate::error::{Error, Result};
-use crate::follow::{Follow, Followed};
-use crate::kv::text;
-use crate::lease::LeaseState;
-use crate::queue::{self, Owned, Position};
-use crate::signal::Signal;
+use crate::client::follow::{Follow, Followed};
+use crate::client::lease::LeaseState;
+use crate::client::removal::{self, Owned};
+use crate::line::queue::{self, Position};
+use crate::support::backoff::Backoff;
+use crate::support::error::operation::Operation;
+use crate::support::error::try_lock::TryLockError;
+use crate::support::error::{Error, Result};
+use crate::support::kv::text;
+use crate::support::signal::Signal;
 use crate::transport::Rpc;
 
 /// Takes the line's turn, ending early on session loss, the deadline or a cancel.
@@ -43,8 +44,8 @@ pub(crate) fn acquire(
     value: &[u8],
     wait: Wait,
 ) -> std::result::Result<Held, TryLockError> {
-    let started = crate::telemetry::Stopwatch::start();
-    crate::runtime::ensure_blocking_allowed()?;
+    let started = crate::support::telemetry::Stopwatch::start();
+    crate::client::runtime::ensure_blocking_allowed()?;
     wait.check()?;
     let session = line.session.lease().clone();
     session.check()?;
@@ -121,7 +122,7 @@ pub(crate) fn acquire(
         line: line.clone(),
         rev: enqueued.rev,
         kind,
-        acquired: crate::telemetry::Stopwatch::start(),
+        acquired: crate::support::telemetry::Stopwatch::start(),
         state: StdMutex::new(HoldState {
             generation: 0,
             thread: std::thread::current().id(),
@@ -152,7 +153,7 @@ pub(crate) fn acquire(
         proof_revision = alive_at,
         "acquired"
     );
-    crate::telemetry::acquired(&line.name, kind.operation(), started);
+    crate::support::telemetry::acquired(&line.name, kind.operation(), started);
     Ok(Held::new(hold))
 }
 
@@ -249,7 +250,7 @@ async fn join(
     match kind {
         Kind::Lock(_) => {
             // A fresh create revision for every acquisition: fencing tokens strictly grow.
-            queue::remove(rpc, &line.key, Owned::Revision(enqueued.rev)).await?;
+            removal::remove(rpc, &line.key, Owned::Revision(enqueued.rev)).await?;
             enqueue_once_or_sweep(rpc, line, value, lease, patient).await
         }
         Kind::Lead if enqueued.value == value => Ok(enqueued),
@@ -340,7 +341,7 @@ fn clean_up_ambiguous(
     let line = line.clone();
     line.session.client().clone().spawn(async move {
         let removed = loop {
-            match queue::remove_at(&rpc, &key, Owned::Lease(session.id())).await {
+            match removal::remove_at(&rpc, &key, Owned::Lease(session.id())).await {
                 Err(e) if e.is_transient() && session.loss_reason().is_none() => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }

@@ -15,12 +15,12 @@
 use std::time::Duration;
 
 use super::Wait;
-use crate::error::code::Code;
-use crate::error::operation::Operation;
-use crate::error::{Error, Result};
-use crate::lease::LeaseState;
-use crate::mode::Mode;
-use crate::queue::Ahead;
+use crate::client::lease::LeaseState;
+use crate::line::mode::Mode;
+use crate::line::queue::Ahead;
+use crate::support::error::code::Code;
+use crate::support::error::operation::Operation;
+use crate::support::error::{Error, Result};
 use crate::transport::Rpc;
 
 /// The longest lock-delay accepted (Consul's cap), 60 s.
@@ -74,7 +74,7 @@ pub(crate) async fn hold_off(
         return Ok(());
     };
     tracing::info!(
-        lease = %crate::kv::LeaseHex(lease),
+        lease = %crate::support::kv::LeaseHex(lease),
         ?delay,
         "the holder's lease ended without a release: lock-delay"
     );

@@ -8,16 +8,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedMutexGuard;
 
 use super::{Kind, Line, Wait};
-use crate::backoff::Backoff;
-use crate::error::operation::Operation;
-use crate::error::{Error, Result};
-use crate::follow::Followed;
-use crate::kv::text;
-use crate::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
-use crate::lease::LeaseState;
-use crate::queue::{self, Owned};
+use crate::client::follow::Followed;
+use crate::client::lease::LeaseState;
+use crate::client::removal::{self, Owned};
+use crate::line::queue;
 use crate::session::Session;
-use crate::signal::Signal;
+use crate::support::backoff::Backoff;
+use crate::support::error::operation::Operation;
+use crate::support::error::{Error, Result};
+use crate::support::kv::text;
+use crate::support::kv::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use crate::support::signal::Signal;
 use crate::transport::Retry;
 use crate::transport::Rpc;
 
@@ -27,7 +28,7 @@ pub(crate) struct Hold {
     pub(super) rev: i64,
     pub(super) kind: Kind,
     /// When the hold began, for the hold-time metric (zero-sized without `metrics`).
-    pub(super) acquired: crate::telemetry::Stopwatch,
+    pub(super) acquired: crate::support::telemetry::Stopwatch,
     pub(super) state: StdMutex<HoldState>,
     /// Serialises proclamations, whose exactly-once condition is the last value revision.
     pub(super) proclaiming: tokio::sync::Mutex<()>,
@@ -73,7 +74,7 @@ impl Hold {
         state.signal.fire();
         state.turn = None;
         drop(state);
-        crate::telemetry::key_lost(&self.line.name, self.kind.operation(), || {
+        crate::support::telemetry::key_lost(&self.line.name, self.kind.operation(), || {
             self.line.session.lease().loss_reason()
         });
     }
@@ -168,7 +169,7 @@ impl Held {
         let key = crate::client::non_empty_key(key)?;
         let response = self.guarded_txn(Txn::new().and_then([TxnOp::delete(key)]))?;
         Ok(response.map(|r| match r.responses.first() {
-            Some(crate::TxnOpResponse::Delete { deleted }) => *deleted,
+            Some(crate::support::kv::TxnOpResponse::Delete { deleted }) => *deleted,
             _ => 0,
         }))
     }
@@ -176,7 +177,7 @@ impl Held {
     /// A guard's explicit release: waits one request timeout for etcd's answer;
     /// `LockLost` if the key was no longer ours.
     pub(crate) fn release_now(&mut self) -> Result<()> {
-        crate::runtime::ensure_blocking_allowed()?;
+        crate::client::runtime::ensure_blocking_allowed()?;
         let wait = self.hold.line.session.client().rpc().request_timeout();
         match self.release(Some(wait))? {
             Released::Deleted => Ok(()),
@@ -216,7 +217,7 @@ impl Held {
         };
         let hold = &self.hold;
         let session_loss = || hold.line.session.lease().loss_reason();
-        crate::telemetry::released(
+        crate::support::telemetry::released(
             &hold.line.name,
             hold.kind.operation(),
             hold.acquired,
@@ -235,7 +236,7 @@ impl Held {
         let rpc = line.session.client().rpc().clone();
         let started = Instant::now();
         let first = line.session.client().block_on(async {
-            Ok(tokio::time::timeout(limit, queue::remove(&rpc, &line.key, owned)).await)
+            Ok(tokio::time::timeout(limit, removal::remove(&rpc, &line.key, owned)).await)
         })?;
         match first {
             Ok(Ok(true)) => Ok(Released::Deleted),
@@ -285,7 +286,7 @@ impl Held {
     /// timeout.
     fn drop_wait(&self) -> Option<Duration> {
         let session = &self.hold.line.session;
-        if crate::runtime::inside_async() || !session.is_alive() {
+        if crate::client::runtime::inside_async() || !session.is_alive() {
             None
         } else {
             Some(session.client().rpc().request_timeout())
@@ -406,7 +407,7 @@ pub(super) fn spawn_removal(
     rx
 }
 
-/// [`queue::remove`] until etcd answers, the session is lost, or the client closes.
+/// [`removal::remove`] until etcd answers, the session is lost, or the client closes.
 async fn remove_until_answered(
     rpc: &Rpc,
     session: &LeaseState,
@@ -415,7 +416,7 @@ async fn remove_until_answered(
 ) -> Result<bool> {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
-        match queue::remove(rpc, key, owned).await {
+        match removal::remove(rpc, key, owned).await {
             Err(e) if e.is_transient() => {
                 if let Some(reason) = session.loss_reason() {
                     return Err(Error::SessionLost(reason));
@@ -431,7 +432,7 @@ async fn remove_until_answered(
 /// Runs `txn` nested inside an outer transaction that first checks `ownership`:
 /// `Ok(Some(response))` if we still own, `Ok(None)` if not.
 fn guarded_txn(
-    client: &crate::Client,
+    client: &crate::client::Client,
     ownership: Compare,
     txn: Txn,
 ) -> Result<Option<TxnResponse>> {
@@ -443,7 +444,7 @@ fn guarded_txn(
     }
     match response.responses.into_iter().next() {
         // etcd leaves nested responses without a header: report the outer revision.
-        Some(crate::TxnOpResponse::Txn(mut inner)) => {
+        Some(crate::support::kv::TxnOpResponse::Txn(mut inner)) => {
             inner.revision = response.revision;
             Ok(Some(inner))
         }

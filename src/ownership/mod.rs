@@ -23,16 +23,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::cancel::{CancelToken, WaitOptions};
-use crate::error::operation::Operation;
-use crate::error::try_lock::TryLockError;
-use crate::error::{Error, Result};
-use crate::kv::text;
-use crate::mode::Mode;
-use crate::queue::{self, Ours};
+use crate::line::mode::Mode;
+use crate::line::queue::{self, Ours};
 use crate::session::Session;
+use crate::support::cancel::{CancelToken, WaitOptions};
+use crate::support::error::operation::Operation;
+use crate::support::error::try_lock::TryLockError;
+use crate::support::error::{Error, Result};
+use crate::support::kv::text;
 use crate::transport::watch::Only;
-use crate::watches::{Pin, Spec, Watches};
+use crate::transport::watches::{Pin, Spec, Watches};
 
 mod acquire;
 mod delay;
@@ -171,7 +171,7 @@ impl Wait {
     pub(crate) async fn bound_alive<T>(
         &self,
         operation: Operation,
-        session: &crate::lease::LeaseState,
+        session: &crate::client::lease::LeaseState,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         self.bound(operation, async {
@@ -258,7 +258,7 @@ struct Slot {
 impl std::fmt::Debug for Line {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Line")
-            .field("key", &crate::kv::text(&self.key))
+            .field("key", &crate::support::kv::text(&self.key))
             .finish_non_exhaustive()
     }
 }

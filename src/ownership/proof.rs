@@ -14,13 +14,13 @@
 
 use std::future::Future;
 
-use crate::error::Result;
-use crate::kv::{Range, text};
-use crate::lease::LeaseState;
-use crate::queue::{self, Ours};
+use crate::client::lease::LeaseState;
+use crate::line::queue::{self, Ours};
+use crate::support::error::Result;
+use crate::support::kv::{Range, text};
 use crate::transport::Rpc;
 use crate::transport::watch::{EventKind, Only};
-use crate::watches::{Delivery, Spec, Watches};
+use crate::transport::watches::{Delivery, Spec, Watches};
 
 /// Runs `step` while our key (`ours`, known to exist at `proven_at`) stays: `step`'s
 /// result, or the error for a vanished key ([`queue::key_gone_error`]) as soon as a delete

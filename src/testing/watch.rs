@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::Client;
-use crate::error::{Error, Result};
+use crate::client::Client;
+use crate::support::error::{Error, Result};
 use crate::transport::watch::{EventKind, Only, Watch, WatchStream};
 
 /// A watcher on one key that reports its deletes, read from a blocking thread.

@@ -7,9 +7,9 @@ use tonic::transport::{Channel, Endpoint};
 use super::fault::{self, Wire, wire_cause};
 use super::generated::etcdserverpb as pb;
 use super::{RpcConfig, without_token};
-use crate::backoff::Backoff;
-use crate::error::{Error, Result};
-use crate::etcd_text;
+use crate::support::backoff::Backoff;
+use crate::support::error::{Error, Result};
+use crate::support::etcd_text;
 use pb::auth_client::AuthClient;
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 
 use super::generated::etcdserverpb as pb;
 use super::generated::mvccpb;
-use crate::kv::{Compare, CompareOp, CompareTarget, KeyValue, Op, Range, Txn, TxnOp};
-use crate::kv::{TxnOpResponse, TxnResponse};
+use crate::support::kv::{Compare, CompareOp, CompareTarget, KeyValue, Op, Range, Txn, TxnOp};
+use crate::support::kv::{TxnOpResponse, TxnResponse};
 
 impl From<mvccpb::KeyValue> for KeyValue {
     fn from(kv: mvccpb::KeyValue) -> Self {

@@ -10,8 +10,8 @@ use std::error::Error as StdError;
 use std::io;
 use std::sync::Arc;
 
-use crate::error::code::Code;
-use crate::error::{Cause, Error};
+use crate::support::error::code::Code;
+use crate::support::error::{Cause, Error};
 
 /// The cause found in an error chain, most specific first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,7 +143,7 @@ pub(crate) fn status_error(status: &tonic::Status, endpoint: &str) -> Error {
         // A refusal before handling (a learner, a member without a leader) whatever its
         // code: etcd 3.7 answers a learner with FailedPrecondition, earlier releases with
         // Unavailable. Either way another member may take the call.
-        _ if crate::etcd_text::is_refused_unhandled(&message) => Error::Unavailable {
+        _ if crate::support::etcd_text::is_refused_unhandled(&message) => Error::Unavailable {
             endpoint: Some(endpoint.to_string()),
             reason: message,
             source: None,

@@ -4,8 +4,8 @@
 use super::convert::{range_request, txn_request};
 use super::generated::etcdserverpb as pb;
 use super::{Retry, Rpc};
-use crate::error::Result;
-use crate::kv::{KeyValue, Range, Txn, TxnResponse};
+use crate::support::error::Result;
+use crate::support::kv::{KeyValue, Range, Txn, TxnResponse};
 use pb::kv_client::KvClient;
 
 /// What a read returned, and the store revision it saw.

@@ -8,7 +8,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::generated::etcdserverpb as pb;
 use super::{Retry, Rpc};
-use crate::error::{Error, Result};
+use crate::support::error::{Error, Result};
 use pb::lease_client::LeaseClient;
 
 /// A lease etcd granted, or what it says of a live one: the id, the TTL it was granted
@@ -37,7 +37,7 @@ impl Rpc {
             .await?;
         if !resp.error.is_empty() {
             return Err(Error::Server {
-                code: crate::error::code::Code::Unknown,
+                code: crate::support::error::code::Code::Unknown,
                 message: resp.error,
             });
         }

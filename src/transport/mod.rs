@@ -2,7 +2,7 @@
 //! retry-safe requests on the next endpoint, and the metadata every call carries.
 //!
 //! Everything here is async and crate-private; the blocking API calls it through
-//! [`Runtime::block_on`](crate::runtime::Runtime::block_on).
+//! [`Runtime::block_on`](crate::client::runtime::Runtime::block_on).
 
 mod connect;
 mod convert;
@@ -13,6 +13,7 @@ pub(crate) mod lease;
 #[cfg(feature = "tls")]
 mod tls;
 pub(crate) mod watch;
+pub(crate) mod watches;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,9 +25,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::error::operation::Operation;
-use crate::error::{Error, Result};
-use crate::etcd_text;
+use crate::support::error::operation::Operation;
+use crate::support::error::{Error, Result};
+use crate::support::etcd_text;
 
 use generated::etcdserverpb as pb;
 use pb::auth_client::AuthClient;
@@ -44,7 +45,7 @@ pub(crate) struct RpcConfig {
     pub(crate) credentials: Option<(String, String)>,
     /// TLS settings for `https://` endpoints.
     #[cfg(feature = "tls")]
-    pub(crate) tls: Option<crate::TlsConfig>,
+    pub(crate) tls: Option<crate::support::tls::TlsConfig>,
 }
 
 impl std::fmt::Debug for RpcConfig {
@@ -214,7 +215,7 @@ impl Rpc {
         let token = MetadataValue::try_from(resp.token.as_str())
             .map_err(|_| Error::Authentication("etcd returned an unusable token".into()))?;
         let old = (self.inner.token.write().unwrap_or_else(|e| e.into_inner())).replace(token);
-        crate::telemetry::authenticated(old.is_some());
+        crate::support::telemetry::authenticated(old.is_some());
         Ok(())
     }
 
@@ -252,7 +253,10 @@ impl Rpc {
             .is_ok()
             && next != failed
         {
-            crate::telemetry::failover(&self.inner.endpoints[failed], &self.inner.endpoints[next]);
+            crate::support::telemetry::failover(
+                &self.inner.endpoints[failed],
+                &self.inner.endpoints[next],
+            );
             tracing::warn!(
                 failed = %self.inner.endpoints[failed],
                 next = %self.inner.endpoints[next],

@@ -1,7 +1,7 @@
 //! Our TLS settings as tonic's: the only place that knows tonic's TLS types.
 
-use crate::TlsConfig;
-use crate::error::{Error, Result};
+use crate::support::error::{Error, Result};
+use crate::support::tls::TlsConfig;
 
 pub(crate) fn client_tls(tls: &TlsConfig) -> Result<tonic::transport::ClientTlsConfig> {
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};

@@ -13,10 +13,10 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use super::Rpc;
 use super::generated::{etcdserverpb as pb, mvccpb};
-use crate::error::operation::Operation;
-use crate::error::{Error, Result};
-use crate::etcd_text;
-use crate::kv::KeyValue;
+use crate::support::error::operation::Operation;
+use crate::support::error::{Error, Result};
+use crate::support::etcd_text;
+use crate::support::kv::KeyValue;
 
 /// How often a waiter checks that its watch stream still runs on the endpoint in use.
 pub(crate) const STALE_CHECK: Duration = Duration::from_millis(250);
@@ -327,7 +327,7 @@ impl WatchStream {
 pub(crate) fn cancel_error(response: &WatchResponse) -> Error {
     if response.compact_revision > 0 {
         return Error::Server {
-            code: crate::error::code::Code::OutOfRange,
+            code: crate::support::error::code::Code::OutOfRange,
             message: format!(
                 "watch start revision was compacted (compacted up to {})",
                 response.compact_revision
@@ -341,13 +341,13 @@ pub(crate) fn cancel_error(response: &WatchResponse) -> Error {
     };
     if etcd_text::is_stale_token(&reason) {
         return Error::Server {
-            code: crate::error::code::Code::Unauthenticated,
+            code: crate::support::error::code::Code::Unauthenticated,
             message: reason,
         };
     }
     if reason.contains(etcd_text::PERMISSION_DENIED) || reason.contains("auth") {
         return Error::Server {
-            code: crate::error::code::Code::PermissionDenied,
+            code: crate::support::error::code::Code::PermissionDenied,
             message: reason,
         };
     }

@@ -11,14 +11,16 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-use crate::kv::text;
-use crate::kv::{Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOpResponse};
-use crate::lease::LeaseState;
-use crate::mode::{Mode, Sorted};
+use crate::client::lease::LeaseState;
+use crate::line::mode::{Mode, Sorted};
+use crate::support::error::{Error, Result};
+use crate::support::kv::text;
+use crate::support::kv::{
+    Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOpResponse,
+};
 use crate::transport::watch::Only;
+use crate::transport::watches::{Awaited, Delivery, Spec, Subscription, UNSYNCED_WINDOW, Watches};
 use crate::transport::{Retry, Rpc};
-use crate::watches::{Awaited, Delivery, Spec, Subscription, UNSYNCED_WINDOW, Watches};
 
 /// Longest name accepted for a lock or an election.
 pub(crate) const MAX_NAME_LEN: usize = 4096;
@@ -355,33 +357,6 @@ pub(crate) async fn read_key(rpc: &Rpc, key: &[u8]) -> Result<Option<KeyValue>> 
     Ok(rpc.read(&Range::key(key)).await?.kvs.into_iter().next())
 }
 
-/// What proves a key is ours when removing it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Owned {
-    /// The key still has this create revision: a stale or retried release can never delete
-    /// a newer holder's key (upstream #22082).
-    Revision(i64),
-    /// The key is bound to this lease: the cleanup after an ambiguous join, when we do not
-    /// know our revision. Only this session's holder uses this key, so it is ours.
-    Lease(i64),
-}
-
-/// Deletes `key` if it is still ours; returns whether it was.
-pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> {
-    Ok(remove_at(rpc, key, owned).await?.0)
-}
-
-/// [`remove`], with the store revision of the answer.
-pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bool, i64)> {
-    let ours = match owned {
-        Owned::Revision(rev) => Compare::create_revision(key, CompareOp::Equal, rev),
-        Owned::Lease(lease) => Compare::lease(key, CompareOp::Equal, lease),
-    };
-    let txn = Txn::new().when([ours]).and_then([TxnOp::delete(key)]);
-    let resp = rpc.txn(&txn, Retry::Safe).await?;
-    Ok((resp.succeeded, resp.revision))
-}
-
 /// The error for "our key vanished while we waited": `SessionLost` if the lease is gone
 /// (asking etcd when we do not know yet: a revoke from elsewhere deletes our key before
 /// the next keep-alive tells us), else `LockLost` (someone deleted the key).
@@ -390,7 +365,7 @@ pub(crate) async fn key_gone_error(rpc: &Rpc, session: &LeaseState) -> Error {
         && let Ok(live) = rpc.lease_time_to_live(session.id()).await
         && live.ttl <= 0
     {
-        session.mark_lost(crate::error::loss::LossReason::Revoked);
+        session.mark_lost(crate::support::error::loss::LossReason::Revoked);
     }
     match session.loss_reason() {
         Some(reason) => Error::SessionLost(reason),

@@ -24,14 +24,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use crate::error::Result;
-use crate::kv::Range;
-use crate::kv::text;
-use crate::lease::LeaseState;
-use crate::queue::{self, Owned};
+use crate::client::lease::LeaseState;
+use crate::client::removal::{self, Owned};
+use crate::support::error::Result;
+use crate::support::kv::Range;
+use crate::support::kv::text;
 use crate::transport::Rpc;
 use crate::transport::watch::{Event, EventKind, Only};
-use crate::watches::{Delivery, Sink, Spec, Subscribed, Watches};
+use crate::transport::watches::{Delivery, Sink, Spec, Subscribed, Watches};
 
 /// A guard as the follow task sees it (the ownership core implements it): the task only
 /// needs to end it, and to know when it ended by itself.
@@ -332,7 +332,7 @@ fn spawn_sweep(
         if session.loss_reason().is_some() {
             return;
         }
-        if let Ok(true) = queue::remove(&rpc, &key, Owned::Lease(session.id())).await {
+        if let Ok(true) = removal::remove(&rpc, &key, Owned::Lease(session.id())).await {
             tracing::warn!(key = %text(&key), "removed a late-applied enqueue");
         }
     }));

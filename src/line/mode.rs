@@ -17,7 +17,7 @@
 
 use std::collections::HashSet;
 
-use crate::kv::text;
+use crate::support::kv::text;
 
 /// The most permits a [`Semaphore`](crate::Semaphore) may have (1,024): a waiter then
 /// knows whether it holds from the newest keys ahead of it that one read returns.

@@ -183,7 +183,7 @@ impl Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::KeyValue;
+    use crate::support::kv::KeyValue;
     use crate::transport::watch::{EventKind, Only};
 
     fn put(rev: i64) -> Event {

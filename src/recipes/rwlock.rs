@@ -12,17 +12,17 @@ use std::time::Duration;
 
 // `Error` names the variants in the docs' `# Errors` links.
 #[allow(unused_imports)]
-use crate::error::Error;
+use crate::support::error::Error;
 
-use crate::cancel::WaitOptions;
-use crate::error::Result;
-use crate::error::operation::Operation;
-use crate::error::try_lock::TryLockError;
-use crate::holder::Holder;
-use crate::mode::Mode;
+use crate::line::mode::Mode;
 use crate::ownership::{self, Line, Wait};
+use crate::recipes::holder::Holder;
+use crate::recipes::status;
 use crate::session::Session;
-use crate::status;
+use crate::support::cancel::WaitOptions;
+use crate::support::error::Result;
+use crate::support::error::operation::Operation;
+use crate::support::error::try_lock::TryLockError;
 
 /// A distributed read-write lock named by a string, held through a [`Session`].
 ///
@@ -385,7 +385,7 @@ impl RwLock {
     }
 }
 
-crate::guard::lock_guard! {
+crate::recipes::guard::lock_guard! {
     /// Proof that the read lock is held; releases it on `Drop`.
     ///
     /// Readers of one name hold together; no writer (nor a `Mutex` or `etcdctl lock` of
@@ -409,7 +409,7 @@ crate::guard::lock_guard! {
     RwLockReadGuard, what = "read lock", get = "session.rwlock(\"m\")?.read()?", release = unlock
 }
 
-crate::guard::lock_guard! {
+crate::recipes::guard::lock_guard! {
     /// Proof that the write lock is held; releases it on `Drop`.
     ///
     /// Nobody else holds the name while this guard does: no reader, no writer, no `Mutex`

@@ -56,7 +56,7 @@ macro_rules! lock_guard {
             /// # Ok(()) }
             /// ```
             pub fn key_str(&self) -> ::std::borrow::Cow<'_, str> {
-                $crate::kv::text(self.key())
+                $crate::support::kv::text(self.key())
             }
 
             /// The fencing token: our key's create revision. It grows with every acquisition
@@ -120,10 +120,10 @@ macro_rules! lock_guard {
             /// assert!(r.succeeded);
             /// # Ok(()) }
             /// ```
-            pub fn ownership_compare(&self) -> $crate::Compare {
-                $crate::Compare::create_revision(
+            pub fn ownership_compare(&self) -> $crate::support::kv::Compare {
+                $crate::support::kv::Compare::create_revision(
                     self.key().to_vec(),
-                    $crate::CompareOp::Equal,
+                    $crate::support::kv::CompareOp::Equal,
                     self.held.rev(),
                 )
             }
@@ -160,8 +160,8 @@ macro_rules! lock_guard {
             /// assert!(revision > 0);
             /// # Ok(()) }
             /// ```
-            pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> $crate::Result<i64> {
-                self.held.put(key.as_ref(), value.as_ref())?.ok_or($crate::Error::LockLost)
+            pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> $crate::support::error::Result<i64> {
+                self.held.put(key.as_ref(), value.as_ref())?.ok_or($crate::support::error::Error::LockLost)
             }
 
             #[doc = concat!("Deletes `key` only while we hold the ", $what, "; [`Error::LockLost`](crate::Error::LockLost)")]
@@ -179,8 +179,8 @@ macro_rules! lock_guard {
             /// guard.delete("state")?;
             /// # Ok(()) }
             /// ```
-            pub fn delete(&self, key: impl AsRef<[u8]>) -> $crate::Result<i64> {
-                self.held.delete(key.as_ref())?.ok_or($crate::Error::LockLost)
+            pub fn delete(&self, key: impl AsRef<[u8]>) -> $crate::support::error::Result<i64> {
+                self.held.delete(key.as_ref())?.ok_or($crate::support::error::Error::LockLost)
             }
 
             #[doc = concat!("Runs `txn` only while we hold the ", $what, ", atomically with that check;")]
@@ -206,8 +206,8 @@ macro_rules! lock_guard {
             /// println!("started: {}", r.succeeded);
             /// # Ok(()) }
             /// ```
-            pub fn txn(&self, txn: $crate::Txn) -> $crate::Result<$crate::TxnResponse> {
-                self.held.guarded_txn(txn)?.ok_or($crate::Error::LockLost)
+            pub fn txn(&self, txn: $crate::support::kv::Txn) -> $crate::support::error::Result<$crate::support::kv::TxnResponse> {
+                self.held.guarded_txn(txn)?.ok_or($crate::support::error::Error::LockLost)
             }
 
             #[doc = concat!("Releases the ", $what, " and reports the outcome: [`Error::LockLost`](crate::Error::LockLost) if")]
@@ -244,7 +244,7 @@ macro_rules! lock_guard {
             #[doc = concat!("guard.", stringify!($release), "()?;")]
             /// # Ok(()) }
             /// ```
-            pub fn $release(mut self) -> $crate::Result<()> {
+            pub fn $release(mut self) -> $crate::support::error::Result<()> {
                 self.held.release_now()
             }
         }

@@ -11,15 +11,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cancel::WaitOptions;
-use crate::error::operation::Operation;
-use crate::error::try_lock::TryLockError;
-use crate::error::{Error, Result};
-use crate::holder::Holder;
-use crate::mode::{MAX_PERMITS, Mode};
+use crate::line::mode::{MAX_PERMITS, Mode};
 use crate::ownership::{self, Line, Wait};
+use crate::recipes::holder::Holder;
+use crate::recipes::status;
 use crate::session::Session;
-use crate::status;
+use crate::support::cancel::WaitOptions;
+use crate::support::error::operation::Operation;
+use crate::support::error::try_lock::TryLockError;
+use crate::support::error::{Error, Result};
 
 /// A distributed counting semaphore named by a string: at most `permits` holders at once,
 /// across every process that uses the name with the same number of permits.
@@ -311,7 +311,7 @@ impl Semaphore {
     }
 }
 
-crate::guard::lock_guard! {
+crate::recipes::guard::lock_guard! {
     /// Proof that a permit of a [`Semaphore`] is held; releases it on `Drop`.
     ///
     /// The surface is [`MutexGuard`](crate::MutexGuard)'s: a fencing token (unique per

@@ -12,8 +12,8 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
-use crate::signal::Signal;
+use crate::support::error::{Error, Result};
+use crate::support::signal::Signal;
 
 /// A handle that cancels the waits it was given to, from any thread.
 ///

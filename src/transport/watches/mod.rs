@@ -33,9 +33,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use crate::error::Error;
-use crate::kv::prefix_end;
-use crate::mode::Sorted;
+use crate::line::mode::Sorted;
+use crate::support::error::Error;
+use crate::support::kv::prefix_end;
 use crate::transport::Rpc;
 use crate::transport::watch::{Event, EventKind, Only, Watch};
 
@@ -325,8 +325,8 @@ pub(crate) const UNSYNCED_WINDOW: Duration = Duration::from_millis(120);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::KeyValue;
-    use crate::mode::Mode;
+    use crate::line::mode::Mode;
+    use crate::support::kv::KeyValue;
 
     fn delete(key: &[u8], rev: i64) -> Event {
         Event {

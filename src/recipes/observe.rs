@@ -5,17 +5,17 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
-use crate::backoff::Backoff;
-use crate::cancel::WaitOptions;
 use crate::client::Client;
-use crate::error::operation::Operation;
-use crate::error::{Error, Result};
-use crate::kv::KeyValue;
-use crate::kv::text;
-use crate::queue;
+use crate::line::queue;
+use crate::support::backoff::Backoff;
+use crate::support::cancel::WaitOptions;
+use crate::support::error::operation::Operation;
+use crate::support::error::{Error, Result};
+use crate::support::kv::KeyValue;
+use crate::support::kv::text;
 use crate::transport::Rpc;
 use crate::transport::watch::{EventKind, Only, STALE_CHECK};
-use crate::watches::{Delivery, Spec, Watches};
+use crate::transport::watches::{Delivery, Spec, Watches};
 
 /// The current leader of an election.
 ///
@@ -145,14 +145,14 @@ impl Client {
     }
 }
 
-pub(crate) fn leader_of(client: &crate::Client, prefix: Vec<u8>) -> Result<Option<Leader>> {
+pub(crate) fn leader_of(client: &crate::client::Client, prefix: Vec<u8>) -> Result<Option<Leader>> {
     let rpc = client.rpc().clone();
     client.block_on(async move { current_leader(&rpc, &prefix).await.map(|(l, _)| l) })
 }
 
 /// Starts the observer task for `prefix` on the client's runtime.
-pub(crate) fn observe_prefix(client: crate::Client, prefix: Vec<u8>) -> Result<Observer> {
-    crate::runtime::ensure_blocking_allowed()?;
+pub(crate) fn observe_prefix(client: crate::client::Client, prefix: Vec<u8>) -> Result<Observer> {
+    crate::client::runtime::ensure_blocking_allowed()?;
     let (events_tx, events) = crossbeam_channel::bounded(OBSERVER_BUFFER);
     let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
     let rpc = client.rpc().clone();
@@ -362,7 +362,7 @@ pub struct Observer {
     events: Receiver<Result<LeaderEvent>>,
     _cancel: tokio::sync::oneshot::Sender<()>,
     // Keeps the runtime that runs the observer task alive.
-    _client: crate::Client,
+    _client: crate::client::Client,
 }
 
 impl std::fmt::Debug for Observer {
@@ -393,7 +393,7 @@ impl Observer {
     /// # Ok(()) }
     /// ```
     pub fn recv(&self) -> Result<LeaderEvent> {
-        crate::runtime::ensure_blocking_allowed()?;
+        crate::client::runtime::ensure_blocking_allowed()?;
         self.events.recv().map_err(|_| Error::Closed)?
     }
 
@@ -426,7 +426,7 @@ impl Observer {
     /// # Ok(()) }
     /// ```
     pub fn recv_timeout(&self, timeout: Duration) -> Result<LeaderEvent> {
-        crate::runtime::ensure_blocking_allowed()?;
+        crate::client::runtime::ensure_blocking_allowed()?;
         match self.events.recv_timeout(timeout) {
             Ok(event) => event,
             Err(RecvTimeoutError::Timeout) => Err(Error::wait_timeout(Operation::Observe, timeout)),
@@ -461,7 +461,7 @@ impl Observer {
     /// # Ok(()) }
     /// ```
     pub fn recv_with(&self, options: impl Into<WaitOptions>) -> Result<LeaderEvent> {
-        crate::runtime::ensure_blocking_allowed()?;
+        crate::client::runtime::ensure_blocking_allowed()?;
         let options = options.into();
         let cancelled = match options.cancel_token_value() {
             Some(token) => {
@@ -557,7 +557,7 @@ impl Iterator for Observer {
     /// [`Error::Closed`] (the iterator ends instead); on an async worker thread, yields
     /// [`Error::InsideAsyncRuntime`].
     fn next(&mut self) -> Option<Self::Item> {
-        if crate::runtime::inside_async() {
+        if crate::client::runtime::inside_async() {
             return Some(Err(Error::InsideAsyncRuntime));
         }
         self.events.recv().ok()

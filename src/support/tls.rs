@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::support::error::{Error, Result};
 
 /// How to reach etcd over TLS: the CA that signed etcd's certificate, and optionally a
 /// client certificate and key (for etcd's `--client-cert-auth`).

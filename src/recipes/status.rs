@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::error::code::Code;
-use crate::error::{Error, Result};
-use crate::holder::{Holder, KeyMode, Status};
-use crate::kv::{KeyValue, Range};
-use crate::mode;
-use crate::queue;
+use crate::line::mode;
+use crate::line::queue;
+use crate::recipes::holder::{Holder, KeyMode, Status};
+use crate::support::error::code::Code;
+use crate::support::error::{Error, Result};
+use crate::support::kv::{KeyValue, Range};
 use crate::transport::Rpc;
 
 impl Client {

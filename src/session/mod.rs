@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::client::Client;
-use crate::error::code::Code;
-use crate::error::loss::LossReason;
-use crate::error::{Error, Result};
-use crate::identity;
-use crate::kv::LeaseHex;
-use crate::lease::{LeaseState, safety_margin};
+use crate::client::lease::{LeaseState, safety_margin};
+use crate::support::error::code::Code;
+use crate::support::error::loss::LossReason;
+use crate::support::error::{Error, Result};
+use crate::support::identity;
+use crate::support::kv::LeaseHex;
 
 /// Default session TTL: **60 seconds**, as in etcd's Go `concurrency` package.
 ///
@@ -310,7 +310,7 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn close(&self) -> Result<()> {
-        crate::runtime::ensure_blocking_allowed()?;
+        crate::client::runtime::ensure_blocking_allowed()?;
         let lease = &self.inner.lease;
         // `loss_reason()` first: it applies a deadline that has passed (Expired), which
         // must not be recorded as a close.
@@ -490,7 +490,7 @@ impl SessionBuilder {
     /// # Ok(()) }
     /// ```
     pub fn start(self) -> Result<Session> {
-        crate::runtime::ensure_blocking_allowed()?;
+        crate::client::runtime::ensure_blocking_allowed()?;
         let identity = match self.identity {
             Some(identity) => {
                 identity::validate(&identity)?;

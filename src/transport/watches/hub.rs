@@ -15,8 +15,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::watcher::{Subscriber, Watcher};
 use super::{Command, Delivery, Spec};
-use crate::backoff::Backoff;
-use crate::error::Result;
+use crate::support::backoff::Backoff;
+use crate::support::error::Result;
 use crate::transport::Rpc;
 use crate::transport::watch::{WatchResponse, WatchStream, cancel_error};
 

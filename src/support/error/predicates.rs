@@ -13,7 +13,7 @@ impl Error {
     pub(crate) fn is_auth_expired(&self) -> bool {
         match self {
             Error::Server { code, message } => {
-                *code == Code::Unauthenticated || crate::etcd_text::is_stale_token(message)
+                *code == Code::Unauthenticated || crate::support::etcd_text::is_stale_token(message)
             }
             _ => false,
         }
@@ -35,7 +35,7 @@ impl Error {
     /// so even a write may be sent again, as often as it takes.
     pub(crate) fn is_refused_unhandled(&self) -> bool {
         matches!(self, Error::Unavailable { reason, .. }
-            if crate::etcd_text::is_refused_unhandled(reason))
+            if crate::support::etcd_text::is_refused_unhandled(reason))
     }
 
     /// True when the same call may succeed if tried again later or on another endpoint:
@@ -106,7 +106,7 @@ impl Error {
         matches!(
             self,
             Error::Server { code: Code::ResourceExhausted, message }
-                if message.contains(crate::etcd_text::GRPC_TOO_LARGE)
+                if message.contains(crate::support::etcd_text::GRPC_TOO_LARGE)
         )
     }
 

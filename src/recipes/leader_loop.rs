@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::backoff::Backoff;
-use crate::cancel::{CancelToken, WaitOptions};
-use crate::election::{Election, Leadership};
-use crate::error::{Error, Result};
-use crate::observe::LeaderEvent;
+use crate::recipes::election::{Election, Leadership};
+use crate::recipes::observe::LeaderEvent;
 use crate::session::Session;
+use crate::support::backoff::Backoff;
+use crate::support::cancel::{CancelToken, WaitOptions};
+use crate::support::error::{Error, Result};
 
 /// Why a term (one leadership of the loop) ended, as [`LeaderLoop::on_lost`] reports it.
 ///
@@ -435,7 +435,7 @@ impl<'a> LeaderLoop<'a> {
         cancel: &CancelToken,
         mut work: impl FnMut(&Leadership, &CancelToken),
     ) -> Result<()> {
-        crate::runtime::ensure_blocking_allowed()?;
+        crate::client::runtime::ensure_blocking_allowed()?;
         let observer = self.observe()?;
         let result = self.campaign_and_lead(cancel, &mut work);
         self.health.set(LoopState::Stopped);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
 
-use crate::error::{Error, Result};
+use crate::support::error::{Error, Result};
 
 /// Returns `Err(InsideAsyncRuntime)` on a thread that drives async tasks, where a blocking
 /// call would panic ("Cannot start a runtime from within a runtime") or stall the caller's

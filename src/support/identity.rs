@@ -4,7 +4,7 @@
 //! Go's `concurrency.Mutex` and `etcdctl lock` never read a lock key's value (theirs is
 //! empty), so storing an identity there changes nothing for them.
 
-use crate::error::{Error, Result};
+use crate::support::error::{Error, Result};
 
 /// The longest session identity accepted, in bytes (256).
 ///

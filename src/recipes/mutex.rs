@@ -6,17 +6,17 @@ use std::time::Duration;
 
 // `Error` names the variants in the docs' `# Errors` links.
 #[allow(unused_imports)]
-use crate::error::Error;
+use crate::support::error::Error;
 
-use crate::cancel::WaitOptions;
-use crate::error::Result;
-use crate::error::operation::Operation;
-use crate::error::try_lock::TryLockError;
-use crate::holder::Holder;
-use crate::mode::Mode;
+use crate::line::mode::Mode;
 use crate::ownership::{self, Line, Wait};
+use crate::recipes::holder::Holder;
+use crate::recipes::status;
 use crate::session::Session;
-use crate::status;
+use crate::support::cancel::WaitOptions;
+use crate::support::error::Result;
+use crate::support::error::operation::Operation;
+use crate::support::error::try_lock::TryLockError;
 
 /// A distributed lock named by a string, held through a [`Session`].
 ///
@@ -342,7 +342,7 @@ impl Mutex {
     }
 }
 
-crate::guard::lock_guard! {
+crate::recipes::guard::lock_guard! {
     /// Proof that the lock is held; releases it on `Drop`.
     ///
     /// Release deletes the lock key only if it still has our create revision, so a late or

@@ -6,17 +6,17 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
-use crate::cancel::WaitOptions;
-use crate::error::try_lock::TryLockError;
-use crate::error::{Error, Result};
-use crate::holder::Holder;
-use crate::kv::text;
-use crate::kv::{Compare, CompareOp, Txn, TxnResponse};
-use crate::mode::Mode;
-use crate::observe::{Leader, Observer, leader_of, observe_prefix};
+use crate::line::mode::Mode;
 use crate::ownership::{self, Held, Kind, Line, Wait};
+use crate::recipes::holder::Holder;
+use crate::recipes::observe::{Leader, Observer, leader_of, observe_prefix};
+use crate::recipes::status;
 use crate::session::Session;
-use crate::status;
+use crate::support::cancel::WaitOptions;
+use crate::support::error::try_lock::TryLockError;
+use crate::support::error::{Error, Result};
+use crate::support::kv::text;
+use crate::support::kv::{Compare, CompareOp, Txn, TxnResponse};
 
 /// A leader election named by a string, campaigned through a [`Session`].
 ///
@@ -557,7 +557,7 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn resign(&mut self) -> Result<()> {
-        crate::runtime::ensure_blocking_allowed()?;
+        crate::client::runtime::ensure_blocking_allowed()?;
         let wait = self.held.line().session().client().rpc().request_timeout();
         self.held.release(Some(wait)).map(|_| ())
     }

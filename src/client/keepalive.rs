@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
-use crate::backoff::Backoff;
-use crate::error::loss::LossReason;
-use crate::error::{Error, Result};
-use crate::kv::LeaseHex;
-use crate::lease::{LeaseState, safety_margin};
+use crate::client::lease::{LeaseState, safety_margin};
+use crate::support::backoff::Backoff;
+use crate::support::error::loss::LossReason;
+use crate::support::error::{Error, Result};
+use crate::support::kv::LeaseHex;
 use crate::transport::Rpc;
 use crate::transport::lease::{KeepAliveReceiver, KeepAliveSender, Renewed};
 

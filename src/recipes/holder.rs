@@ -7,8 +7,8 @@ use std::time::Duration;
 // `Client` names the method in the docs' links.
 #[allow(unused_imports)]
 use crate::client::Client;
-use crate::kv::text;
-use crate::mode::Mode;
+use crate::line::mode::Mode;
+use crate::support::kv::text;
 
 /// How a key shares its name's line, read from the key's name.
 ///

@@ -1,17 +1,23 @@
 //! The blocking client: connection, private runtime, keep-alive thread, and a small KV API.
 
+pub(crate) mod follow;
+pub(crate) mod keepalive;
+pub(crate) mod lease;
+pub(crate) mod removal;
+pub(crate) mod runtime;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::follow::Follower;
-use crate::keepalive::KeepAlive;
-use crate::kv::{KeyValue, Range, Txn, TxnResponse};
-use crate::lease::LeaseState;
-use crate::runtime::Runtime;
+use crate::client::follow::Follower;
+use crate::client::keepalive::KeepAlive;
+use crate::client::lease::LeaseState;
+use crate::client::runtime::Runtime;
+use crate::support::error::{Error, Result};
+use crate::support::kv::{KeyValue, Range, Txn, TxnResponse};
+use crate::transport::watches::Watches;
 use crate::transport::{Retry, Rpc, RpcConfig, parse_endpoint};
-use crate::watches::Watches;
 
 /// Default limit for establishing a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -406,7 +412,7 @@ pub struct ClientBuilder {
     keep_alive_interval: Duration,
     credentials: Option<(String, String)>,
     #[cfg(feature = "tls")]
-    tls: Option<crate::TlsConfig>,
+    tls: Option<crate::support::tls::TlsConfig>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -532,7 +538,7 @@ impl ClientBuilder {
     /// ```
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls(mut self, tls: crate::TlsConfig) -> ClientBuilder {
+    pub fn tls(mut self, tls: crate::support::tls::TlsConfig) -> ClientBuilder {
         self.tls = Some(tls);
         self
     }
@@ -567,7 +573,7 @@ impl ClientBuilder {
     /// # Ok(()) }
     /// ```
     pub fn connect(self) -> Result<Client> {
-        crate::runtime::ensure_blocking_allowed()?;
+        crate::client::runtime::ensure_blocking_allowed()?;
         if self.endpoints.is_empty() {
             return Err(Error::InvalidArgument(
                 "no endpoints given (expected e.g. http://127.0.0.1:2379)".into(),

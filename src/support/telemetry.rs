@@ -12,8 +12,8 @@
 #[cfg(feature = "metrics")]
 use std::time::Instant;
 
-use crate::error::loss::LossReason;
-use crate::error::operation::Operation;
+use crate::support::error::loss::LossReason;
+use crate::support::error::operation::Operation;
 
 /// The names of the metrics etcd-sync emits through the
 /// [`metrics`](https://docs.rs/metrics) facade, and of their labels, for exporter settings

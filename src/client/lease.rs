@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::error::loss::LossReason;
-use crate::error::{Error, Result};
-use crate::kv::LeaseHex;
-use crate::signal::Signal;
+use crate::support::error::loss::LossReason;
+use crate::support::error::{Error, Result};
+use crate::support::kv::LeaseHex;
+use crate::support::signal::Signal;
 
 /// How long before the conservative expiry we give up on a lease: covers the wake-up
 /// latency of this thread and of whoever reacts to the loss. 10 % of the TTL, between
@@ -62,7 +62,7 @@ impl LeaseState {
             state: StdMutex::new(State {
                 ttl,
                 deadline,
-                boot_deadline: crate::clock::boot_deadline(deadline),
+                boot_deadline: crate::support::clock::boot_deadline(deadline),
                 reason: None,
                 lost_tx: Some(lost_tx),
             }),
@@ -123,7 +123,7 @@ impl LeaseState {
             }
             _ => tracing::warn!(lease = %LeaseHex(self.id), %reason, "session lost"),
         }
-        crate::telemetry::session_ended(&reason);
+        crate::support::telemetry::session_ended(&reason);
         state.reason = Some(reason);
         state.lost_tx = None;
         drop(state);
@@ -146,9 +146,9 @@ impl LeaseState {
     pub(crate) fn extend(&self, deadline: Instant, ttl: Duration) {
         let mut state = self.state();
         if state.reason.is_none() && deadline > state.deadline {
-            crate::telemetry::keepalive_acknowledged(state.deadline); // the old deadline
+            crate::support::telemetry::keepalive_acknowledged(state.deadline); // the old deadline
             state.deadline = deadline;
-            state.boot_deadline = crate::clock::boot_deadline(deadline);
+            state.boot_deadline = crate::support::clock::boot_deadline(deadline);
             state.ttl = ttl;
         }
     }
@@ -161,7 +161,9 @@ impl LeaseState {
             return Some(reason.clone());
         }
         // Either clock: the monotonic one stops while the host is suspended.
-        if Instant::now() >= state.deadline || crate::clock::boot_now() >= state.boot_deadline {
+        if Instant::now() >= state.deadline
+            || crate::support::clock::boot_now() >= state.boot_deadline
+        {
             drop(state);
             self.mark_lost(LossReason::Expired);
             return self.state().reason.clone();
@@ -201,9 +203,9 @@ impl LeaseState {
     pub(crate) fn judge(&self, error: Error) -> Error {
         match &error {
             Error::Server {
-                code: crate::error::code::Code::NotFound,
+                code: crate::support::error::code::Code::NotFound,
                 message,
-            } if message.contains(crate::etcd_text::LEASE_NOT_FOUND) => {
+            } if message.contains(crate::support::etcd_text::LEASE_NOT_FOUND) => {
                 self.mark_lost(LossReason::Revoked);
                 self.check().err().unwrap_or(error)
             }
@@ -229,7 +231,7 @@ impl LeaseState {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let mut backoff = crate::backoff::Backoff::quick();
+        let mut backoff = crate::support::backoff::Backoff::quick();
         loop {
             let answered = tokio::select! {
                 result = attempt() => result,
@@ -289,7 +291,7 @@ mod tests {
             Instant::now() + Duration::from_secs(5),
         );
         assert_eq!(shared.loss_reason(), None);
-        shared.state().boot_deadline = crate::clock::boot_now() - Duration::from_millis(1);
+        shared.state().boot_deadline = crate::support::clock::boot_now() - Duration::from_millis(1);
         assert_eq!(shared.loss_reason(), Some(LossReason::Expired));
     }
 

@@ -1,0 +1,15 @@
+//! What users hold: [`Mutex`](mutex::Mutex), [`RwLock`](rwlock::RwLock),
+//! [`Semaphore`](semaphore::Semaphore), [`Election`](election::Election) with its
+//! [`Observer`](observe::Observer) and [`LeaderLoop`](leader_loop::LeaderLoop), their
+//! guards, and the [`Status`](holder::Status) of a name. Each recipe is a thin layer over
+//! [`ownership`](crate::ownership).
+
+pub(crate) mod election;
+pub(crate) mod guard;
+pub(crate) mod holder;
+pub(crate) mod leader_loop;
+pub(crate) mod mutex;
+pub(crate) mod observe;
+pub(crate) mod rwlock;
+pub(crate) mod semaphore;
+pub(crate) mod status;
