@@ -48,9 +48,10 @@ pub(crate) mod support;
 pub mod testing;
 pub(crate) mod transport;
 
-pub use client::{
-    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
-    MAX_KEEP_ALIVE_INTERVAL, MAX_TIMEOUT, MIN_KEEP_ALIVE_INTERVAL,
+pub use client::Client;
+pub use client::builder::{
+    ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, MAX_KEEP_ALIVE_INTERVAL,
+    MAX_TIMEOUT, MIN_KEEP_ALIVE_INTERVAL,
 };
 /// The channel crate whose receivers this crate hands out (`lost()`, [`Observer::receiver`]),
 /// re-exported so that `select!` needs no version guessing.
