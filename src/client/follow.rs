@@ -1,5 +1,5 @@
 //! Guards follow their key: one task per client subscribes, on the client's one watch
-//! stream (`watches/`), for every live guard and every line being swept. No thread and
+//! stream (`transport/watches/`), for every live guard and every line being swept. No thread and
 //! no stream per guard.
 //!
 //! * **Guard**: subscribe to the deletes under its name (the watcher its waiters share),

@@ -1,10 +1,10 @@
 //! The waiting line shared by every recipe: keys `<name>/<lease hex>[suffix]` ordered by
 //! create revision. An exclusive key owns when it is the oldest; shared keys and permits
-//! pass some of the keys ahead of them (see `mode.rs`).
+//! pass some of the keys ahead of them (see `line/mode.rs`).
 //!
 //! One implementation of "wait for the keys before mine": the enqueue Txn returns them
 //! (keys only); one watcher of deletes under the name, shared by every waiter of the name
-//! on the client (see `watches/`), reports them leaving in revision order, and the last
+//! on the client (see `transport/watches/`), reports them leaving in revision order, and the last
 //! one leaving *is* the proof of ownership, with no read on the handoff path. The wait
 //! stops at once if our session is lost or our key disappears (upstream Go keeps waiting,
 //! etcd #19597).

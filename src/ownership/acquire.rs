@@ -315,7 +315,7 @@ async fn enqueue_once_or_sweep(
     }
 }
 
-/// Has the client's follow task sweep `line` from revision `from` (see `follow.rs`).
+/// Has the client's follow task sweep `line` from revision `from` (see `client/follow.rs`).
 fn sweep(line: &Line, from: i64) {
     line.session.client().follower().follow(Follow::Sweep {
         key: line.key.clone(),
@@ -327,7 +327,7 @@ fn sweep(line: &Line, from: i64) {
 
 /// After an ambiguous enqueue: remove whatever key of our lease exists under the name,
 /// owning the turn, then have the client's follow task sweep the line for the same
-/// attempt applied late by a member that held it (see `follow.rs`). The receiver hears
+/// attempt applied late by a member that held it (see `client/follow.rs`). The receiver hears
 /// when etcd has answered the removal (or the session ended); the caller waits for it
 /// within a bound, the removal goes on regardless.
 fn clean_up_ambiguous(

@@ -220,7 +220,7 @@ pub(crate) struct Line {
     session: Session,
     name: Vec<u8>,
     prefix: Vec<u8>,
-    /// How the key shares the name; it is part of the key (see `mode.rs`).
+    /// How the key shares the name; it is part of the key (see `line/mode.rs`).
     mode: Mode,
     key: Vec<u8>,
     /// The process-local turn: owned by whoever uses the key (waiter, guard, cleanup).

@@ -5,7 +5,7 @@
 //! `etcdctl lock NAME` take: all three exclude each other and every reader. Readers take
 //! `<name>/<lease hex>.shared` and wait only for the keys ahead of them that are not
 //! shared, so readers in a row hold together, while a reader that arrives after a waiting
-//! writer queues behind it (writers do not starve). See `mode.rs`.
+//! writer queues behind it (writers do not starve). See `line/mode.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;

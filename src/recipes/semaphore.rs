@@ -6,7 +6,7 @@
 //! wait (no extra key, nothing to agree on first). The first N permits by create revision
 //! hold; a waiter holds once fewer than N older permits remain. A key of another N, and
 //! any key that is not a permit (a `Mutex`, `etcdctl lock`, a reader), is waited for
-//! entirely, so `etcdctl lock NAME` excludes every permit holder. See `mode.rs`.
+//! entirely, so `etcdctl lock NAME` excludes every permit holder. See `line/mode.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;

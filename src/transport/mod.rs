@@ -365,7 +365,7 @@ impl Rpc {
         Err(last)
     }
 
-    /// Opens a watch stream; the same rule as for keep-alive applies (see `lease.rs`): queue the first
+    /// Opens a watch stream; the same rule as for keep-alive applies (see `transport/lease.rs`): queue the first
     /// create request before awaiting.
     pub(crate) async fn watch(
         &self,

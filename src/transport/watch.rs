@@ -49,7 +49,7 @@ pub(crate) struct Watch {
 
 impl Watch {
     /// One key (the raw watch of `testing` uses it; the client's own watchers are built
-    /// by `watches/`).
+    /// by `transport/watches/`).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn key(key: &[u8], start_revision: i64, only: Only) -> Watch {
         Watch {
