@@ -129,3 +129,66 @@ impl<C: Condition> Waiting<C> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::kv::KeyValue;
+    use crate::transport::watch::EventKind;
+    use std::sync::Arc;
+
+    /// Decided at the first event at or after `at`.
+    struct Reaches(i64);
+
+    impl Condition for Reaches {
+        type Verdict = i64;
+
+        fn apply(&mut self, batch: &[Event]) -> Option<i64> {
+            batch
+                .iter()
+                .map(|e| e.kv.mod_revision)
+                .find(|rev| *rev >= self.0)
+        }
+    }
+
+    fn batch(revs: &[i64]) -> Batch {
+        let events = revs.iter().map(|&rev| Event {
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                key: b"k".to_vec(),
+                mod_revision: rev,
+                ..Default::default()
+            },
+        });
+        Arc::new(events.collect())
+    }
+
+    #[test]
+    fn a_waiter_is_told_where_the_watcher_stands_and_its_verdict_once() {
+        let (sender, mut receiver) = unbounded_channel();
+        let mut judged = Judged {
+            condition: Some(Reaches(12)),
+            sender,
+        };
+        assert!(judged.tell(Delivery::From {
+            after: 10,
+            fresh: false
+        }));
+        assert!(judged.events(&batch(&[11])));
+        assert!(judged.events(&batch(&[12, 13])));
+        assert!(judged.events(&batch(&[14])));
+        assert!(matches!(
+            receiver.try_recv(),
+            Ok(Wake::From {
+                after: 10,
+                fresh: false
+            })
+        ));
+        assert!(matches!(receiver.try_recv(), Ok(Wake::Verdict(12))));
+        // Events are never passed on, nor anything after the verdict.
+        assert!(receiver.try_recv().is_err());
+        // A waiter that is gone stops listening once decided.
+        drop(receiver);
+        assert!(!judged.events(&batch(&[15])));
+    }
+}
