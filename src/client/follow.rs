@@ -283,8 +283,6 @@ async fn deliver(rpc: &Rpc, entry: &mut Entry, delivery: Delivery) -> bool {
             }
             true
         }
-        // Only for subscriptions that await keys gone (waiters).
-        Delivery::Cleared { .. } | Delivery::OwnDeleted => true,
         Delivery::Failed(e) => {
             tracing::warn!(key = %text(entry.what.key()), error = %e, "etcd refused to watch a followed key");
             false

@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use crate::client::lease::LeaseState;
+use crate::line::crossing::{Awaited, Crossed};
 use crate::line::mode::{Mode, Sorted};
 use crate::support::error::{Error, Result};
 use crate::support::kv::text;
@@ -19,7 +20,8 @@ use crate::support::kv::{
     Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOpResponse,
 };
 use crate::transport::watch::Only;
-use crate::transport::watches::{Awaited, Delivery, Spec, Subscription, UNSYNCED_WINDOW, Watches};
+use crate::transport::watches::waiting::{Waiting, Wake};
+use crate::transport::watches::{Spec, UNSYNCED_WINDOW, Watches};
 use crate::transport::{Retry, Rpc};
 
 /// Longest name accepted for a lock or an election.
@@ -403,8 +405,9 @@ pub(crate) async fn wait_turn(
     };
     tracing::debug!(key = %text(key), ahead = ahead.len(), complete = ahead.complete, "waiting");
     warn_of_foreign_keys(ours.prefix, &ahead);
-    let mut deletes = watches.await_gone(
+    let mut deletes = watches.wait_for(
         Spec::prefix(ours.prefix, Only::Deletes),
+        seen_at,
         awaited(key, ahead, seen_at),
     );
     let mut known = seen_at;
@@ -426,7 +429,7 @@ pub(crate) async fn wait_turn(
             }
         };
         match delivery {
-            Delivery::From { after, fresh } => {
+            Wake::From { after, fresh } => {
                 // Everything after what we know follows, unless the watcher starts later:
                 // then deletes in (known, after] are not on it, and one read covers them.
                 // A just-created watcher is read for once too, to see whether a write raced
@@ -444,18 +447,19 @@ pub(crate) async fn wait_turn(
                     }
                 }
             }
-            Delivery::Cleared { at, complete: true } => {
+            Wake::Verdict(Crossed::Cleared { at, complete: true }) => {
                 tracing::debug!(key = %text(key), at, "owner by event order");
                 return Ok(at);
             }
             // Only part of a long line was tracked: find the rest.
-            Delivery::Cleared { .. } => match reread(rpc, session, ours, &deletes).await? {
-                Reread::Owner(at) => return Ok(at),
-                Reread::Waiting(at) => known = at,
-            },
-            Delivery::OwnDeleted => return Err(key_gone_error(rpc, session).await),
-            Delivery::Events(_) => {} // not sent to a subscription that awaits keys gone
-            Delivery::Failed(e) => return Err(e),
+            Wake::Verdict(Crossed::Cleared { .. }) => {
+                match reread(rpc, session, ours, &deletes).await? {
+                    Reread::Owner(at) => return Ok(at),
+                    Reread::Waiting(at) => known = at,
+                }
+            }
+            Wake::Verdict(Crossed::OwnDeleted) => return Err(key_gone_error(rpc, session).await),
+            Wake::Failed(e) => return Err(e),
         }
     }
 }
@@ -486,7 +490,7 @@ async fn reread(
     rpc: &Rpc,
     session: &LeaseState,
     ours: Ours<'_>,
-    deletes: &Subscription,
+    deletes: &Waiting<Awaited>,
 ) -> Result<Reread> {
     let position = session
         .retry_while_alive(|| read_position_at(rpc, ours))
@@ -496,7 +500,7 @@ async fn reread(
         (Position::Gone, _) => Err(key_gone_error(rpc, session).await),
         (Position::Refused(why), _) => Err(Error::InvalidArgument(why)),
         (Position::Behind(ahead), at) => {
-            deletes.await_again(awaited(ours.key, ahead, at));
+            deletes.wait_again(at, awaited(ours.key, ahead, at));
             Ok(Reread::Waiting(at))
         }
     }

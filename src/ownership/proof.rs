@@ -62,7 +62,7 @@ pub(super) async fn while_ours<T>(
                     }
                 }
                 Delivery::Failed(e) => return Err(e),
-                Delivery::From { .. } | Delivery::Cleared { .. } | Delivery::OwnDeleted => {}
+                Delivery::From { .. } => {}
             },
             result = &mut step => return result,
         }

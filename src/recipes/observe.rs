@@ -315,8 +315,6 @@ async fn observe_loop(
                     }
                 }
             }
-            // Only for subscriptions that await keys gone (waiters).
-            Some(Delivery::Cleared { .. } | Delivery::OwnDeleted) => {}
             Some(Delivery::Failed(e)) => {
                 outbox.fail(e);
                 return;

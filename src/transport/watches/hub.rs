@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::watcher::{Subscriber, Watcher};
+use super::watcher::Watcher;
 use super::{Command, Delivery, Spec};
 use crate::support::backoff::Backoff;
 use crate::support::error::Result;
@@ -105,41 +105,42 @@ impl Hub {
                 spec,
                 id,
                 known,
-                awaited,
-                sink,
+                mut receiver,
             } => {
                 let watcher = self.watchers.entry(spec.clone()).or_default();
-                let mut subscriber = Subscriber { sink, awaited };
                 // A watcher that started once covers everything after `through`, also
                 // between streams (it is re-created from there); one that has not started
                 // yet tells its subscribers where it starts when etcd confirms it.
                 if watcher.through.is_some() {
-                    watcher.welcome(&mut subscriber, known);
+                    watcher.welcome(&mut receiver, known);
                 }
-                watcher.subscribers.insert(id, subscriber);
+                watcher.subscribers.insert(id, receiver);
                 self.ensure_created(&spec, stream);
             }
-            Command::Await { spec, id, awaited } => {
+            Command::Replace {
+                spec,
+                id,
+                known,
+                mut receiver,
+            } => {
                 let Some(watcher) = self.watchers.get_mut(&spec) else {
                     return;
                 };
-                let Some(mut subscriber) = watcher.subscribers.remove(&id) else {
+                if watcher.subscribers.remove(&id).is_none() {
                     return;
-                };
-                let known = awaited.known;
-                subscriber.awaited = Some(awaited);
+                }
                 if watcher.through.is_some() {
                     if known < watcher.history_from {
                         // Too old for the history: the subscriber reads again.
-                        subscriber.sink.send(Delivery::From {
+                        receiver.tell(Delivery::From {
                             after: watcher.history_from,
                             fresh: false,
                         });
                     } else {
-                        watcher.replay(&mut subscriber, known);
+                        watcher.replay(&mut receiver, known);
                     }
                 }
-                watcher.subscribers.insert(id, subscriber);
+                watcher.subscribers.insert(id, receiver);
             }
             Command::Unsubscribe { spec, id } => {
                 if let Some(watcher) = self.watchers.get_mut(&spec) {

@@ -15,6 +15,10 @@
 //!   can usually be carried forward without a read. Another `From` later means events were
 //!   lost (the watcher had to start again: its history was compacted, or the server went
 //!   back in time): re-read.
+//! * **Waiters.** A subscriber may instead hand the task a condition on the events
+//!   (`waiting.rs`): the task judges each batch as it arrives and wakes the waiter only
+//!   with the verdict. What the condition means is not the hub's business (the waiting
+//!   line's crossing-off is in `line/crossing.rs`).
 //! * **Failover.** The stream follows the client's current endpoint (a frozen member sends
 //!   nothing). After a break, every watcher is re-created from the revision after the last
 //!   one it covers (its last event, or a later progress notification), so subscribers see
@@ -25,6 +29,7 @@
 //! late event for a cancelled watcher is never confused with another watcher's.
 
 mod hub;
+pub(crate) mod waiting;
 mod watcher;
 
 use std::sync::Arc;
@@ -33,11 +38,10 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use crate::line::mode::Sorted;
 use crate::support::error::Error;
 use crate::support::kv::prefix_end;
 use crate::transport::Rpc;
-use crate::transport::watch::{Event, EventKind, Only, Watch};
+use crate::transport::watch::{Event, Only, Watch};
 
 /// What to watch: a key or a range, and which events.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -82,52 +86,6 @@ impl Spec {
 /// Events of one watch response, shared by every subscriber of the watcher.
 pub(crate) type Batch = Arc<Vec<Event>>;
 
-/// What a waiter waits for: every key in `keys` deleted (the keys ahead of `own` in a line,
-/// exact at revision `known`), with no delete of `own` before. The watch task crosses the
-/// keys off itself and wakes the waiter only with the outcome, so a handoff wakes the one
-/// waiter it concerns, not every waiter of the name on the client.
-#[derive(Debug, Clone)]
-pub(crate) struct Awaited {
-    pub(crate) own: Vec<u8>,
-    /// The keys ahead, sorted by what they mean to `own`: cleared once none that blocks
-    /// and fewer permits than there are remain.
-    pub(crate) keys: Sorted,
-    /// Passed back in [`Delivery::Cleared`]: whether `keys` were all the keys ahead.
-    pub(crate) complete: bool,
-    pub(crate) known: i64,
-}
-
-impl Awaited {
-    /// Applies one batch; the outcome, once there is one.
-    fn apply(&mut self, batch: &[Event]) -> Option<Delivery> {
-        let mut through = self.known;
-        let mut own_deleted = false;
-        for event in batch.iter().filter(|e| e.kv.mod_revision > self.known) {
-            through = through.max(event.kv.mod_revision);
-            if event.kind != EventKind::Delete {
-                continue;
-            }
-            if event.kv.key == self.own {
-                own_deleted = true;
-            } else {
-                self.keys.remove(&event.kv.key);
-            }
-        }
-        self.known = through;
-        // A batch can span revisions (etcd's catch-up): all of it counts before deciding.
-        if own_deleted {
-            Some(Delivery::OwnDeleted)
-        } else if self.keys.is_clear() {
-            Some(Delivery::Cleared {
-                at: through,
-                complete: self.complete,
-            })
-        } else {
-            None
-        }
-    }
-}
-
 /// What a subscriber receives.
 #[derive(Debug, Clone)]
 pub(crate) enum Delivery {
@@ -135,13 +93,8 @@ pub(crate) enum Delivery {
     /// created "from now", so etcd may have registered it as unsynced (a write raced its
     /// creation), and its first events may then wait for etcd's 100 ms sync loop.
     From { after: i64, fresh: bool },
-    /// The next events (not sent to a subscriber that awaits keys gone).
+    /// The next events.
     Events(Batch),
-    /// For a subscriber that awaits keys gone ([`Awaited`]): the last of them was deleted,
-    /// with every event through revision `at` applied and no delete of its own key.
-    Cleared { at: i64, complete: bool },
-    /// For a subscriber that awaits keys gone: its own key was deleted first.
-    OwnDeleted,
     /// etcd refused the watcher for good (permission denied, for example).
     Failed(Error),
 }
@@ -158,13 +111,15 @@ enum Command {
         spec: Spec,
         id: u64,
         known: i64,
-        awaited: Option<Awaited>,
-        sink: Sink,
+        receiver: Box<dyn Receiver>,
     },
-    Await {
+    /// Replaces a subscriber's receiver (a waiter's new condition), replaying the history
+    /// after `known` to the new one.
+    Replace {
         spec: Spec,
         id: u64,
-        awaited: Awaited,
+        known: i64,
+        receiver: Box<dyn Receiver>,
     },
     Unsubscribe {
         spec: Spec,
@@ -186,9 +141,25 @@ impl Sink {
     pub(crate) fn new(tag: u64, sender: UnboundedSender<(u64, Delivery)>) -> Sink {
         Sink { tag, sender }
     }
+}
 
-    fn send(&self, delivery: Delivery) -> bool {
+/// Where the watch task puts one subscriber's deliveries: a [`Sink`] (every event), or a
+/// waiter's [`Condition`](waiting::Condition) (only its verdict, see `waiting.rs`). Each
+/// returns whether the subscriber still listens.
+trait Receiver: Send {
+    /// Where the watcher stands ([`Delivery::From`]), or that it failed.
+    fn tell(&mut self, delivery: Delivery) -> bool;
+    /// The next events.
+    fn events(&mut self, batch: &Batch) -> bool;
+}
+
+impl Receiver for Sink {
+    fn tell(&mut self, delivery: Delivery) -> bool {
         self.sender.send((self.tag, delivery)).is_ok()
+    }
+
+    fn events(&mut self, batch: &Batch) -> bool {
+        self.tell(Delivery::Events(batch.clone()))
     }
 }
 
@@ -208,41 +179,27 @@ impl Watches {
     /// replayed to it.
     pub(crate) fn subscribe(&self, spec: Spec, known: i64) -> Subscription {
         let (sender, receiver) = unbounded_channel();
-        let handle = self.subscribe_with(spec, known, None, Sink::new(0, sender));
-        Subscription { handle, receiver }
-    }
-
-    /// Subscribes to `spec` (deletes under a name) to learn when the `awaited` keys are
-    /// gone: the subscriber gets [`Delivery::From`] as usual, then only the outcome
-    /// ([`Delivery::Cleared`] or [`Delivery::OwnDeleted`]), never the events themselves.
-    pub(crate) fn await_gone(&self, spec: Spec, awaited: Awaited) -> Subscription {
-        let (sender, receiver) = unbounded_channel();
-        let known = awaited.known;
-        let handle = self.subscribe_with(spec, known, Some(awaited), Sink::new(0, sender));
-        Subscription { handle, receiver }
+        let handle = self.subscribe_with(spec, known, Box::new(Sink::new(0, sender)));
+        Subscription {
+            _handle: handle,
+            receiver,
+        }
     }
 
     /// Subscribes to `spec`, delivering into `sink`; the subscription lasts as long as the
     /// returned handle.
     pub(crate) fn subscribe_to(&self, spec: Spec, known: i64, sink: Sink) -> Subscribed {
-        self.subscribe_with(spec, known, None, sink)
+        self.subscribe_with(spec, known, Box::new(sink))
     }
 
-    fn subscribe_with(
-        &self,
-        spec: Spec,
-        known: i64,
-        awaited: Option<Awaited>,
-        sink: Sink,
-    ) -> Subscribed {
+    fn subscribe_with(&self, spec: Spec, known: i64, receiver: Box<dyn Receiver>) -> Subscribed {
         let id = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
         // Fails only when the runtime shuts down; the subscriber then sees `Closed`.
         let _ = self.commands.send(Command::Subscribe {
             spec: spec.clone(),
             id,
             known,
-            awaited,
-            sink,
+            receiver,
         });
         Subscribed {
             spec,
@@ -280,20 +237,12 @@ impl Drop for Subscribed {
 
 /// A subscription with its own channel.
 pub(crate) struct Subscription {
-    handle: Subscribed,
+    /// Held for its drop, which unsubscribes.
+    _handle: Subscribed,
     receiver: UnboundedReceiver<(u64, Delivery)>,
 }
 
 impl Subscription {
-    /// Replaces what this subscription awaits (after the subscriber read the line again).
-    pub(crate) fn await_again(&self, awaited: Awaited) {
-        let _ = self.handle.commands.send(Command::Await {
-            spec: self.handle.spec.clone(),
-            id: self.handle.id,
-            awaited,
-        });
-    }
-
     /// The next delivery; `Failed(Closed)` once the client's runtime is gone.
     pub(crate) async fn next(&mut self) -> Delivery {
         match self.receiver.recv().await {
@@ -321,90 +270,3 @@ impl Drop for Pin {
 /// for etcd's 100 ms sync loop. After one loop (plus slack) it is synced, or its events
 /// were delivered.
 pub(crate) const UNSYNCED_WINDOW: Duration = Duration::from_millis(120);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::line::mode::Mode;
-    use crate::support::kv::KeyValue;
-
-    fn delete(key: &[u8], rev: i64) -> Event {
-        Event {
-            kind: EventKind::Delete,
-            kv: KeyValue {
-                key: key.to_vec(),
-                mod_revision: rev,
-                ..Default::default()
-            },
-        }
-    }
-
-    fn awaiting(keys: &[&[u8]], known: i64) -> Awaited {
-        let keys = Mode::Exclusive
-            .sort(b"l/", keys.iter().map(|k| k.to_vec()))
-            .unwrap_or_else(|d| panic!("{d:?}"));
-        Awaited {
-            own: b"l/own".to_vec(),
-            keys,
-            complete: true,
-            known,
-        }
-    }
-
-    #[test]
-    fn a_permit_is_cleared_when_fewer_than_n_older_permits_remain() {
-        let keys = Mode::Permits(2)
-            .sort(
-                b"l/",
-                ["l/1.permits-2", "l/2.permits-2", "l/3.shared"]
-                    .iter()
-                    .map(|k| k.as_bytes().to_vec()),
-            )
-            .unwrap_or_else(|d| panic!("{d:?}"));
-        let mut a = Awaited {
-            own: b"l/4.permits-2".to_vec(),
-            keys,
-            complete: true,
-            known: 10,
-        };
-        // The reader ahead blocks; one permit may remain.
-        assert!(a.apply(&[delete(b"l/1.permits-2", 11)]).is_none());
-        assert!(matches!(
-            a.apply(&[delete(b"l/3.shared", 12)]),
-            Some(Delivery::Cleared { at: 12, .. })
-        ));
-    }
-
-    #[test]
-    fn cleared_only_when_every_key_ahead_is_gone() {
-        let mut a = awaiting(&[b"l/a", b"l/b"], 10);
-        // Old news (at or before what was known) changes nothing.
-        assert!(a.apply(&[delete(b"l/a", 9), delete(b"l/b", 10)]).is_none());
-        // A key that is not ahead (a newer waiter) changes nothing either.
-        assert!(a.apply(&[delete(b"l/newer", 11)]).is_none());
-        assert!(a.apply(&[delete(b"l/b", 12)]).is_none());
-        match a.apply(&[delete(b"l/a", 14)]) {
-            Some(Delivery::Cleared {
-                at: 14,
-                complete: true,
-            }) => {}
-            other => panic!("expected Cleared at 14, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn own_delete_in_the_same_batch_wins() {
-        // One batch can span revisions: the own key's delete after the last key ahead
-        // must not be read as a clear turn.
-        let mut a = awaiting(&[b"l/a"], 10);
-        assert!(matches!(
-            a.apply(&[delete(b"l/a", 11), delete(b"l/own", 12)]),
-            Some(Delivery::OwnDeleted)
-        ));
-        let mut a = awaiting(&[b"l/a"], 10);
-        assert!(matches!(
-            a.apply(&[delete(b"l/own", 11)]),
-            Some(Delivery::OwnDeleted)
-        ));
-    }
-}

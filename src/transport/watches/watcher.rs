@@ -5,34 +5,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Awaited, Batch, Delivery, Sink, Spec, UNSYNCED_WINDOW};
+use super::{Batch, Delivery, Receiver, Spec, UNSYNCED_WINDOW};
 use crate::transport::watch::{Event, Watch};
 
 /// How many events a watcher keeps for subscribers that join late.
 const HISTORY_EVENTS: usize = 1024;
 
-/// One subscriber of a watcher.
-pub(super) struct Subscriber {
-    pub(super) sink: Sink,
-    /// What it awaits, if it awaits keys gone (until the outcome is sent).
-    pub(super) awaited: Option<Awaited>,
-}
-
-impl Subscriber {
-    /// Delivers a batch: the events, or the outcome of what it awaits once there is one.
-    fn deliver(&mut self, batch: &Batch) -> bool {
-        match &mut self.awaited {
-            None => self.sink.send(Delivery::Events(batch.clone())),
-            Some(awaited) => match awaited.apply(batch) {
-                Some(outcome) => {
-                    self.awaited = None;
-                    self.sink.send(outcome)
-                }
-                None => true,
-            },
-        }
-    }
-}
+/// One subscriber of a watcher: where its deliveries go.
+pub(super) type Subscriber = Box<dyn Receiver>;
 
 /// One etcd watcher and its subscribers.
 #[derive(Default)]
@@ -69,7 +49,7 @@ impl Watcher {
     /// batches after `known`, if the history reaches back that far (if not, the subscriber
     /// reads, and everything in the history is older than its read).
     pub(super) fn welcome(&self, subscriber: &mut Subscriber, known: i64) {
-        subscriber.sink.send(Delivery::From {
+        subscriber.tell(Delivery::From {
             after: self.history_from,
             fresh: self
                 .started_at
@@ -88,7 +68,7 @@ impl Watcher {
             .iter()
             .filter(|batch| batch.iter().any(|event| event.kv.mod_revision > known));
         for batch in newer {
-            subscriber.deliver(batch);
+            subscriber.events(batch);
         }
     }
 
@@ -171,12 +151,12 @@ impl Watcher {
             }
         }
         self.subscribers
-            .retain(|_, subscriber| subscriber.deliver(&batch));
+            .retain(|_, subscriber| subscriber.events(&batch));
     }
 
     pub(super) fn broadcast(&mut self, delivery: &Delivery) {
         self.subscribers
-            .retain(|_, subscriber| subscriber.sink.send(delivery.clone()));
+            .retain(|_, subscriber| subscriber.tell(delivery.clone()));
     }
 }
 

@@ -1,0 +1,152 @@
+//! Crossing off the keys ahead: what a waiter in the line waits for, as a
+//! [`Condition`] the watch task judges on the deletes under the name. The task applies it
+//! to each batch as it arrives and wakes the waiter only with the outcome, so a handoff
+//! wakes the one waiter it concerns. Why the last delete is proof of ownership:
+//! ARCHITECTURE.md, "Handoff without a read".
+
+use crate::line::mode::Sorted;
+use crate::transport::watch::{Event, EventKind};
+use crate::transport::watches::waiting::Condition;
+
+/// What a waiter waits for: every key in `keys` deleted (the keys ahead of `own` in a line,
+/// exact at revision `known`), with no delete of `own` before.
+#[derive(Debug, Clone)]
+pub(crate) struct Awaited {
+    pub(crate) own: Vec<u8>,
+    /// The keys ahead, sorted by what they mean to `own`: cleared once none that blocks
+    /// and fewer permits than there are remain.
+    pub(crate) keys: Sorted,
+    /// Passed back in [`Crossed::Cleared`]: whether `keys` were all the keys ahead.
+    pub(crate) complete: bool,
+    pub(crate) known: i64,
+}
+
+/// The outcome of waiting for [`Awaited`] keys.
+#[derive(Debug, Clone)]
+pub(crate) enum Crossed {
+    /// The last of them was deleted, with every event through revision `at` applied and no
+    /// delete of the waiter's own key.
+    Cleared { at: i64, complete: bool },
+    /// The waiter's own key was deleted first.
+    OwnDeleted,
+}
+
+impl Condition for Awaited {
+    type Verdict = Crossed;
+
+    /// Applies one batch; the outcome, once there is one.
+    fn apply(&mut self, batch: &[Event]) -> Option<Crossed> {
+        let mut through = self.known;
+        let mut own_deleted = false;
+        for event in batch.iter().filter(|e| e.kv.mod_revision > self.known) {
+            through = through.max(event.kv.mod_revision);
+            if event.kind != EventKind::Delete {
+                continue;
+            }
+            if event.kv.key == self.own {
+                own_deleted = true;
+            } else {
+                self.keys.remove(&event.kv.key);
+            }
+        }
+        self.known = through;
+        // A batch can span revisions (etcd's catch-up): all of it counts before deciding.
+        if own_deleted {
+            Some(Crossed::OwnDeleted)
+        } else if self.keys.is_clear() {
+            Some(Crossed::Cleared {
+                at: through,
+                complete: self.complete,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::line::mode::Mode;
+    use crate::support::kv::KeyValue;
+
+    fn delete(key: &[u8], rev: i64) -> Event {
+        Event {
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                key: key.to_vec(),
+                mod_revision: rev,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn awaiting(keys: &[&[u8]], known: i64) -> Awaited {
+        let keys = Mode::Exclusive
+            .sort(b"l/", keys.iter().map(|k| k.to_vec()))
+            .unwrap_or_else(|d| panic!("{d:?}"));
+        Awaited {
+            own: b"l/own".to_vec(),
+            keys,
+            complete: true,
+            known,
+        }
+    }
+
+    #[test]
+    fn a_permit_is_cleared_when_fewer_than_n_older_permits_remain() {
+        let keys = Mode::Permits(2)
+            .sort(
+                b"l/",
+                ["l/1.permits-2", "l/2.permits-2", "l/3.shared"]
+                    .iter()
+                    .map(|k| k.as_bytes().to_vec()),
+            )
+            .unwrap_or_else(|d| panic!("{d:?}"));
+        let mut a = Awaited {
+            own: b"l/4.permits-2".to_vec(),
+            keys,
+            complete: true,
+            known: 10,
+        };
+        // The reader ahead blocks; one permit may remain.
+        assert!(a.apply(&[delete(b"l/1.permits-2", 11)]).is_none());
+        assert!(matches!(
+            a.apply(&[delete(b"l/3.shared", 12)]),
+            Some(Crossed::Cleared { at: 12, .. })
+        ));
+    }
+
+    #[test]
+    fn cleared_only_when_every_key_ahead_is_gone() {
+        let mut a = awaiting(&[b"l/a", b"l/b"], 10);
+        // Old news (at or before what was known) changes nothing.
+        assert!(a.apply(&[delete(b"l/a", 9), delete(b"l/b", 10)]).is_none());
+        // A key that is not ahead (a newer waiter) changes nothing either.
+        assert!(a.apply(&[delete(b"l/newer", 11)]).is_none());
+        assert!(a.apply(&[delete(b"l/b", 12)]).is_none());
+        match a.apply(&[delete(b"l/a", 14)]) {
+            Some(Crossed::Cleared {
+                at: 14,
+                complete: true,
+            }) => {}
+            other => panic!("expected Cleared at 14, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn own_delete_in_the_same_batch_wins() {
+        // One batch can span revisions: the own key's delete after the last key ahead
+        // must not be read as a clear turn.
+        let mut a = awaiting(&[b"l/a"], 10);
+        assert!(matches!(
+            a.apply(&[delete(b"l/a", 11), delete(b"l/own", 12)]),
+            Some(Crossed::OwnDeleted)
+        ));
+        let mut a = awaiting(&[b"l/a"], 10);
+        assert!(matches!(
+            a.apply(&[delete(b"l/own", 11)]),
+            Some(Crossed::OwnDeleted)
+        ));
+    }
+}

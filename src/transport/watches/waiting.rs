@@ -1,0 +1,194 @@
+//! Waiters on the watch stream: a subscriber that hands the watch task a [`Condition`] on
+//! the events, and is woken only with its verdict. The task applies the condition to each
+//! batch as it arrives, so a handoff wakes the one waiter it concerns, not every waiter of
+//! the name on the client. What the condition means is the waiter's business (the waiting
+//! line's is in `line/crossing.rs`); the task only feeds it events in revision order.
+
+use tokio::sync::mpsc::{
+    UnboundedReceiver, UnboundedSender, WeakUnboundedSender, unbounded_channel,
+};
+
+use super::{Batch, Command, Delivery, Receiver, Spec, Subscribed, Watches};
+use crate::support::error::Error;
+use crate::transport::watch::Event;
+
+/// What a waiter waits for, judged by the watch task on every batch of its watcher.
+pub(crate) trait Condition: Send + 'static {
+    /// What the waiter is told once the condition is decided.
+    type Verdict: Send + 'static;
+
+    /// Applies the events of one watch response, in revision order (one response can span
+    /// revisions, and a replay from history can repeat events at or before the revision the
+    /// waiter knows: the condition tells those apart itself). Returns the verdict once there
+    /// is one; after that, the condition is asked nothing more.
+    fn apply(&mut self, batch: &[Event]) -> Option<Self::Verdict>;
+}
+
+/// What a waiter receives.
+#[derive(Debug)]
+pub(crate) enum Wake<V> {
+    /// As [`Delivery::From`]: every event after `after` is judged, in order; a `From` after
+    /// `after` the waiter knows means events were lost: re-read, and wait again.
+    From { after: i64, fresh: bool },
+    /// Its condition's verdict (once per condition).
+    Verdict(V),
+    /// As [`Delivery::Failed`].
+    Failed(Error),
+}
+
+/// The task's side of a waiter: its condition until decided, and its channel.
+struct Judged<C: Condition> {
+    condition: Option<C>,
+    sender: UnboundedSender<Wake<C::Verdict>>,
+}
+
+impl<C: Condition> Receiver for Judged<C> {
+    fn tell(&mut self, delivery: Delivery) -> bool {
+        let wake = match delivery {
+            Delivery::From { after, fresh } => Wake::From { after, fresh },
+            Delivery::Failed(e) => Wake::Failed(e),
+            Delivery::Events(_) => return !self.sender.is_closed(),
+        };
+        self.sender.send(wake).is_ok()
+    }
+
+    fn events(&mut self, batch: &Batch) -> bool {
+        let Some(condition) = &mut self.condition else {
+            // Decided: later events are nothing to the waiter.
+            return !self.sender.is_closed();
+        };
+        match condition.apply(batch) {
+            Some(verdict) => {
+                self.condition = None;
+                self.sender.send(Wake::Verdict(verdict)).is_ok()
+            }
+            None => true,
+        }
+    }
+}
+
+impl Watches {
+    /// Subscribes to `spec` to wait until `condition` is decided: the waiter gets
+    /// [`Wake::From`] as any subscriber gets [`Delivery::From`], then only the verdict, never
+    /// the events themselves. `known` is the revision through which the waiter knows the
+    /// state already: only newer history is replayed to its condition.
+    pub(crate) fn wait_for<C: Condition>(
+        &self,
+        spec: Spec,
+        known: i64,
+        condition: C,
+    ) -> Waiting<C> {
+        let (sender, receiver) = unbounded_channel();
+        let weak = sender.downgrade();
+        let judged = Judged {
+            condition: Some(condition),
+            sender,
+        };
+        let handle = self.subscribe_with(spec, known, Box::new(judged));
+        Waiting {
+            handle,
+            sender: weak,
+            receiver,
+        }
+    }
+}
+
+/// A waiter's subscription (see [`Watches::wait_for`]); dropping it unsubscribes.
+pub(crate) struct Waiting<C: Condition> {
+    handle: Subscribed,
+    /// Weak, so that the channel closes when the task is gone (`next` then fails).
+    sender: WeakUnboundedSender<Wake<C::Verdict>>,
+    receiver: UnboundedReceiver<Wake<C::Verdict>>,
+}
+
+impl<C: Condition> Waiting<C> {
+    /// Replaces what this waiter waits for (after it read the state again, at revision
+    /// `known`): the new condition is judged on the history after `known`, or the waiter is
+    /// told to read again if the history does not reach back that far.
+    pub(crate) fn wait_again(&self, known: i64, condition: C) {
+        let Some(sender) = self.sender.upgrade() else {
+            return; // the task is gone: `next` says so
+        };
+        let judged = Judged {
+            condition: Some(condition),
+            sender,
+        };
+        let _ = self.handle.commands.send(Command::Replace {
+            spec: self.handle.spec.clone(),
+            id: self.handle.id,
+            known,
+            receiver: Box::new(judged),
+        });
+    }
+
+    /// The next wake-up; `Failed(Closed)` once the client's runtime is gone.
+    pub(crate) async fn next(&mut self) -> Wake<C::Verdict> {
+        match self.receiver.recv().await {
+            Some(wake) => wake,
+            None => Wake::Failed(Error::Closed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::kv::KeyValue;
+    use crate::transport::watch::EventKind;
+    use std::sync::Arc;
+
+    /// Decided at the first event at or after `at`.
+    struct Reaches(i64);
+
+    impl Condition for Reaches {
+        type Verdict = i64;
+
+        fn apply(&mut self, batch: &[Event]) -> Option<i64> {
+            batch
+                .iter()
+                .map(|e| e.kv.mod_revision)
+                .find(|rev| *rev >= self.0)
+        }
+    }
+
+    fn batch(revs: &[i64]) -> Batch {
+        let events = revs.iter().map(|&rev| Event {
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                key: b"k".to_vec(),
+                mod_revision: rev,
+                ..Default::default()
+            },
+        });
+        Arc::new(events.collect())
+    }
+
+    #[test]
+    fn a_waiter_is_told_where_the_watcher_stands_and_its_verdict_once() {
+        let (sender, mut receiver) = unbounded_channel();
+        let mut judged = Judged {
+            condition: Some(Reaches(12)),
+            sender,
+        };
+        assert!(judged.tell(Delivery::From {
+            after: 10,
+            fresh: false
+        }));
+        assert!(judged.events(&batch(&[11])));
+        assert!(judged.events(&batch(&[12, 13])));
+        assert!(judged.events(&batch(&[14])));
+        assert!(matches!(
+            receiver.try_recv(),
+            Ok(Wake::From {
+                after: 10,
+                fresh: false
+            })
+        ));
+        assert!(matches!(receiver.try_recv(), Ok(Wake::Verdict(12))));
+        // Events are never passed on, nor anything after the verdict.
+        assert!(receiver.try_recv().is_err());
+        // A waiter that is gone stops listening once decided.
+        drop(receiver);
+        assert!(!judged.events(&batch(&[15])));
+    }
+}
