@@ -59,9 +59,8 @@ pub use line::mode::MAX_PERMITS;
 pub use ownership::MAX_LOCK_DELAY;
 pub use recipes::election::{Election, Leadership};
 pub use recipes::holder::{Holder, KeyMode, Status};
-pub use recipes::leader_loop::{
-    DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop, LoopHealth, LoopState, TermEnd,
-};
+pub use recipes::leader_loop::health::{LoopHealth, LoopState, TermEnd};
+pub use recipes::leader_loop::{DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop};
 pub use recipes::mutex::{Mutex, MutexGuard};
 pub use recipes::observe::{Leader, LeaderEvent, Observer};
 pub use recipes::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
