@@ -196,7 +196,7 @@ impl Held {
     /// Ends the hold and deletes our key by its create revision. Waits for etcd's answer
     /// at most `wait` (`None`: not at all); the removal goes on in the background until
     /// etcd answers, keeping the turn until then.
-    pub(crate) fn release(&mut self, wait: Option<Duration>) -> Result<Released> {
+    fn release(&mut self, wait: Option<Duration>) -> Result<Released> {
         if let Some(pending) = self.pending.take() {
             return self.await_release(pending, wait, Instant::now());
         }
