@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             recv(work) -> _ => println!("working on shard 7"),
         }
     }
-    guard.unlock()?;
+    guard.release()?;
     session.close()?;
     println!("released; session closed");
     Ok(())

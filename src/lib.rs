@@ -59,12 +59,14 @@ pub use crossbeam_channel;
 pub use line::mode::MAX_PERMITS;
 pub use ownership::MAX_LOCK_DELAY;
 pub use recipes::election::{Election, Leadership};
-pub use recipes::holder::{Holder, KeyMode, Status};
-pub use recipes::leader_loop::{
-    DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop, LoopHealth, LoopState, TermEnd,
+pub use recipes::guard::{
+    Guard, GuardKind, LeaderKind, MutexKind, PermitKind, ReadKind, WriteKind,
 };
+pub use recipes::holder::{Holder, KeyMode, Status};
+pub use recipes::leader_loop::health::{LoopHealth, LoopState, TermEnd};
+pub use recipes::leader_loop::{DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop};
 pub use recipes::mutex::{Mutex, MutexGuard};
-pub use recipes::observe::{Leader, LeaderEvent, Observer};
+pub use recipes::observe::{LeaderEvent, Observer};
 pub use recipes::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use recipes::semaphore::{Permit, Semaphore};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};

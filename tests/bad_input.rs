@@ -232,7 +232,7 @@ fn constructors_and_operations_reject_bad_input() {
     let s2 = session(&c2, 10);
     drop(c2);
     let g = s2.mutex("bad/dropped-client").unwrap().lock().unwrap();
-    g.unlock().unwrap();
+    g.release().unwrap();
 }
 
 #[test]
@@ -353,7 +353,7 @@ proptest! {
             let mut prefix = name.clone();
             prefix.push(b'/');
             prop_assert_eq!(c.get_prefix(&prefix).unwrap().len(), 1);
-            g.unlock().unwrap();
+            g.release().unwrap();
             prop_assert!(c.get_prefix(&prefix).unwrap().is_empty());
         }
     }

@@ -261,7 +261,7 @@ fn blocking_calls_work_on_spawn_blocking_and_block_in_place_threads() {
             let session = on_pool.session()?;
             let guard = session.mutex("pool-lock")?.lock()?;
             let token = guard.fencing_token();
-            guard.unlock()?;
+            guard.release()?;
             let leadership = session.election("pool-election")?.campaign("v")?;
             assert!(leadership.is_leader());
             drop(leadership);

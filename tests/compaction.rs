@@ -67,9 +67,9 @@ fn watch_streams_opened(metrics: impl Fn() -> String, window: Duration) -> u64 {
 
 /// Releases `guard` and checks that the parked `waiter` acquired promptly.
 fn release_and_check(guard: etcd_sync::MutexGuard, waiter: JoinHandle<Result<Instant>>) {
-    // From the release request: the waiter can get the lock before `unlock` returns.
+    // From the release request: the waiter can get the lock before `release` returns.
     let released = Instant::now();
-    guard.unlock().expect("release");
+    guard.release().expect("release");
     let acquired = match waiter.join() {
         Ok(Ok(at)) => at,
         Ok(Err(e)) => panic!(

@@ -82,7 +82,7 @@ fn a_clean_release_hands_over_at_once_and_bad_delays_are_refused() {
         .len()
         == 2));
     let released = Instant::now();
-    held.unlock().unwrap();
+    held.release().unwrap();
     let (acquired, token) = waiter.join().unwrap();
     assert!(token.is_ok());
     assert!(

@@ -311,9 +311,9 @@ fn stale_unlock_never_deletes_a_newer_holder() {
         .unwrap()
         .lock_timeout(Duration::from_secs(2))
         .unwrap();
-    assert!(matches!(g1.unlock(), Err(Error::LockLost)));
+    assert!(matches!(g1.release(), Err(Error::LockLost)));
     assert_eq!(keys(&c, "stale/"), vec![g2.key_str().into_owned()]);
-    g2.unlock().unwrap();
+    g2.release().unwrap();
     assert!(keys(&c, "stale/").is_empty());
 }
 

@@ -311,7 +311,7 @@ fn a_late_applied_enqueue_leaves_no_key_behind() {
     cl.pause(follower).unwrap();
     let g = m.lock().expect("lock through another member");
     let token = g.fencing_token();
-    g.unlock().unwrap();
+    g.release().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     cl.resume(follower).unwrap();
     let observer = Client::connect(&all[leader..=leader]).unwrap();
@@ -460,7 +460,7 @@ fn a_release_that_times_out_reports_the_time_it_waited() {
     let g = s.mutex("frozen-after").unwrap().lock().unwrap();
     server.pause().unwrap();
     let start = Instant::now();
-    let unlocked = g.unlock();
+    let unlocked = g.release();
     let took = start.elapsed();
     server.resume().unwrap();
     match unlocked {
@@ -501,7 +501,7 @@ fn a_guard_that_waited_follows_its_key_at_once() {
         )
         .len()
             == 2));
-        held.unlock().unwrap();
+        held.release().unwrap();
         let guard = waiter.join().unwrap().unwrap();
         let lost = guard.lost();
         c.delete(guard.key()).unwrap();

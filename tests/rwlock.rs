@@ -51,7 +51,7 @@ fn readers_overlap_and_a_writer_excludes_them() {
         s1.rwlock("rw").unwrap().try_read(),
         Err(TryLockError::WouldBlock)
     ));
-    g.unlock().unwrap();
+    g.release().unwrap();
     assert!(keys(&c, "rw/").is_empty());
 }
 
@@ -171,6 +171,6 @@ fn a_deleted_read_key_ends_the_guard_and_its_writes() {
     assert!(lost.recv_timeout(Duration::from_secs(2)).is_err());
     assert!(!r.is_held());
     assert!(matches!(r.put("del-data", "2"), Err(Error::LockLost)));
-    assert!(matches!(r.unlock(), Err(Error::LockLost)));
+    assert!(matches!(r.release(), Err(Error::LockLost)));
     assert_eq!(c.get("del-data").unwrap().unwrap().value, b"1");
 }

@@ -33,7 +33,7 @@ fn n_holders_at_once_and_the_next_waits() {
     assert!(permits[0].key_str().ends_with(".permits-3"));
     let fourth = sessions[3].semaphore("sem", 3).unwrap();
     assert_eq!(fourth.permits(), 3);
-    let holders = fourth.holders().unwrap();
+    let holders = fourth.status().unwrap().holders;
     let tokens: Vec<i64> = permits.iter().map(|p| p.fencing_token()).collect();
     assert_eq!(
         holders

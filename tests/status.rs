@@ -1,5 +1,5 @@
 //! Who holds what, against real etcd: session identities stored in lock keys, the
-//! recipes' holder/waiter/candidate lists in line order, and `Client::status` of a lock
+//! recipes' `status()` (holders, then waiters or candidates, in line order), and `Client::status` of a lock
 //! taken by the real `etcdctl lock`.
 
 #![cfg(feature = "testing")]
@@ -50,8 +50,8 @@ fn mutex_reports_its_holder_and_waiters_in_line_order() {
     assert_eq!(second.identity(), "worker-2");
 
     let mutex = first.mutex("m").unwrap();
-    assert_eq!(mutex.holder().unwrap(), None, "free");
-    assert!(mutex.waiters().unwrap().is_empty());
+    assert_eq!(mutex.status().unwrap().holder(), None, "free");
+    assert!(mutex.status().unwrap().waiters.is_empty());
     let guard = mutex.lock().unwrap();
     // Queue the others one at a time so that their order is known.
     let mut waiting = Vec::new();
@@ -61,7 +61,7 @@ fn mutex_reports_its_holder_and_waiters_in_line_order() {
         assert!(eventually(WAIT, || keys(&c, "m/").len() == i + 2));
     }
 
-    let holder = mutex.holder().unwrap().expect("a holder");
+    let holder = mutex.status().unwrap().holder().cloned().expect("a holder");
     assert_key(
         &holder,
         &first,
@@ -70,7 +70,7 @@ fn mutex_reports_its_holder_and_waiters_in_line_order() {
     );
     assert_eq!(holder.key, guard.key());
     assert_eq!(holder.mode, KeyMode::Exclusive);
-    let waiters = third.mutex("m").unwrap().waiters().unwrap();
+    let waiters = third.mutex("m").unwrap().status().unwrap().waiters;
     assert_eq!(waiters.len(), 2, "{waiters:?}");
     assert_key(&waiters[0], &second, None, "worker-2");
     assert_key(&waiters[1], &third, None, &default_identity);
@@ -89,12 +89,17 @@ fn mutex_reports_its_holder_and_waiters_in_line_order() {
     // The next in line takes over, with its own identity and fencing token.
     drop(guard);
     let next = waiting.remove(0).join().unwrap().unwrap();
-    let holder = mutex.holder().unwrap().expect("the second holds");
+    let holder = mutex
+        .status()
+        .unwrap()
+        .holder()
+        .cloned()
+        .expect("the second holds");
     assert_key(&holder, &second, Some(next.fencing_token()), "worker-2");
-    assert_eq!(mutex.waiters().unwrap().len(), 1);
+    assert_eq!(mutex.status().unwrap().waiters.len(), 1);
     drop(next);
     drop(waiting.remove(0).join().unwrap().unwrap());
-    assert_eq!(mutex.holder().unwrap(), None);
+    assert_eq!(mutex.status().unwrap().holder(), None);
 }
 
 #[test]
@@ -113,23 +118,23 @@ fn semaphore_reports_its_permit_holders_and_waiters() {
     };
     assert!(eventually(WAIT, || keys(&c, "sem/").len() == 3));
 
-    let holders = last.holders().unwrap();
+    let holders = last.status().unwrap().holders;
     assert_eq!(holders.len(), 2, "{holders:?}");
     for ((holder, permit), s) in holders.iter().zip(&permits).zip(&sessions) {
         assert_key(holder, s, Some(permit.fencing_token()), s.identity());
         assert_eq!(holder.mode, KeyMode::Permits(2));
     }
-    let waiters = last.waiters().unwrap();
+    let waiters = last.status().unwrap().waiters;
     assert_eq!(waiters.len(), 1, "{waiters:?}");
     assert_key(&waiters[0], &sessions[2], None, sessions[2].identity());
     assert_eq!(waiters[0].mode, KeyMode::Permits(2));
 
     drop(permits);
     let permit = waiting.join().unwrap().unwrap();
-    let holders = last.holders().unwrap();
+    let holders = last.status().unwrap().holders;
     assert_eq!(holders.len(), 1);
     assert_eq!(holders[0].create_revision, permit.fencing_token());
-    assert!(last.waiters().unwrap().is_empty());
+    assert!(last.status().unwrap().waiters.is_empty());
 }
 
 #[test]
@@ -154,13 +159,13 @@ fn rwlock_reports_the_readers_or_the_writer() {
     assert!(eventually(WAIT, || keys(&c, "rw/").len() == 4));
 
     let lock = r1.rwlock("rw").unwrap();
-    let holders = lock.holders().unwrap();
+    let holders = lock.status().unwrap().holders;
     assert_eq!(holders.len(), 2, "{holders:?}");
     for ((holder, read), s) in holders.iter().zip(&reads).zip([&r1, &r2]) {
         assert_key(holder, s, Some(read.fencing_token()), s.identity());
         assert_eq!(holder.mode, KeyMode::Shared);
     }
-    let waiters = lock.waiters().unwrap();
+    let waiters = lock.status().unwrap().waiters;
     assert_eq!(
         waiters
             .iter()
@@ -174,11 +179,11 @@ fn rwlock_reports_the_readers_or_the_writer() {
 
     drop(reads);
     let write = writer.join().unwrap().unwrap();
-    let holders = lock.holders().unwrap();
+    let holders = lock.status().unwrap().holders;
     assert_eq!(holders.len(), 1, "{holders:?}");
     assert_key(&holders[0], &w, Some(write.fencing_token()), w.identity());
     assert_eq!(holders[0].mode, KeyMode::Exclusive);
-    assert_eq!(lock.waiters().unwrap().len(), 1);
+    assert_eq!(lock.status().unwrap().waiters.len(), 1);
     drop(write);
     drop(late_reader.join().unwrap().unwrap());
 }
@@ -201,7 +206,7 @@ fn election_lists_its_candidates_after_the_leader() {
         election.leader().unwrap().map(|l| l.value),
         Some(b"leader-value".to_vec())
     );
-    let candidates = election.candidates().unwrap();
+    let candidates = election.status().unwrap().waiters;
     assert_eq!(candidates.len(), 2, "{candidates:?}");
     // Election keys keep the campaign value, not the session identity.
     assert_key(&candidates[0], &s2, None, "second");
@@ -218,10 +223,10 @@ fn election_lists_its_candidates_after_the_leader() {
 
     drop(leadership);
     let next = campaigns.remove(0).join().unwrap().unwrap();
-    assert_eq!(election.candidates().unwrap().len(), 1);
+    assert_eq!(election.status().unwrap().waiters.len(), 1);
     drop(next);
     drop(campaigns.remove(0).join().unwrap().unwrap());
-    assert!(election.candidates().unwrap().is_empty());
+    assert!(election.status().unwrap().waiters.is_empty());
 }
 
 #[test]

@@ -87,7 +87,7 @@ fn contend(args: &Args, name: &str, contenders: usize, total: usize) -> Res<Cont
                 locked(&waits).push(acquired - t0);
                 per_worker[me].fetch_add(1, Ordering::SeqCst);
                 turns.leave(me);
-                let result = guard.unlock();
+                let result = guard.release();
                 if c == total {
                     *locked(&end) = Some(Instant::now());
                 }

@@ -17,8 +17,8 @@ pub fn cost(args: &Args, summary: &mut Summary) -> Res<()> {
     let name = format!("{}/cost", args.prefix);
     let mine = holder.mutex(&name)?;
     let theirs = waiter.mutex(&name)?;
-    mine.lock_timeout(WAIT)?.unlock()?;
-    theirs.lock_timeout(WAIT)?.unlock()?;
+    mine.lock_timeout(WAIT)?.release()?;
+    theirs.lock_timeout(WAIT)?.release()?;
 
     const N: usize = 20;
     let (mut acquire, mut release) = (Counters::default(), Counters::default());
@@ -26,7 +26,7 @@ pub fn cost(args: &Args, summary: &mut Summary) -> Res<()> {
         let s0 = counters(&endpoint)?;
         let guard = mine.lock_timeout(WAIT)?;
         let s1 = counters(&endpoint)?;
-        guard.unlock()?;
+        guard.release()?;
         let s2 = counters(&endpoint)?;
         acquire.add(&s1.minus(&s0));
         release.add(&s2.minus(&s1));
@@ -50,7 +50,7 @@ pub fn cost(args: &Args, summary: &mut Summary) -> Res<()> {
                 Ok(g) => {
                     let _ = got_tx.send(Ok(()));
                     let _ = done_rx.recv_timeout(WAIT);
-                    let _ = g.unlock();
+                    let _ = g.release();
                 }
                 Err(e) => {
                     let _ = got_tx.send(Err(e.into()));
@@ -62,7 +62,7 @@ pub fn cost(args: &Args, summary: &mut Summary) -> Res<()> {
         // Long enough to be queued and watching: Txn + Watch created + Range take ~1 ms.
         thread::sleep(Duration::from_millis(300));
         let s1 = counters(&endpoint)?;
-        guard.unlock()?;
+        guard.release()?;
         got_rx.recv_timeout(WAIT)??;
         let s2 = counters(&endpoint)?;
         let _ = done_tx.send(());

@@ -370,7 +370,7 @@ fn probes(session: &Session, prefix: &str) -> Res<(Vec<Duration>, Vec<Duration>)
         let t0 = Instant::now();
         let guard = mutex.lock_timeout(WAIT)?;
         let t1 = Instant::now();
-        guard.unlock()?;
+        guard.release()?;
         acquire.push(t1 - t0);
         release.push(t1.elapsed());
     }

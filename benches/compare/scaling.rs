@@ -67,7 +67,7 @@ pub fn scaling_one(args: &Args, waiters: usize, summary: &mut Summary) -> Res<()
                 }
                 thread::sleep(hold);
                 turns.leave(me);
-                if let Err(e) = guard.unlock() {
+                if let Err(e) = guard.release() {
                     return turns.error(format!("waiter {me}: unlock: {e}"));
                 }
             }
@@ -90,7 +90,7 @@ pub fn scaling_one(args: &Args, waiters: usize, summary: &mut Summary) -> Res<()
     thread::sleep(Duration::from_millis(300));
     *locked(&turns.slot) = Some((Instant::now(), usize::MAX));
     let before = counters(&args.endpoints[0]).ok();
-    gate.unlock()?;
+    gate.release()?;
     let deadline = Instant::now() + WAIT * 4 + hold * (wanted as u32 + participants as u32);
     let left = join_bounded(handles, deadline);
     if left > 0 {

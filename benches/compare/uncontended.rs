@@ -49,7 +49,7 @@ pub fn uncontended(args: &Args, summary: &mut Summary) -> Res<()> {
         let t0 = Instant::now();
         let guard = mutex.lock_timeout(WAIT)?;
         let t1 = Instant::now();
-        guard.unlock()?;
+        guard.release()?;
         Ok((t1 - t0, t1.elapsed()))
     };
 

@@ -90,7 +90,7 @@ impl Followed for Hold {
     }
 }
 
-/// The guard side of a hold: what `MutexGuard` and `Leadership` are made of.
+/// The guard side of a hold: what every `Guard` (recipes/guard.rs) is made of.
 pub(crate) struct Held {
     hold: Arc<Hold>,
     generation: u64,
@@ -123,10 +123,6 @@ impl Held {
             signal,
             pending: None,
         }
-    }
-
-    pub(crate) fn line(&self) -> &Arc<Line> {
-        &self.hold.line
     }
 
     pub(crate) fn key(&self) -> &[u8] {
@@ -174,15 +170,13 @@ impl Held {
         }))
     }
 
-    /// A guard's explicit release: waits one request timeout for etcd's answer;
-    /// `LockLost` if the key was no longer ours.
-    pub(crate) fn release_now(&mut self) -> Result<()> {
+    /// A guard's explicit release (`release`, `resign`): waits one request timeout for
+    /// etcd's answer; if none came, the release goes on in the background and calling
+    /// this again waits for it once more.
+    pub(crate) fn release_now(&mut self) -> Result<Released> {
         crate::client::runtime::ensure_blocking_allowed()?;
         let wait = self.hold.line.session.client().rpc().request_timeout();
-        match self.release(Some(wait))? {
-            Released::Deleted => Ok(()),
-            Released::NotOurs | Released::NotCurrent => Err(Error::LockLost),
-        }
+        self.release(Some(wait))
     }
 
     /// Held as far as this process can tell without asking etcd: current, not lost, and
@@ -202,7 +196,7 @@ impl Held {
     /// Ends the hold and deletes our key by its create revision. Waits for etcd's answer
     /// at most `wait` (`None`: not at all); the removal goes on in the background until
     /// etcd answers, keeping the turn until then.
-    pub(crate) fn release(&mut self, wait: Option<Duration>) -> Result<Released> {
+    fn release(&mut self, wait: Option<Duration>) -> Result<Released> {
         if let Some(pending) = self.pending.take() {
             return self.await_release(pending, wait, Instant::now());
         }

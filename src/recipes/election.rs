@@ -4,19 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
-
 use crate::line::mode::Mode;
 use crate::ownership::{self, Held, Kind, Line, Wait};
-use crate::recipes::holder::Holder;
-use crate::recipes::observe::{Leader, Observer, leader_of, observe_prefix};
-use crate::recipes::status;
+use crate::recipes::guard::{Guard, LeaderKind};
+use crate::recipes::holder::{Holder, Status};
+use crate::recipes::observe::{Observer, observe_prefix};
 use crate::session::Session;
 use crate::support::cancel::WaitOptions;
 use crate::support::error::try_lock::TryLockError;
 use crate::support::error::{Error, Result};
 use crate::support::kv::text;
-use crate::support::kv::{Compare, CompareOp, Txn, TxnResponse};
 
 /// A leader election named by a string, campaigned through a [`Session`].
 ///
@@ -181,7 +178,7 @@ impl Election {
             }
             let held = Held::supersede(&hold).ok_or(Error::NotLeader)?;
             tracing::info!(fencing_token = held.rev(), "re-campaigned");
-            return Ok(Leadership { held });
+            return Ok(Guard::new(held));
         }
         let held =
             ownership::acquire(&self.line, Kind::Lead, value, wait).map_err(|e| match e {
@@ -189,7 +186,7 @@ impl Election {
                 TryLockError::Error(other) => other,
             })?;
         tracing::info!(fencing_token = held.rev(), "elected leader");
-        Ok(Leadership { held })
+        Ok(Guard::new(held))
     }
 
     /// The session this election campaigns on.
@@ -205,33 +202,12 @@ impl Election {
         self.line.session()
     }
 
-    /// The current leader, or `Ok(None)` when nobody leads.
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (the read is
-    ///   retried on every endpoint first).
-    /// * [`Error::Server`]: etcd refused the read (e.g. `PermissionDenied`);
-    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
-    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// match session.election("scheduler")?.leader()? {
-    ///     Some(leader) => println!("leader: {}", leader.value_str()),
-    ///     None => println!("no leader"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn leader(&self) -> Result<Option<Leader>> {
-        leader_of(self.line.session().client(), self.line.prefix().to_vec())
-    }
-
-    /// The candidates waiting to lead, in line order (the next leader first), without the
-    /// leader ([`leader`](Election::leader)): each with the value it campaigned with, its
-    /// lease, create revision (its fencing token once it leads) and lease TTL left. One
-    /// linearizable read, then one lease lookup per candidate.
+    /// Who leads and who campaigns, in line order (the next leader first): the same read
+    /// as [`Client::status`](crate::Client::status) of this name. The leader is the
+    /// [`holder`](Status::holder); the candidates waiting to lead are the
+    /// [`waiters`](Status::waiters), each with the value it campaigned with, its lease,
+    /// create revision (its fencing token once it leads) and lease TTL left. One
+    /// linearizable read, then one lease lookup per distinct lease.
     ///
     /// # Errors
     ///
@@ -243,16 +219,35 @@ impl Election {
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// for candidate in session.election("scheduler")?.candidates()? {
+    /// let status = session.election("scheduler")?.status()?;
+    /// for candidate in &status.waiters {
     ///     println!("next in line: {}", candidate.value_str());
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn candidates(&self) -> Result<Vec<Holder>> {
-        // The leader is the oldest key, whatever its name says (`leader()` reads it so).
-        status::inspect(self.line.session().client(), self.line.prefix(), |line| {
-            line.into_line().into_iter().skip(1).collect()
-        })
+    pub fn status(&self) -> Result<Status> {
+        self.session().client().status(self.name())
+    }
+
+    /// The current leader (the oldest key under the name), or `Ok(None)` when nobody
+    /// leads: the [`holder`](Status::holder) of [`status`](Election::status), as Go's
+    /// `Election.Leader` and `etcdctl elect -l` name it.
+    ///
+    /// # Errors
+    ///
+    /// As [`status`](Election::status).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.election("scheduler")?.leader()? {
+    ///     Some(leader) => println!("leader: {} ({:?} left)", leader.value_str(), leader.ttl),
+    ///     None => println!("no leader"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn leader(&self) -> Result<Option<Holder>> {
+        Ok(self.status()?.holders.into_iter().next())
     }
 
     /// Follows leadership changes: a blocking iterator of [`LeaderEvent`](crate::LeaderEvent)s that starts with
@@ -285,11 +280,17 @@ impl Election {
     }
 }
 
-/// Proof that we lead; resigns on `Drop`.
+/// Proof that we lead; resigns on `Drop`. A [`Guard`]: besides the methods every guard
+/// has (a key, a fencing token strictly increasing across successive leaders,
+/// [`lost`](Guard::lost), writes that commit only while we lead, [`release`](Guard::release)),
+/// a leadership can [`proclaim`](Guard::proclaim) a new value, and
+/// [`resign`](Guard::resign) until etcd confirms it. Where a lock guard reports
+/// [`Error::LockLost`], a leadership reports [`Error::NotLeader`].
 ///
 /// Resigning deletes our key only if it still has our create revision. If
-/// [`resign`](Leadership::resign) fails, the guard keeps its state so calling it again
-/// works (upstream Go forgets it).
+/// [`resign`](Guard::resign) fails, the guard keeps its state so calling it again works
+/// (upstream Go forgets it). A re-campaign on the same session and name supersedes this
+/// guard (see [`Election::campaign`]): it then no longer leads, and does nothing on `Drop`.
 ///
 /// # Example
 ///
@@ -304,63 +305,14 @@ impl Election {
 /// leadership.resign()?;
 /// # Ok(()) }
 /// ```
-#[must_use = "leadership is resigned as soon as the guard is dropped"]
-pub struct Leadership {
-    held: Held,
-}
+pub type Leadership = Guard<LeaderKind>;
 
-impl std::fmt::Debug for Leadership {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Leadership")
-            .field("key", &text(self.key()))
-            .field("fencing_token", &self.held.rev())
-            .field("is_leader", &self.is_leader())
-            .finish()
-    }
-}
-
-impl Leadership {
-    /// Our election key, `<name>/<lease hex>`.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let l = session.election("e")?.campaign("v")?;
-    /// assert!(l.key().starts_with(b"e/"));
-    /// # Ok(()) }
-    /// ```
-    pub fn key(&self) -> &[u8] {
-        self.held.key()
-    }
-
-    /// Our election key as text.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// println!("{}", session.election("e")?.campaign("v")?.key_str());
-    /// # Ok(()) }
-    /// ```
-    pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
-        text(self.key())
-    }
-
-    /// Our key's create revision: strictly increasing across successive leaders.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let l = session.election("e")?.campaign("v")?;
-    /// println!("token {}", l.fencing_token());
-    /// # Ok(()) }
-    /// ```
-    pub fn fencing_token(&self) -> i64 {
-        self.held.rev()
-    }
-
-    /// Whether we still lead as far as this process knows: not resigned nor superseded by
-    /// a re-campaign, the session's lease deadline has not passed, and our key has not
-    /// been seen deleted. No request is sent.
+/// What only a [`Leadership`] does.
+impl Guard<LeaderKind> {
+    /// Whether we still lead as far as this process knows: [`is_held`](Guard::is_held),
+    /// by the election's name for it (not resigned nor superseded by a re-campaign, the
+    /// session's lease deadline has not passed, and our key has not been seen deleted).
+    /// No request is sent.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -369,23 +321,7 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn is_leader(&self) -> bool {
-        self.held.is_held()
-    }
-
-    /// A channel that becomes ready (disconnected) when leadership may be lost or is given
-    /// up: the session's lease deadline passed or the session ended, our key was seen
-    /// deleted, a re-campaign superseded this guard, or it resigned.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let l = session.election("e")?.campaign("v")?;
-    /// let lost = l.lost();
-    /// std::thread::spawn(move || { let _ = lost.recv(); eprintln!("no longer leader"); });
-    /// # Ok(()) }
-    /// ```
-    pub fn lost(&self) -> Receiver<()> {
-        self.held.lost()
+        self.is_held()
     }
 
     /// Publishes a new value under our key, only while we lead; [`Error::NotLeader`] if we
@@ -418,121 +354,14 @@ impl Leadership {
         }
     }
 
-    /// The condition "we still lead", for your own transactions.
-    ///
-    /// ```no_run
-    /// use etcd_sync::{Txn, TxnOp};
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let l = session.election("e")?.campaign("v")?;
-    /// session.client().txn(Txn::new().when([l.ownership_compare()]).and_then([TxnOp::put("k", "v")]))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn ownership_compare(&self) -> Compare {
-        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.held.rev())
-    }
-
-    /// Puts `key = value` only while we lead; [`Error::NotLeader`] otherwise. Returns the
-    /// store revision of the write, as [`Client::put`](crate::Client::put) does (use
-    /// [`txn`](Self::txn) for the whole response).
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::NotLeader`]: this guard resigned or was superseded by a re-campaign, or
-    ///   our key no longer has our create revision (deleted by someone else, or gone with
-    ///   the session's lease); nothing was written.
-    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
-    ///   write may or may not have been applied.
-    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
-    ///   was acknowledged before the lease deadline); nothing was sent.
-    /// * [`Error::InvalidArgument`]: `key` is empty; nothing was sent.
-    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
-    ///   `InvalidArgument` for a value above its size limit);
-    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
-    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let l = session.election("e")?.campaign("v")?;
-    /// l.put("config/written-by", "the leader")?;
-    /// # Ok(()) }
-    /// ```
-    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<i64> {
-        self.held
-            .put(key.as_ref(), value.as_ref())?
-            .ok_or(Error::NotLeader)
-    }
-
-    /// Deletes `key` only while we lead; [`Error::NotLeader`] otherwise. Returns the number
-    /// of keys deleted (0 or 1), as [`Client::delete`](crate::Client::delete) does.
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::NotLeader`]: this guard resigned or was superseded by a re-campaign, or
-    ///   our key no longer has our create revision (deleted by someone else, or gone with
-    ///   the session's lease); nothing was written.
-    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
-    ///   write may or may not have been applied.
-    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
-    ///   was acknowledged before the lease deadline); nothing was sent.
-    /// * [`Error::InvalidArgument`]: `key` is empty; nothing was sent.
-    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`);
-    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
-    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let l = session.election("e")?.campaign("v")?;
-    /// l.delete("config/stale")?;
-    /// # Ok(()) }
-    /// ```
-    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<i64> {
-        self.held.delete(key.as_ref())?.ok_or(Error::NotLeader)
-    }
-
-    /// Runs `txn` only while we lead, atomically with that check. A failed comparison of
-    /// `txn` itself is not an error: `Ok` with `succeeded == false`.
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::NotLeader`]: this guard resigned or was superseded by a re-campaign, or
-    ///   our key no longer has our create revision (deleted by someone else, or gone with
-    ///   the session's lease); nothing was written.
-    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
-    ///   write may or may not have been applied.
-    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
-    ///   was acknowledged before the lease deadline); nothing was sent.
-    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
-    ///   `InvalidArgument` for a malformed `txn`); [`Error::Authentication`]:
-    ///   re-authenticating after an expired token failed.
-    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
-    ///
-    /// ```no_run
-    /// use etcd_sync::{Txn, TxnOp};
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let l = session.election("e")?.campaign("v")?;
-    /// l.txn(Txn::new().and_then([TxnOp::put("a", "1"), TxnOp::put("b", "2")]))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        // A superseded or resigned guard must not write, although etcd would still see
-        // the same key and revision: `guarded_txn` sends nothing for it.
-        self.held.guarded_txn(txn)?.ok_or(Error::NotLeader)
-    }
-
-    /// Gives up leadership (deletes our key if it still has our create revision). Returns
-    /// within about one request timeout; if etcd has not answered by then, this returns
-    /// [`Error::Timeout`] while the resignation goes on in the background, and calling
-    /// `resign` again waits for it once more. After success (or on a guard superseded by a
-    /// re-campaign) it does nothing.
-    ///
-    /// Unlike [`MutexGuard::unlock`](crate::MutexGuard::unlock), which takes its guard by
-    /// value, this takes `&mut self`: a leader that must know it has stepped down (before
-    /// another takes over work only one may do) calls it until it succeeds, as with Go's
-    /// `Election.Resign`. Dropping the `Leadership` resigns too, in the background.
+    /// Gives up leadership (deletes our key if it still has our create revision): the
+    /// same release as [`release`](Guard::release), which a leader that must know it has
+    /// stepped down (before another takes over work only one may do) calls until it
+    /// succeeds, as with Go's `Election.Resign`. Returns within about one request timeout;
+    /// if etcd has not answered by then, this returns [`Error::Timeout`] while the
+    /// resignation goes on in the background, and calling `resign` again waits for it
+    /// once more. After success (or on a guard superseded by a re-campaign) it does
+    /// nothing. Dropping the `Leadership` resigns too, in the background.
     ///
     /// # Errors
     ///
@@ -557,9 +386,7 @@ impl Leadership {
     /// # Ok(()) }
     /// ```
     pub fn resign(&mut self) -> Result<()> {
-        crate::client::runtime::ensure_blocking_allowed()?;
-        let wait = self.held.line().session().client().rpc().request_timeout();
-        self.held.release(Some(wait)).map(|_| ())
+        self.held.release_now().map(|_| ())
     }
 }
 

@@ -1,254 +1,447 @@
-//! The surface every lock guard shares ([`MutexGuard`](crate::MutexGuard),
+//! The one guard family: [`Guard`], generic over a sealed [`GuardKind`] (in the style of
+//! `lock_api`), wraps the ownership core's [`Held`] and carries the surface every guard
+//! shares, written once: key, fencing token, `is_held`, `lost`, guarded writes, `release`.
+//! The public names are aliases ([`MutexGuard`](crate::MutexGuard),
 //! [`RwLockReadGuard`](crate::RwLockReadGuard), [`RwLockWriteGuard`](crate::RwLockWriteGuard),
-//! [`Permit`](crate::Permit)): written once, as a macro, so the four cannot drift apart.
-//! Each guard wraps a [`Held`](crate::ownership::Held) and differs only in its name, how
-//! it is acquired (for the examples) and the name of its explicit release.
-//!
-//! [`Leadership`](crate::Leadership) is not one of them: it can be superseded by a
-//! re-campaign, reports `NotLeader`, and resigns through `&mut self`.
+//! [`Permit`](crate::Permit), [`Leadership`](crate::Leadership)); what only a leader does
+//! (`proclaim`, `is_leader`, `resign`) is `impl Guard<LeaderKind>` in `election.rs`.
 
-/// Defines a lock guard type with the shared surface.
-///
-/// * `$guard`: the type; `$what`: what it holds, for the docs ("lock", "read lock"...);
-/// * `$get`: an expression that yields one, for the examples (with `session` in scope);
-/// * `$release`: the name of the method that releases and reports the outcome.
-macro_rules! lock_guard {
-    (
-        $(#[$meta:meta])*
-        $guard:ident, what = $what:literal, get = $get:literal, release = $release:ident
-    ) => {
-        $(#[$meta])*
-        #[must_use = "the lock is released as soon as the guard is dropped"]
-        pub struct $guard {
-            held: $crate::ownership::Held,
-        }
+use std::borrow::Cow;
+use std::marker::PhantomData;
 
-        impl ::std::fmt::Debug for $guard {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.debug_struct(stringify!($guard))
-                    .field("key", &self.key_str())
-                    .field("fencing_token", &self.held.rev())
-                    .finish()
-            }
-        }
+use crossbeam_channel::Receiver;
 
-        impl $guard {
-            #[doc = concat!("The ", $what, "'s key in etcd: `<name>/<lease id in hex>`, with a")]
-            /// suffix for shared keys and permits (`.shared`, `.permits-<N>`).
-            ///
-            /// ```no_run
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("let guard = ", $get, ";")]
-            /// assert!(guard.key().starts_with(b"m/"));
-            /// # Ok(()) }
-            /// ```
-            pub fn key(&self) -> &[u8] {
-                self.held.key()
-            }
+use crate::ownership::{Held, Released};
+use crate::support::error::{Error, Result};
+use crate::support::kv::{Compare, CompareOp, Txn, TxnResponse, text};
 
-            #[doc = concat!("The ", $what, "'s key as text.")]
-            ///
-            /// ```no_run
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("println!(\"{}\", ", $get, ".key_str());")]
-            /// # Ok(()) }
-            /// ```
-            pub fn key_str(&self) -> ::std::borrow::Cow<'_, str> {
-                $crate::support::kv::text(self.key())
-            }
-
-            /// The fencing token: our key's create revision. It grows with every acquisition
-            /// under the name, so storage that remembers the highest token it has seen can
-            /// reject a write from a holder that has since lost its hold.
-            ///
-            /// ```no_run
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("let first = ", $get, ".fencing_token();")]
-            #[doc = concat!("let second = ", $get, ".fencing_token();")]
-            /// assert!(second > first);
-            /// # Ok(()) }
-            /// ```
-            pub fn fencing_token(&self) -> i64 {
-                self.held.rev()
-            }
-
-            #[doc = concat!("Whether the ", $what, " is still held as far as this process knows: not")]
-            /// released, the session's lease deadline has not passed, and our key has not been
-            /// seen deleted. No request is sent; use a guarded write to have etcd confirm.
-            ///
-            /// ```no_run
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("let guard = ", $get, ";")]
-            /// assert!(guard.is_held());
-            /// # Ok(()) }
-            /// ```
-            pub fn is_held(&self) -> bool {
-                self.held.is_held()
-            }
-
-            #[doc = concat!("A channel that becomes ready (disconnected) when the ", $what, " may be lost or")]
-            /// is given up: the session's lease deadline passed or the session ended, our key
-            /// was seen deleted, or the guard was released. Nothing is ever sent on it.
-            ///
-            /// ```no_run
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("let guard = ", $get, ";")]
-            /// let lost = guard.lost();
-            /// std::thread::spawn(move || { let _ = lost.recv(); eprintln!("lost it"); });
-            /// # Ok(()) }
-            /// ```
-            pub fn lost(&self) -> ::crossbeam_channel::Receiver<()> {
-                self.held.lost()
-            }
-
-            #[doc = concat!("The condition \"we still hold this ", $what, "\" (our key still has our create")]
-            /// revision), to add to your own transactions: Go's `Mutex.IsOwner()`.
-            ///
-            /// ```no_run
-            /// use etcd_sync::{Txn, TxnOp};
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("let guard = ", $get, ";")]
-            /// let r = session.client().txn(
-            ///     Txn::new().when([guard.ownership_compare()]).and_then([TxnOp::put("k", "v")]),
-            /// )?;
-            /// assert!(r.succeeded);
-            /// # Ok(()) }
-            /// ```
-            pub fn ownership_compare(&self) -> $crate::support::kv::Compare {
-                $crate::support::kv::Compare::create_revision(
-                    self.key().to_vec(),
-                    $crate::support::kv::CompareOp::Equal,
-                    self.held.rev(),
-                )
-            }
-
-            #[doc = concat!("Puts `key = value` only while we hold the ", $what, "; [`Error::LockLost`](crate::Error::LockLost)")]
-            /// otherwise. Returns the store revision of the write, as
-            /// [`Client::put`](crate::Client::put) does (use `txn` for the whole response).
-            ///
-            /// # Errors
-            ///
-            /// * [`Error::LockLost`](crate::Error::LockLost): our key no longer has our create
-            ///   revision (deleted by someone else, or gone with the session's lease);
-            ///   nothing was written.
-            /// * [`Error::SessionLost`](crate::Error::SessionLost): the session is known lost
-            ///   (etcd said so, or no keep-alive was acknowledged before the lease
-            ///   deadline); nothing was sent.
-            /// * [`Error::InvalidArgument`](crate::Error::InvalidArgument): `key` is empty;
-            ///   nothing was sent.
-            /// * [`Error::Timeout`](crate::Error::Timeout) /
-            ///   [`Error::Unavailable`](crate::Error::Unavailable): etcd did not answer. Not
-            ///   retried: the write may or may not have been applied.
-            /// * [`Error::Server`](crate::Error::Server): etcd refused the transaction (e.g.
-            ///   `PermissionDenied`, or `InvalidArgument` for a value above its size limit);
-            ///   [`Error::Authentication`](crate::Error::Authentication): re-authenticating
-            ///   after an expired token failed.
-            /// * [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime): called on an
-            ///   async worker thread.
-            ///
-            /// ```no_run
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("let guard = ", $get, ";")]
-            /// let revision = guard.put("state", "written by the holder")?;
-            /// assert!(revision > 0);
-            /// # Ok(()) }
-            /// ```
-            pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> $crate::support::error::Result<i64> {
-                self.held.put(key.as_ref(), value.as_ref())?.ok_or($crate::support::error::Error::LockLost)
-            }
-
-            #[doc = concat!("Deletes `key` only while we hold the ", $what, "; [`Error::LockLost`](crate::Error::LockLost)")]
-            /// otherwise. Returns the number of keys deleted (0 or 1), as
-            /// [`Client::delete`](crate::Client::delete) does.
-            ///
-            /// # Errors
-            ///
-            /// As `put`.
-            ///
-            /// ```no_run
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("let guard = ", $get, ";")]
-            /// guard.delete("state")?;
-            /// # Ok(()) }
-            /// ```
-            pub fn delete(&self, key: impl AsRef<[u8]>) -> $crate::support::error::Result<i64> {
-                self.held.delete(key.as_ref())?.ok_or($crate::support::error::Error::LockLost)
-            }
-
-            #[doc = concat!("Runs `txn` only while we hold the ", $what, ", atomically with that check;")]
-            /// returns `txn`'s own response, or [`Error::LockLost`](crate::Error::LockLost).
-            /// A failed comparison of `txn` itself is not an error: `Ok` with
-            /// `succeeded == false`.
-            ///
-            /// # Errors
-            ///
-            /// As `put`, except that an empty key is etcd's
-            /// [`Error::Server`](crate::Error::Server) with code `InvalidArgument`.
-            ///
-            /// ```no_run
-            /// use etcd_sync::{Compare, CompareOp, Txn, TxnOp};
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("let guard = ", $get, ";")]
-            /// let r = guard.txn(
-            ///     Txn::new()
-            ///         .when([Compare::version("job", CompareOp::Equal, 0)])
-            ///         .and_then([TxnOp::put("job", "started")]),
-            /// )?;
-            /// println!("started: {}", r.succeeded);
-            /// # Ok(()) }
-            /// ```
-            pub fn txn(&self, txn: $crate::support::kv::Txn) -> $crate::support::error::Result<$crate::support::kv::TxnResponse> {
-                self.held.guarded_txn(txn)?.ok_or($crate::support::error::Error::LockLost)
-            }
-
-            #[doc = concat!("Releases the ", $what, " and reports the outcome: [`Error::LockLost`](crate::Error::LockLost) if")]
-            /// it was no longer ours (nothing was deleted then), or the request's error.
-            /// Returns within about one request timeout; if etcd has not answered by then,
-            /// the release goes on in the background (the next acquisition of this session
-            /// and name waits for it) and this returns [`Error::Timeout`](crate::Error::Timeout).
-            ///
-            /// It takes the guard by value, like `parking_lot`'s `MutexGuard::unlock`: after
-            /// it the hold is over whatever the outcome. Dropping the guard releases too,
-            /// without reporting.
-            ///
-            /// # Errors
-            ///
-            /// * [`Error::LockLost`](crate::Error::LockLost): our key was seen deleted, or it
-            ///   no longer had our create revision (deleted by someone else, or gone with
-            ///   the session's revoked or closed lease). Nothing was deleted.
-            /// * [`Error::Timeout`](crate::Error::Timeout) with
-            ///   [`Operation::Release`](crate::Operation::Release): etcd did not answer
-            ///   within the request timeout; the release goes on.
-            /// * [`Error::SessionLost`](crate::Error::SessionLost): the session is lost and
-            ///   etcd could not be reached; the key goes with the lease.
-            /// * [`Error::Server`](crate::Error::Server) /
-            ///   [`Error::Authentication`](crate::Error::Authentication): etcd refused the
-            ///   delete.
-            /// * [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime): called on an
-            ///   async worker thread (the guard is dropped, and its `Drop` releases in the
-            ///   background).
-            ///
-            /// ```no_run
-            /// # fn main() -> etcd_sync::Result<()> {
-            /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-            #[doc = concat!("let guard = ", $get, ";")]
-            #[doc = concat!("guard.", stringify!($release), "()?;")]
-            /// # Ok(()) }
-            /// ```
-            pub fn $release(mut self) -> $crate::support::error::Result<()> {
-                self.held.release_now()
-            }
-        }
-    };
+mod sealed {
+    /// What differs between guard kinds, kept out of the public API.
+    pub trait Sealed {
+        /// The alias's name, for `Debug`.
+        const TYPE_NAME: &'static str;
+        /// The error of a guarded write or a release when the key is no longer ours.
+        fn not_ours() -> crate::support::error::Error;
+    }
 }
 
-pub(crate) use lock_guard;
+/// What a [`Guard`] holds: a lock ([`MutexKind`]), either side of a read-write lock
+/// ([`ReadKind`], [`WriteKind`]), a semaphore's permit ([`PermitKind`]) or an election's
+/// leadership ([`LeaderKind`]). Sealed: the five kinds are all there are. Use it to write
+/// code once for every guard.
+///
+/// ```no_run
+/// use etcd_sync::{Guard, GuardKind};
+///
+/// fn report<K: GuardKind>(guard: &Guard<K>) {
+///     println!("{} {} (token {})", K::WHAT, guard.key_str(), guard.fencing_token());
+/// }
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// report(&session.mutex("m")?.lock()?);
+/// report(&session.election("e")?.campaign("host-a")?);
+/// # Ok(()) }
+/// ```
+pub trait GuardKind: sealed::Sealed {
+    /// What a guard of this kind holds, for messages: `"lock"`, `"read lock"`,
+    /// `"write lock"`, `"permit"` or `"leadership"`.
+    ///
+    /// ```
+    /// use etcd_sync::{GuardKind, LeaderKind, MutexKind};
+    /// assert_eq!(MutexKind::WHAT, "lock");
+    /// assert_eq!(LeaderKind::WHAT, "leadership");
+    /// ```
+    const WHAT: &'static str;
+}
+
+/// The kind of [`MutexGuard`](crate::MutexGuard): a [`Mutex`](crate::Mutex)'s lock.
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let guard: etcd_sync::Guard<etcd_sync::MutexKind> = session.mutex("m")?.lock()?;
+/// # let _ = guard;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub enum MutexKind {}
+
+impl sealed::Sealed for MutexKind {
+    const TYPE_NAME: &'static str = "MutexGuard";
+    fn not_ours() -> Error {
+        Error::LockLost
+    }
+}
+
+impl GuardKind for MutexKind {
+    const WHAT: &'static str = "lock";
+}
+
+/// The kind of [`RwLockReadGuard`](crate::RwLockReadGuard): an
+/// [`RwLock`](crate::RwLock)'s read side.
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let guard: etcd_sync::Guard<etcd_sync::ReadKind> = session.rwlock("m")?.read()?;
+/// # let _ = guard;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub enum ReadKind {}
+
+impl sealed::Sealed for ReadKind {
+    const TYPE_NAME: &'static str = "RwLockReadGuard";
+    fn not_ours() -> Error {
+        Error::LockLost
+    }
+}
+
+impl GuardKind for ReadKind {
+    const WHAT: &'static str = "read lock";
+}
+
+/// The kind of [`RwLockWriteGuard`](crate::RwLockWriteGuard): an
+/// [`RwLock`](crate::RwLock)'s write side.
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let guard: etcd_sync::Guard<etcd_sync::WriteKind> = session.rwlock("m")?.write()?;
+/// # let _ = guard;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub enum WriteKind {}
+
+impl sealed::Sealed for WriteKind {
+    const TYPE_NAME: &'static str = "RwLockWriteGuard";
+    fn not_ours() -> Error {
+        Error::LockLost
+    }
+}
+
+impl GuardKind for WriteKind {
+    const WHAT: &'static str = "write lock";
+}
+
+/// The kind of [`Permit`](crate::Permit): one permit of a
+/// [`Semaphore`](crate::Semaphore).
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let permit: etcd_sync::Guard<etcd_sync::PermitKind> = session.semaphore("m", 2)?.acquire()?;
+/// # let _ = permit;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub enum PermitKind {}
+
+impl sealed::Sealed for PermitKind {
+    const TYPE_NAME: &'static str = "Permit";
+    fn not_ours() -> Error {
+        Error::LockLost
+    }
+}
+
+impl GuardKind for PermitKind {
+    const WHAT: &'static str = "permit";
+}
+
+/// The kind of [`Leadership`](crate::Leadership): an [`Election`](crate::Election)
+/// won. Its guards also have `is_leader`, `proclaim` and `resign`, and report
+/// [`Error::NotLeader`] where the locks report [`Error::LockLost`].
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let leadership: etcd_sync::Guard<etcd_sync::LeaderKind> =
+///     session.election("e")?.campaign("host-a")?;
+/// # let _ = leadership;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub enum LeaderKind {}
+
+impl sealed::Sealed for LeaderKind {
+    const TYPE_NAME: &'static str = "Leadership";
+    fn not_ours() -> Error {
+        Error::NotLeader
+    }
+}
+
+impl GuardKind for LeaderKind {
+    const WHAT: &'static str = "leadership";
+}
+
+/// Proof that a lock, read or write lock, permit or leadership is held; releases it on
+/// `Drop`. Use it by its aliases: [`MutexGuard`](crate::MutexGuard),
+/// [`RwLockReadGuard`](crate::RwLockReadGuard), [`RwLockWriteGuard`](crate::RwLockWriteGuard),
+/// [`Permit`](crate::Permit), [`Leadership`](crate::Leadership); the kind `K` says which
+/// (see [`GuardKind`]).
+///
+/// Every guard has the same surface: its [`key`](Guard::key) and
+/// [`fencing_token`](Guard::fencing_token), [`is_held`](Guard::is_held) and
+/// [`lost`](Guard::lost) (a loss is the session's lease deadline passing, the key seen
+/// deleted, or, for a leadership, a re-campaign that superseded it), writes that commit
+/// only while it is held ([`put`](Guard::put), [`delete`](Guard::delete),
+/// [`txn`](Guard::txn), [`ownership_compare`](Guard::ownership_compare)), and
+/// [`release`](Guard::release) to give it up and see the outcome.
+///
+/// Release deletes the key only if it still has our create revision, so a late or repeated
+/// release can never delete a newer holder's key. `Drop` never blocks longer than the
+/// client's request timeout, and inside an async runtime it hands the release to the
+/// client's own runtime instead of blocking.
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let guard = session.mutex("leader-only-job")?.lock()?;
+/// crossbeam_channel::select! {
+///     recv(guard.lost()) -> _ => eprintln!("lock lost: stop now"),
+///     default(std::time::Duration::from_secs(1)) => println!("did a second of work"),
+/// }
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the guard releases as soon as it is dropped"]
+pub struct Guard<K: GuardKind> {
+    pub(crate) held: Held,
+    /// `fn() -> K`: whether a guard is `Send` and `Sync` does not depend on its kind.
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: GuardKind> std::fmt::Debug for Guard<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(<K as sealed::Sealed>::TYPE_NAME)
+            .field("key", &self.key_str())
+            .field("fencing_token", &self.held.rev())
+            .field("is_held", &self.is_held())
+            .finish()
+    }
+}
+
+impl<K: GuardKind> Guard<K> {
+    pub(crate) fn new(held: Held) -> Guard<K> {
+        Guard {
+            held,
+            kind: PhantomData,
+        }
+    }
+
+    /// The error of a guarded write or a release when the key is no longer ours.
+    fn not_ours() -> Error {
+        <K as sealed::Sealed>::not_ours()
+    }
+
+    /// The guard's key in etcd: `<name>/<lease id in hex>`, with a suffix for shared keys
+    /// and permits (`.shared`, `.permits-<N>`).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// assert!(guard.key().starts_with(b"m/"));
+    /// # Ok(()) }
+    /// ```
+    pub fn key(&self) -> &[u8] {
+        self.held.key()
+    }
+
+    /// The key as text.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// println!("{}", session.rwlock("m")?.read()?.key_str());
+    /// # Ok(()) }
+    /// ```
+    pub fn key_str(&self) -> Cow<'_, str> {
+        text(self.key())
+    }
+
+    /// The fencing token: our key's create revision. It grows with every acquisition
+    /// under the name (successive leaders included), so storage that remembers the
+    /// highest token it has seen can reject a write from a holder that has since lost its
+    /// hold.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let first = session.mutex("m")?.lock()?.fencing_token();
+    /// let second = session.mutex("m")?.lock()?.fencing_token();
+    /// assert!(second > first);
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> i64 {
+        self.held.rev()
+    }
+
+    /// Whether it is still held as far as this process knows: not released (nor, for a
+    /// leadership, resigned or superseded by a re-campaign), the session's lease deadline
+    /// has not passed, and our key has not been seen deleted. No request is sent; use a
+    /// guarded write to have etcd confirm.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let permit = session.semaphore("m", 2)?.acquire()?;
+    /// assert!(permit.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_held(&self) -> bool {
+        self.held.is_held()
+    }
+
+    /// A channel that becomes ready (disconnected) when the hold may be lost or is given
+    /// up: the session's lease deadline passed or the session ended, our key was seen
+    /// deleted, the guard was released (or, for a leadership, resigned or superseded by a
+    /// re-campaign). Nothing is ever sent on it.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// let lost = guard.lost();
+    /// std::thread::spawn(move || { let _ = lost.recv(); eprintln!("lost it"); });
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> Receiver<()> {
+        self.held.lost()
+    }
+
+    /// The condition "we still hold this" (our key still has our create revision), to add
+    /// to your own transactions: Go's `Mutex.IsOwner()`.
+    ///
+    /// ```no_run
+    /// use etcd_sync::{Txn, TxnOp};
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// let r = session.client().txn(
+    ///     Txn::new().when([guard.ownership_compare()]).and_then([TxnOp::put("k", "v")]),
+    /// )?;
+    /// assert!(r.succeeded);
+    /// # Ok(()) }
+    /// ```
+    pub fn ownership_compare(&self) -> Compare {
+        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.held.rev())
+    }
+
+    /// Puts `key = value` only while we hold it. Returns the store revision of the write,
+    /// as [`Client::put`](crate::Client::put) does (use [`txn`](Guard::txn) for the whole
+    /// response).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] ([`Error::NotLeader`] for a [`Leadership`](crate::Leadership)):
+    ///   the guard was released, resigned or superseded by a re-campaign, or our key no
+    ///   longer has our create revision (deleted by someone else, or gone with the
+    ///   session's lease); nothing was written.
+    /// * [`Error::SessionLost`]: the session is known lost (etcd said so, or no keep-alive
+    ///   was acknowledged before the lease deadline); nothing was sent.
+    /// * [`Error::InvalidArgument`]: `key` is empty; nothing was sent.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd did not answer. Not retried: the
+    ///   write may or may not have been applied.
+    /// * [`Error::Server`]: etcd refused the transaction (e.g. `PermissionDenied`, or
+    ///   `InvalidArgument` for a value above its size limit); [`Error::Authentication`]:
+    ///   re-authenticating after an expired token failed.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// let revision = guard.put("state", "written by the holder")?;
+    /// assert!(revision > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<i64> {
+        self.held
+            .put(key.as_ref(), value.as_ref())?
+            .ok_or_else(Self::not_ours)
+    }
+
+    /// Deletes `key` only while we hold it. Returns the number of keys deleted (0 or 1),
+    /// as [`Client::delete`](crate::Client::delete) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`put`](Guard::put).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let leadership = session.election("e")?.campaign("v")?;
+    /// leadership.delete("config/stale")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<i64> {
+        self.held.delete(key.as_ref())?.ok_or_else(Self::not_ours)
+    }
+
+    /// Runs `txn` only while we hold it, atomically with that check; returns `txn`'s own
+    /// response. A failed comparison of `txn` itself is not an error: `Ok` with
+    /// `succeeded == false`. Nothing is sent once this process knows the hold is over.
+    ///
+    /// # Errors
+    ///
+    /// As [`put`](Guard::put), except that an empty key is etcd's [`Error::Server`] with
+    /// code `InvalidArgument`.
+    ///
+    /// ```no_run
+    /// use etcd_sync::{Compare, CompareOp, Txn, TxnOp};
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// let r = guard.txn(
+    ///     Txn::new()
+    ///         .when([Compare::version("job", CompareOp::Equal, 0)])
+    ///         .and_then([TxnOp::put("job", "started")]),
+    /// )?;
+    /// println!("started: {}", r.succeeded);
+    /// # Ok(()) }
+    /// ```
+    pub fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        self.held.guarded_txn(txn)?.ok_or_else(Self::not_ours)
+    }
+
+    /// Releases and reports the outcome. Returns within about one request timeout; if
+    /// etcd has not answered by then, the release goes on in the background (the next
+    /// acquisition of this session and name waits for it) and this returns
+    /// [`Error::Timeout`].
+    ///
+    /// It takes the guard by value, like `parking_lot`'s `MutexGuard::unlock`: after it
+    /// the hold is over whatever the outcome. Dropping the guard releases too, without
+    /// reporting. A leader that must know it has stepped down calls
+    /// [`Leadership::resign`](Guard::resign) instead, which can be called again.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] ([`Error::NotLeader`] for a [`Leadership`](crate::Leadership)):
+    ///   our key was seen deleted, or it no longer had our create revision (deleted by
+    ///   someone else, or gone with the session's revoked or closed lease), or a
+    ///   re-campaign superseded this leadership. Nothing was deleted.
+    /// * [`Error::Timeout`] with [`Operation::Release`](crate::Operation::Release): etcd
+    ///   did not answer within the request timeout; the release goes on.
+    /// * [`Error::SessionLost`]: the session is lost and etcd could not be reached; the
+    ///   key goes with the lease.
+    /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the delete.
+    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread (the guard is
+    ///   dropped, and its `Drop` releases in the background).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.rwlock("m")?.write()?;
+    /// guard.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn release(mut self) -> Result<()> {
+        match self.held.release_now()? {
+            Released::Deleted => Ok(()),
+            Released::NotOurs | Released::NotCurrent => Err(Self::not_ours()),
+        }
+    }
+}

@@ -1,5 +1,7 @@
 //! Who holds a name and who waits for it, as reported by [`Client::status`] and the
-//! recipes' `holder`/`holders`/`waiters`/`candidates`: plain data, read in `status.rs`.
+//! recipes' `status()`, and who leads an election ([`Client::leader`], the
+//! [`LeaderEvent`](crate::LeaderEvent)s of an observer): plain data, read in `status.rs`
+//! and `observe.rs`.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -8,7 +10,7 @@ use std::time::Duration;
 #[allow(unused_imports)]
 use crate::client::Client;
 use crate::line::mode::Mode;
-use crate::support::kv::text;
+use crate::support::kv::{KeyValue, text};
 
 /// How a key shares its name's line, read from the key's name.
 ///
@@ -51,7 +53,8 @@ impl KeyMode {
     }
 }
 
-/// One key in a name's line: a holder, or a waiter (a candidate, for an election).
+/// One key in a name's line: a holder, or a waiter (a candidate, for an election); an
+/// election's leader is its oldest holder.
 ///
 /// ```no_run
 /// # fn main() -> etcd_sync::Result<()> {
@@ -81,20 +84,37 @@ pub struct Holder {
     pub lease: i64,
     /// The key's create revision: its fencing token, and its place in the line.
     pub create_revision: i64,
+    /// The revision of the key's last write: for an election's leader, of its last
+    /// proclamation.
+    pub mod_revision: i64,
     /// How the key shares the name.
     pub mode: KeyMode,
     /// What etcd said was left of the lease's TTL just after the line was read, in whole
     /// seconds (rounded down). `None` if the key has no lease or the lease is gone (the key
-    /// goes with it).
+    /// goes with it), and in a [`LeaderEvent`](crate::LeaderEvent): an observer reports
+    /// from the watch's events and looks no lease up.
     pub ttl: Option<Duration>,
 }
 
 impl Holder {
+    /// `kv`, a key under `prefix` (`<name>/`), with the TTL left of its lease.
+    pub(crate) fn of(prefix: &[u8], kv: KeyValue, ttl: Option<Duration>) -> Holder {
+        Holder {
+            mode: KeyMode::of_key(prefix, &kv.key),
+            ttl,
+            key: kv.key,
+            value: kv.value,
+            lease: kv.lease,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+        }
+    }
+
     /// The key as text (invalid UTF-8 replaced).
     ///
     /// ```
     /// # use etcd_sync::{Holder, KeyMode};
-    /// let h = Holder { key: b"jobs/694d".to_vec(), value: vec![], lease: 0x694d, create_revision: 7, mode: KeyMode::Exclusive, ttl: None };
+    /// let h = Holder { key: b"jobs/694d".to_vec(), value: vec![], lease: 0x694d, create_revision: 7, mod_revision: 7, mode: KeyMode::Exclusive, ttl: None };
     /// assert_eq!(h.key_str(), "jobs/694d");
     /// ```
     pub fn key_str(&self) -> Cow<'_, str> {
@@ -105,7 +125,7 @@ impl Holder {
     ///
     /// ```
     /// # use etcd_sync::{Holder, KeyMode};
-    /// let h = Holder { key: vec![], value: b"host-a:8080".to_vec(), lease: 1, create_revision: 7, mode: KeyMode::Exclusive, ttl: None };
+    /// let h = Holder { key: vec![], value: b"host-a:8080".to_vec(), lease: 1, create_revision: 7, mod_revision: 7, mode: KeyMode::Exclusive, ttl: None };
     /// assert_eq!(h.value_str(), "host-a:8080");
     /// ```
     pub fn value_str(&self) -> Cow<'_, str> {
@@ -117,7 +137,7 @@ impl Holder {
     ///
     /// ```
     /// # use etcd_sync::{Holder, KeyMode};
-    /// let ours = Holder { key: vec![], value: b"host-a:4242".to_vec(), lease: 1, create_revision: 7, mode: KeyMode::Exclusive, ttl: None };
+    /// let ours = Holder { key: vec![], value: b"host-a:4242".to_vec(), lease: 1, create_revision: 7, mod_revision: 7, mode: KeyMode::Exclusive, ttl: None };
     /// assert_eq!(ours.identity().as_deref(), Some("host-a:4242"));
     /// let etcdctl = Holder { value: vec![], ..ours };
     /// assert_eq!(etcdctl.identity(), None);
@@ -129,7 +149,9 @@ impl Holder {
 
 /// A name's line at one revision: who holds it and who waits, by the rules the waiters
 /// themselves apply (the oldest key holds; readers in a row share; the first N permits of
-/// a semaphore of N hold). From [`Client::status`].
+/// a semaphore of N hold). From [`Client::status`], and from the `status()` of
+/// [`Mutex`](crate::Mutex), [`RwLock`](crate::RwLock), [`Semaphore`](crate::Semaphore)
+/// and [`Election`](crate::Election).
 ///
 /// ```no_run
 /// # fn main() -> etcd_sync::Result<()> {
@@ -164,6 +186,20 @@ impl Status {
     /// ```
     pub fn is_held(&self) -> bool {
         !self.holders.is_empty()
+    }
+
+    /// The oldest holder: the one holder of a lock, a write lock or an election (its
+    /// leader), the oldest of the readers or permits that share the name; `None` when
+    /// nobody holds it.
+    ///
+    /// ```
+    /// use etcd_sync::{Holder, KeyMode, Status};
+    /// let leader = Holder { key: b"e/694d".to_vec(), value: b"host-a".to_vec(), lease: 0x694d, create_revision: 7, mod_revision: 7, mode: KeyMode::Exclusive, ttl: None };
+    /// let status = Status { name: b"e".to_vec(), holders: vec![leader], waiters: vec![], revision: 9 };
+    /// assert_eq!(status.holder().map(|h| h.value_str()).as_deref(), Some("host-a"));
+    /// ```
+    pub fn holder(&self) -> Option<&Holder> {
+        self.holders.first()
     }
 
     /// The name as text (invalid UTF-8 replaced).

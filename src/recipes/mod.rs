@@ -1,7 +1,8 @@
 //! What users hold: [`Mutex`](mutex::Mutex), [`RwLock`](rwlock::RwLock),
 //! [`Semaphore`](semaphore::Semaphore), [`Election`](election::Election) with its
 //! [`Observer`](observe::Observer) and [`LeaderLoop`](leader_loop::LeaderLoop), their
-//! guards, and the [`Status`](holder::Status) of a name. Each recipe is a thin layer over
+//! guards (one generic [`Guard`](guard::Guard)), and the [`Status`](holder::Status) of a
+//! name. Each recipe is a thin layer over
 //! [`ownership`](crate::ownership).
 
 pub(crate) mod election;

@@ -10,8 +10,8 @@ use crate::support::error::Error;
 
 use crate::line::mode::Mode;
 use crate::ownership::{self, Line, Wait};
-use crate::recipes::holder::Holder;
-use crate::recipes::status;
+use crate::recipes::guard::{Guard, MutexKind};
+use crate::recipes::holder::Status;
 use crate::session::Session;
 use crate::support::cancel::WaitOptions;
 use crate::support::error::Result;
@@ -148,11 +148,12 @@ impl Mutex {
         self.line.session()
     }
 
-    /// Who holds the lock now: its key, the holder's
-    /// [`identity`](crate::Session::identity) (empty for `etcdctl lock`), lease, fencing
-    /// token and lease TTL left; `None` when it is free. One linearizable read and one
-    /// lease lookup. When readers or permits of the name share it, the oldest of them
-    /// ([`Client::status`](crate::Client::status) lists them all).
+    /// Who holds the lock now and who waits, in line order: the same read as
+    /// [`Client::status`](crate::Client::status) of this name (no session is needed for
+    /// that). [`Status::holder`] is the holder (the oldest of them, when readers or permits
+    /// of the name share it): its key, the holder's [`identity`](crate::Session::identity)
+    /// (empty for `etcdctl lock`), lease, fencing token and lease TTL left; `None` when the
+    /// lock is free. One linearizable read and one lease lookup per distinct lease.
     ///
     /// # Errors
     ///
@@ -164,40 +165,17 @@ impl Mutex {
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// if let Some(holder) = session.mutex("db-migration")?.holder()? {
+    /// let status = session.mutex("db-migration")?.status()?;
+    /// if let Some(holder) = status.holder() {
     ///     println!("{} holds it (token {})", holder.value_str(), holder.create_revision);
     /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn holder(&self) -> Result<Option<Holder>> {
-        let first = status::inspect(self.session().client(), self.line.prefix(), |line| {
-            line.holders.into_iter().take(1).collect()
-        })?;
-        Ok(first.into_iter().next())
-    }
-
-    /// Who waits for the lock, in line order (the next holder first), without the holder.
-    /// One linearizable read and one lease lookup per waiter.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
-    /// lookups are retried on every endpoint first); [`Error::Server`] /
-    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
-    /// called on an async worker thread.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// for waiter in session.mutex("db-migration")?.waiters()? {
+    /// for waiter in &status.waiters {
     ///     println!("waiting: {}", waiter.value_str());
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn waiters(&self) -> Result<Vec<Holder>> {
-        status::inspect(self.session().client(), self.line.prefix(), |line| {
-            line.waiters
-        })
+    pub fn status(&self) -> Result<Status> {
+        self.session().client().status(self.name())
     }
 
     /// Blocks until the lock is held.
@@ -338,36 +316,30 @@ impl Mutex {
             Operation::Lock,
             wait.with_delay(self.lock_delay),
         )?;
-        Ok(MutexGuard { held })
+        Ok(Guard::new(held))
     }
 }
 
-crate::recipes::guard::lock_guard! {
-    /// Proof that the lock is held; releases it on `Drop`.
-    ///
-    /// Release deletes the lock key only if it still has our create revision, so a late or
-    /// repeated release can never delete a newer holder's key. `Drop` never blocks longer than
-    /// the client's request timeout, and inside an async runtime it hands the release to the
-    /// client's own runtime instead of blocking. Use [`unlock`](MutexGuard::unlock) to see the
-    /// outcome.
-    ///
-    /// A lock held through a lease can be lost (session expiry, network partition): watch
-    /// [`lost`](MutexGuard::lost), and make writes conditional on still holding the lock with
-    /// [`put`](MutexGuard::put), [`delete`](MutexGuard::delete), [`txn`](MutexGuard::txn), or
-    /// stamp them elsewhere with the [`fencing_token`](MutexGuard::fencing_token).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let guard = session.mutex("leader-only-job")?.lock()?;
-    /// crossbeam_channel::select! {
-    ///     recv(guard.lost()) -> _ => eprintln!("lock lost: stop now"),
-    ///     default(std::time::Duration::from_secs(1)) => println!("did a second of work"),
-    /// }
-    /// guard.unlock()?;
-    /// # Ok(()) }
-    /// ```
-    MutexGuard, what = "lock", get = "session.mutex(\"m\")?.lock()?", release = unlock
-}
+/// Proof that a [`Mutex`] is held; releases it on `Drop`. A [`Guard`]: its methods are
+/// the ones every guard has.
+///
+/// A lock held through a lease can be lost (session expiry, network partition): watch
+/// [`lost`](Guard::lost), and make writes conditional on still holding the lock with
+/// [`put`](Guard::put), [`delete`](Guard::delete), [`txn`](Guard::txn), or stamp them
+/// elsewhere with the [`fencing_token`](Guard::fencing_token). Use
+/// [`release`](Guard::release) to see the outcome of the release.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let guard = session.mutex("leader-only-job")?.lock()?;
+/// crossbeam_channel::select! {
+///     recv(guard.lost()) -> _ => eprintln!("lock lost: stop now"),
+///     default(std::time::Duration::from_secs(1)) => println!("did a second of work"),
+/// }
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
+pub type MutexGuard = Guard<MutexKind>;

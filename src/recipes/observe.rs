@@ -1,5 +1,6 @@
-//! Watching an election without taking part: who leads now ([`Client::leader`]) and every
-//! change as it happens ([`Observer`]). Needs no session.
+//! Watching an election without taking part: every change of its leader as it happens
+//! ([`Observer`], [`Client::observe`]). Needs no session. Who leads now is the
+//! [`Status`](crate::Status) read (`Client::leader`, in `status.rs`).
 
 use std::time::Duration;
 
@@ -7,73 +8,14 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use crate::client::Client;
 use crate::line::queue;
+use crate::recipes::holder::Holder;
 use crate::support::backoff::Backoff;
 use crate::support::cancel::WaitOptions;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
-use crate::support::kv::KeyValue;
-use crate::support::kv::text;
 use crate::transport::Rpc;
 use crate::transport::watch::{EventKind, Only, STALE_CHECK};
 use crate::transport::watches::{Delivery, Spec, Watches};
-
-/// The current leader of an election.
-///
-/// ```no_run
-/// # fn main() -> etcd_sync::Result<()> {
-/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-/// if let Some(leader) = session.election("scheduler")?.leader()? {
-///     println!("{} leads with {}", leader.key_str(), leader.value_str());
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Leader {
-    /// The leader's key, `<name>/<lease hex>`.
-    pub key: Vec<u8>,
-    /// The value the leader proclaimed.
-    pub value: Vec<u8>,
-    /// The key's create revision: the leader's fencing token.
-    pub create_revision: i64,
-    /// The revision of the last proclamation.
-    pub mod_revision: i64,
-    /// The leader's lease id.
-    pub lease: i64,
-}
-
-impl Leader {
-    /// The key as text.
-    ///
-    /// ```
-    /// let l = etcd_sync::Leader { key: b"e/1".to_vec(), value: vec![], create_revision: 1, mod_revision: 1, lease: 1 };
-    /// assert_eq!(l.key_str(), "e/1");
-    /// ```
-    pub fn key_str(&self) -> std::borrow::Cow<'_, str> {
-        text(&self.key)
-    }
-
-    /// The value as text.
-    ///
-    /// ```
-    /// let l = etcd_sync::Leader { key: vec![], value: b"v".to_vec(), create_revision: 1, mod_revision: 1, lease: 1 };
-    /// assert_eq!(l.value_str(), "v");
-    /// ```
-    pub fn value_str(&self) -> std::borrow::Cow<'_, str> {
-        text(&self.value)
-    }
-}
-
-impl From<KeyValue> for Leader {
-    fn from(kv: KeyValue) -> Self {
-        Leader {
-            key: kv.key,
-            value: kv.value,
-            create_revision: kv.create_revision,
-            mod_revision: kv.mod_revision,
-            lease: kv.lease,
-        }
-    }
-}
 
 /// A change seen by an [`Observer`].
 ///
@@ -90,40 +32,17 @@ impl From<KeyValue> for Leader {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaderEvent {
-    /// A (new) leader: the first event when there is one, then every leader change.
-    Elected(Leader),
-    /// The same leader proclaimed a new value.
-    Proclaimed(Leader),
+    /// A (new) leader: the first event when there is one, then every leader change. Its
+    /// [`ttl`](Holder::ttl) is `None`: no lease is looked up.
+    Elected(Holder),
+    /// The same leader proclaimed a new value (see [`Holder::mod_revision`]).
+    Proclaimed(Holder),
     /// Nobody leads (the first event when the election is empty, or after the last
     /// candidate left).
     NoLeader,
 }
 
 impl Client {
-    /// The current leader of election `name`, without a session: `Ok(None)` when nobody
-    /// leads. Same as [`Election::leader`](crate::Election::leader).
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::InvalidArgument`]: `name` is empty or longer than 4096 bytes.
-    /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (the read is
-    ///   retried on every endpoint first).
-    /// * [`Error::Server`]: etcd refused the read (e.g. `PermissionDenied`);
-    ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
-    /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// if let Some(leader) = client.leader("scheduler")? {
-    ///     println!("{}", leader.value_str());
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn leader(&self, name: impl AsRef<[u8]>) -> Result<Option<Leader>> {
-        leader_of(self, queue::key_prefix(name.as_ref())?)
-    }
-
     /// Follows election `name` without a session (no lease is granted): same as
     /// [`Election::observe`](crate::Election::observe).
     ///
@@ -143,11 +62,6 @@ impl Client {
     pub fn observe(&self, name: impl AsRef<[u8]>) -> Result<Observer> {
         observe_prefix(self.clone(), queue::key_prefix(name.as_ref())?)
     }
-}
-
-pub(crate) fn leader_of(client: &crate::client::Client, prefix: Vec<u8>) -> Result<Option<Leader>> {
-    let rpc = client.rpc().clone();
-    client.block_on(async move { current_leader(&rpc, &prefix).await.map(|(l, _)| l) })
 }
 
 /// Starts the observer task for `prefix` on the client's runtime.
@@ -170,10 +84,12 @@ pub(crate) fn observe_prefix(client: crate::client::Client, prefix: Vec<u8>) -> 
     })
 }
 
-/// Reads the oldest key under `prefix` (linearizable) and the revision of the read.
-async fn current_leader(rpc: &Rpc, prefix: &[u8]) -> Result<(Option<Leader>, i64)> {
+/// Reads the oldest key under `prefix` (linearizable) and the revision of the read. No
+/// lease is looked up: the observer's holders have no TTL.
+async fn current_leader(rpc: &Rpc, prefix: &[u8]) -> Result<(Option<Holder>, i64)> {
     let read = rpc.read(&queue::first_created(prefix)).await?;
-    Ok((read.kvs.into_iter().next().map(Leader::from), read.revision))
+    let leader = read.kvs.into_iter().next();
+    Ok((leader.map(|kv| Holder::of(prefix, kv, None)), read.revision))
 }
 
 /// How many events an [`Observer`] buffers for a consumer that does not keep up. Past
@@ -185,13 +101,13 @@ pub(crate) const OBSERVER_BUFFER: usize = 256;
 /// coalesces while the buffer is full.
 struct Outbox {
     events: Sender<Result<LeaderEvent>>,
-    delivered: Option<Option<Leader>>,
+    delivered: Option<Option<Holder>>,
     behind: bool,
 }
 
 impl Outbox {
     /// Offers `event`, the transition to `now`; false once the observer is dropped.
-    fn offer(&mut self, event: LeaderEvent, now: &Option<Leader>) -> bool {
+    fn offer(&mut self, event: LeaderEvent, now: &Option<Holder>) -> bool {
         if self.behind {
             return self.catch_up(now);
         }
@@ -209,7 +125,7 @@ impl Outbox {
     }
 
     /// Once the consumer has room again: one event from what it saw last to `now`.
-    fn catch_up(&mut self, now: &Option<Leader>) -> bool {
+    fn catch_up(&mut self, now: &Option<Holder>) -> bool {
         if self.events.is_full() {
             // Still no room. (A dropped Observer cancels this task: no need to check.)
             return true;
@@ -237,7 +153,7 @@ async fn observe_loop(
     prefix: Vec<u8>,
     events: Sender<Result<LeaderEvent>>,
 ) {
-    let mut last: Option<Option<Leader>> = None;
+    let mut last: Option<Option<Holder>> = None;
     // Revision of our last read: events at or before it are already reflected in `last`.
     let mut read_at = 0i64;
     let mut backoff = Backoff::quick();
@@ -300,7 +216,7 @@ async fn observe_loop(
                                 && kv.create_revision == l.create_revision
                                 && kv.mod_revision > l.mod_revision =>
                         {
-                            let proclaimed = Leader::from(kv.clone());
+                            let proclaimed = Holder::of(&prefix, kv.clone(), None);
                             let now = Some(proclaimed.clone());
                             if !outbox.offer(LeaderEvent::Proclaimed(proclaimed), &now) {
                                 return;
@@ -324,7 +240,7 @@ async fn observe_loop(
 }
 
 /// The event that takes an observer from `last` to `current`, if anything changed.
-fn diff(last: Option<&Option<Leader>>, current: &Option<Leader>) -> Option<LeaderEvent> {
+fn diff(last: Option<&Option<Holder>>, current: &Option<Holder>) -> Option<LeaderEvent> {
     match (last, current) {
         (Some(None), None) => None,
         (_, None) => Some(LeaderEvent::NoLeader),

@@ -16,8 +16,8 @@ use crate::support::error::Error;
 
 use crate::line::mode::Mode;
 use crate::ownership::{self, Line, Wait};
-use crate::recipes::holder::Holder;
-use crate::recipes::status;
+use crate::recipes::guard::{Guard, ReadKind, WriteKind};
+use crate::recipes::holder::Status;
 use crate::session::Session;
 use crate::support::cancel::WaitOptions;
 use crate::support::error::Result;
@@ -148,11 +148,13 @@ impl RwLock {
         self.writers.session()
     }
 
-    /// Who holds the lock now, oldest first: the readers that share it
+    /// Who holds the lock now and who waits, readers and writers, in line order: the
+    /// same read as [`Client::status`](crate::Client::status) of this name. The holders,
+    /// oldest first, are the readers that share it
     /// ([`KeyMode::Shared`](crate::KeyMode::Shared)), or the one writer (or `Mutex`, or
     /// `etcdctl lock`), each with its [`identity`](crate::Session::identity), lease,
-    /// fencing token and lease TTL left; empty when it is free. One linearizable read, then
-    /// one lease lookup per holder.
+    /// fencing token and lease TTL left; none when it is free. One linearizable read, then
+    /// one lease lookup per distinct lease.
     ///
     /// # Errors
     ///
@@ -165,39 +167,16 @@ impl RwLock {
     /// use etcd_sync::KeyMode;
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let holders = session.rwlock("catalog")?.holders()?;
-    /// let readers = holders.iter().filter(|h| h.mode == KeyMode::Shared).count();
-    /// println!("{readers} readers, {} writers", holders.len() - readers);
-    /// # Ok(()) }
-    /// ```
-    pub fn holders(&self) -> Result<Vec<Holder>> {
-        status::inspect(self.session().client(), self.writers.prefix(), |line| {
-            line.holders
-        })
-    }
-
-    /// Who waits for the lock, readers and writers, in line order (the next holder
-    /// first). One linearizable read, then one lease lookup per waiter.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
-    /// lookups are retried on every endpoint first); [`Error::Server`] /
-    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
-    /// called on an async worker thread.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// for waiter in session.rwlock("catalog")?.waiters()? {
+    /// let status = session.rwlock("catalog")?.status()?;
+    /// let readers = status.holders.iter().filter(|h| h.mode == KeyMode::Shared).count();
+    /// println!("{readers} readers, {} writers", status.holders.len() - readers);
+    /// for waiter in &status.waiters {
     ///     println!("{} waits ({:?})", waiter.value_str(), waiter.mode);
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn waiters(&self) -> Result<Vec<Holder>> {
-        status::inspect(self.session().client(), self.writers.prefix(), |line| {
-            line.waiters
-        })
+    pub fn status(&self) -> Result<Status> {
+        self.session().client().status(self.name())
     }
 
     /// Blocks until the read lock is held: until no writer (or `Mutex`, or
@@ -372,7 +351,7 @@ impl RwLock {
             Operation::Read,
             wait.with_delay(self.lock_delay),
         )?;
-        Ok(RwLockReadGuard { held })
+        Ok(Guard::new(held))
     }
 
     fn write_for(&self, wait: Wait) -> std::result::Result<RwLockWriteGuard, TryLockError> {
@@ -381,49 +360,46 @@ impl RwLock {
             Operation::Write,
             wait.with_delay(self.lock_delay),
         )?;
-        Ok(RwLockWriteGuard { held })
+        Ok(Guard::new(held))
     }
 }
 
-crate::recipes::guard::lock_guard! {
-    /// Proof that the read lock is held; releases it on `Drop`.
-    ///
-    /// Readers of one name hold together; no writer (nor a `Mutex` or `etcdctl lock` of
-    /// the name) holds while this guard does. The surface is
-    /// [`MutexGuard`](crate::MutexGuard)'s: a fencing token, [`lost`](RwLockReadGuard::lost),
-    /// guarded writes, and a release that never deletes a newer key.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let guard = session.rwlock("catalog")?.read()?;
-    /// let catalog = session.client().get("catalog/data")?;
-    /// if !guard.is_held() {
-    ///     eprintln!("lost the read lock while reading: read again");
-    /// }
-    /// # let _ = catalog;
-    /// # Ok(()) }
-    /// ```
-    RwLockReadGuard, what = "read lock", get = "session.rwlock(\"m\")?.read()?", release = unlock
-}
+/// Proof that an [`RwLock`]'s read lock is held; releases it on `Drop`. A [`Guard`]: its
+/// methods are the ones every guard has.
+///
+/// Readers of one name hold together; no writer (nor a `Mutex` or `etcdctl lock` of
+/// the name) holds while this guard does. It has a fencing token, [`lost`](Guard::lost),
+/// guarded writes, and a release that never deletes a newer key.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let guard = session.rwlock("catalog")?.read()?;
+/// let catalog = session.client().get("catalog/data")?;
+/// if !guard.is_held() {
+///     eprintln!("lost the read lock while reading: read again");
+/// }
+/// # let _ = catalog;
+/// # Ok(()) }
+/// ```
+pub type RwLockReadGuard = Guard<ReadKind>;
 
-crate::recipes::guard::lock_guard! {
-    /// Proof that the write lock is held; releases it on `Drop`.
-    ///
-    /// Nobody else holds the name while this guard does: no reader, no writer, no `Mutex`
-    /// or `etcdctl lock`. The surface is [`MutexGuard`](crate::MutexGuard)'s.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let guard = session.rwlock("catalog")?.write()?;
-    /// guard.put("catalog/data", "new contents")?; // only while we hold the write lock
-    /// guard.unlock()?;
-    /// # Ok(()) }
-    /// ```
-    RwLockWriteGuard, what = "write lock", get = "session.rwlock(\"m\")?.write()?", release = unlock
-}
+/// Proof that an [`RwLock`]'s write lock is held; releases it on `Drop`. A [`Guard`]: its
+/// methods are the ones every guard has.
+///
+/// Nobody else holds the name while this guard does: no reader, no writer, no `Mutex`
+/// or `etcdctl lock`.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let guard = session.rwlock("catalog")?.write()?;
+/// guard.put("catalog/data", "new contents")?; // only while we hold the write lock
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
+pub type RwLockWriteGuard = Guard<WriteKind>;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::line::mode::{MAX_PERMITS, Mode};
 use crate::ownership::{self, Line, Wait};
-use crate::recipes::holder::Holder;
-use crate::recipes::status;
+use crate::recipes::guard::{Guard, PermitKind};
+use crate::recipes::holder::Status;
 use crate::session::Session;
 use crate::support::cancel::WaitOptions;
 use crate::support::error::operation::Operation;
@@ -162,12 +162,13 @@ impl Semaphore {
         self.line.session()
     }
 
-    /// Who holds the name now, oldest first: up to N permits, each with its holder's
-    /// [`identity`](crate::Session::identity), lease, fencing token
-    /// ([`create_revision`](Holder::create_revision)) and lease TTL left. While a key this
-    /// semaphore waits for as a whole (a `Mutex`, `etcdctl lock`) is oldest, that key is
-    /// the one holder (its [`mode`](Holder::mode) says so). One linearizable read, then one
-    /// lease lookup per holder.
+    /// Who holds the name now and who waits for a permit, in line order: the same read as
+    /// [`Client::status`](crate::Client::status) of this name. The holders, oldest first,
+    /// are up to N permits, each with its holder's [`identity`](crate::Session::identity),
+    /// lease, fencing token ([`create_revision`](crate::Holder::create_revision)) and lease
+    /// TTL left. While a key this semaphore waits for as a whole (a `Mutex`, `etcdctl
+    /// lock`) is oldest, that key is the one holder (its [`mode`](crate::Holder::mode)
+    /// says so). One linearizable read, then one lease lookup per distinct lease.
     ///
     /// # Errors
     ///
@@ -179,38 +180,15 @@ impl Semaphore {
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// for holder in session.semaphore("licensed-api", 4)?.holders()? {
+    /// let status = session.semaphore("licensed-api", 4)?.status()?;
+    /// for holder in &status.holders {
     ///     println!("{} holds with token {}", holder.value_str(), holder.create_revision);
     /// }
+    /// println!("{} waiting for a permit", status.waiters.len());
     /// # Ok(()) }
     /// ```
-    pub fn holders(&self) -> Result<Vec<Holder>> {
-        status::inspect(self.session().client(), self.line.prefix(), |line| {
-            line.holders
-        })
-    }
-
-    /// Who waits for a permit, in line order (the next holder first). One linearizable
-    /// read, then one lease lookup per waiter.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and lease
-    /// lookups are retried on every endpoint first); [`Error::Server`] /
-    /// [`Error::Authentication`]: etcd refused a request; [`Error::InsideAsyncRuntime`]:
-    /// called on an async worker thread.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let waiting = session.semaphore("licensed-api", 4)?.waiters()?.len();
-    /// println!("{waiting} waiting for a permit");
-    /// # Ok(()) }
-    /// ```
-    pub fn waiters(&self) -> Result<Vec<Holder>> {
-        status::inspect(self.session().client(), self.line.prefix(), |line| {
-            line.waiters
-        })
+    pub fn status(&self) -> Result<Status> {
+        self.session().client().status(self.name())
     }
 
     /// Blocks until a permit is held: until fewer than N permits that were queued before
@@ -307,29 +285,26 @@ impl Semaphore {
             Operation::Acquire,
             wait.with_delay(self.lock_delay),
         )?;
-        Ok(Permit { held })
+        Ok(Guard::new(held))
     }
 }
 
-crate::recipes::guard::lock_guard! {
-    /// Proof that a permit of a [`Semaphore`] is held; releases it on `Drop`.
-    ///
-    /// The surface is [`MutexGuard`](crate::MutexGuard)'s: a fencing token (unique per
-    /// acquisition, growing), [`lost`](Permit::lost), guarded writes that commit only while
-    /// the permit is ours, and [`release`](Permit::release) to see the outcome.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
-    /// let permit = session.semaphore("licensed-api", 4)?.acquire()?;
-    /// crossbeam_channel::select! {
-    ///     recv(permit.lost()) -> _ => eprintln!("permit lost: stop calling the API"),
-    ///     default(std::time::Duration::from_secs(1)) => println!("called the API"),
-    /// }
-    /// permit.release()?;
-    /// # Ok(()) }
-    /// ```
-    Permit, what = "permit", get = "session.semaphore(\"m\", 2)?.acquire()?", release = release
-}
+/// Proof that a permit of a [`Semaphore`] is held; releases it on `Drop`. A [`Guard`]:
+/// its methods are the ones every guard has: a fencing token (unique per acquisition,
+/// growing), [`lost`](Guard::lost), guarded writes that commit only while the permit is
+/// ours, and [`release`](Guard::release) to see the outcome.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+/// let permit = session.semaphore("licensed-api", 4)?.acquire()?;
+/// crossbeam_channel::select! {
+///     recv(permit.lost()) -> _ => eprintln!("permit lost: stop calling the API"),
+///     default(std::time::Duration::from_secs(1)) => println!("called the API"),
+/// }
+/// permit.release()?;
+/// # Ok(()) }
+/// ```
+pub type Permit = Guard<PermitKind>;

@@ -1,7 +1,7 @@
 //! Reading who holds a name and who waits, without a session: one linearizable Range of
 //! `<name>/` sorted by create revision, split into holders and waiters by the rule the
 //! waiters themselves apply ([`mode::holding`]), then one LeaseTimeToLive per distinct
-//! lease of the keys asked for.
+//! lease. `Client::leader` and every recipe's `status()` are this read.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::line::mode;
 use crate::line::queue;
-use crate::recipes::holder::{Holder, KeyMode, Status};
+use crate::recipes::holder::{Holder, Status};
 use crate::support::error::code::Code;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{KeyValue, Range};
@@ -51,10 +51,8 @@ impl Client {
         let prefix = queue::key_prefix(name)?;
         let rpc = self.rpc().clone();
         self.block_on(async move {
-            let snapshot = Snapshot::read(&rpc, &prefix).await?;
-            let revision = snapshot.revision;
-            let holding = snapshot.holders.len();
-            let mut line = describe(&rpc, &prefix, snapshot.into_line()).await?;
+            let (line, holding, revision) = read_line(&rpc, &prefix).await?;
+            let mut line = describe(&rpc, &prefix, line).await?;
             let waiters = line.split_off(holding);
             Ok(Status {
                 name: name.to_vec(),
@@ -64,53 +62,42 @@ impl Client {
             })
         })
     }
-}
 
-/// A name's line as read: holders, then waiters, each oldest first.
-pub(crate) struct Snapshot {
-    pub(crate) holders: Vec<KeyValue>,
-    pub(crate) waiters: Vec<KeyValue>,
-    pub(crate) revision: i64,
-}
-
-impl Snapshot {
-    /// Reads every key under `prefix`, oldest first, and splits off the holders.
-    async fn read(rpc: &Rpc, prefix: &[u8]) -> Result<Snapshot> {
-        let range = Range {
-            by_create_revision: Some(true),
-            ..Range::prefix(prefix)
-        };
-        let read = rpc.read(&range).await?;
-        let keys: Vec<Vec<u8>> = read.kvs.iter().map(|kv| kv.key.clone()).collect();
-        let mut holders = read.kvs;
-        let waiters = holders.split_off(mode::holding(prefix, &keys));
-        Ok(Snapshot {
-            holders,
-            waiters,
-            revision: read.revision,
-        })
-    }
-
-    /// Every key, in line order.
-    pub(crate) fn into_line(self) -> Vec<KeyValue> {
-        let mut line = self.holders;
-        line.extend(self.waiters);
-        line
+    /// The current leader of election `name`, without a session: the oldest key under
+    /// `<name>/`, or `Ok(None)` when nobody leads. The [`holder`](Status::holder) of
+    /// [`status`](Client::status), the same read (with the lease TTL left), as
+    /// [`Election::leader`](crate::Election::leader) is.
+    ///
+    /// # Errors
+    ///
+    /// As [`status`](Client::status): [`Error::InvalidArgument`] (`name` is empty or
+    /// longer than 4096 bytes), [`Error::Timeout`] / [`Error::Unavailable`],
+    /// [`Error::Server`], [`Error::Authentication`], [`Error::InsideAsyncRuntime`].
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// if let Some(leader) = client.leader("scheduler")? {
+    ///     println!("{}", leader.value_str());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn leader(&self, name: impl AsRef<[u8]>) -> Result<Option<Holder>> {
+        Ok(self.status(name)?.holders.into_iter().next())
     }
 }
 
-/// The part of `prefix`'s line that `pick` chooses, with each key's lease TTL: what the
-/// recipes' introspection methods return. Only the chosen keys' leases are looked up.
-pub(crate) fn inspect(
-    client: &Client,
-    prefix: &[u8],
-    pick: impl FnOnce(Snapshot) -> Vec<KeyValue>,
-) -> Result<Vec<Holder>> {
-    let rpc = client.rpc();
-    client.block_on(async move {
-        let snapshot = Snapshot::read(rpc, prefix).await?;
-        describe(rpc, prefix, pick(snapshot)).await
-    })
+/// Reads every key under `prefix`, oldest first: the line, how many of its keys hold,
+/// and the revision of the read.
+async fn read_line(rpc: &Rpc, prefix: &[u8]) -> Result<(Vec<KeyValue>, usize, i64)> {
+    let range = Range {
+        by_create_revision: Some(true),
+        ..Range::prefix(prefix)
+    };
+    let read = rpc.read(&range).await?;
+    let keys: Vec<Vec<u8>> = read.kvs.iter().map(|kv| kv.key.clone()).collect();
+    let holding = mode::holding(prefix, &keys);
+    Ok((read.kvs, holding, read.revision))
 }
 
 /// How many lease lookups are in flight at once: a long line costs round trips in
@@ -137,13 +124,9 @@ async fn describe(rpc: &Rpc, prefix: &[u8], kvs: Vec<KeyValue>) -> Result<Vec<Ho
     }
     Ok(kvs
         .into_iter()
-        .map(|kv| Holder {
-            mode: KeyMode::of_key(prefix, &kv.key),
-            ttl: ttls.get(&kv.lease).copied().flatten(),
-            key: kv.key,
-            value: kv.value,
-            lease: kv.lease,
-            create_revision: kv.create_revision,
+        .map(|kv| {
+            let ttl = ttls.get(&kv.lease).copied().flatten();
+            Holder::of(prefix, kv, ttl)
         })
         .collect())
 }

@@ -39,7 +39,7 @@ pub mod names {
     /// Histogram, seconds: from the call (`lock()`, `campaign()`, ...) to the guard, for
     /// successful acquisitions (`try_*` included). Labels [`NAME`], [`PRIMITIVE`].
     pub const WAIT_SECONDS: &str = "etcd_sync_wait_seconds";
-    /// Histogram, seconds: from the acquisition to its release (`unlock()`, `resign()` or
+    /// Histogram, seconds: from the acquisition to its release (`release()`, `resign()` or
     /// `drop`) while the session was alive. Labels [`NAME`], [`PRIMITIVE`].
     pub const HOLD_SECONDS: &str = "etcd_sync_hold_seconds";
     /// Counter: holds that ended other than by their own release. Labels [`NAME`],

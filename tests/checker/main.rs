@@ -1,7 +1,7 @@
 //! The randomized checker: child processes, each with one client, two sessions and two
 //! threads per session, run random sequences of the public API (lock, lock_timeout with
 //! short timeouts, lock_with a token cancelled at a random moment, lock with a random
-//! lock-delay, try_lock, unlock, drop, retry loops, campaign, campaign_timeout,
+//! lock-delay, try_lock, release, drop, retry loops, campaign, campaign_timeout,
 //! re-campaign, proclaim, resign; on one name read and write locks mixed with Mutex, on
 //! another a two-permit semaphore) on a few names of a real 3-member cluster, while the
 //! parent's nemesis (`nemesis.rs`) injects the faults production sees: SIGKILLed clients,

@@ -91,10 +91,10 @@ impl Guard {
     /// Releases and reports whether etcd confirmed it.
     fn release(self) -> bool {
         match self {
-            Guard::Lock(g) => g.unlock().is_ok(),
+            Guard::Lock(g) => g.release().is_ok(),
             Guard::Lead(mut l) => l.is_leader() && l.resign().is_ok(),
-            Guard::Read(g) => g.unlock().is_ok(),
-            Guard::Write(g) => g.unlock().is_ok(),
+            Guard::Read(g) => g.release().is_ok(),
+            Guard::Write(g) => g.release().is_ok(),
             Guard::Permit(p) => p.release().is_ok(),
         }
     }

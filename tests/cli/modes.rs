@@ -140,7 +140,7 @@ fn a_shared_holder_waits_for_a_mutex_holder() {
     let mut reader = holder(&server, &["--shared"], "catalog");
     assert!(eventually(WAIT, || keys(&c, "catalog/").len() == 2));
     still_waiting(&mut reader);
-    guard.unlock().unwrap();
+    guard.release().unwrap();
     running(&mut reader);
     stop(&mut reader);
     assert!(keys(&c, "catalog/").is_empty());

@@ -40,7 +40,7 @@ fn an_uncontended_lock_records_an_acquisition_its_wait_and_its_hold_time() {
     assert!(waits[0] >= 0.0 && waits[0] < 3.0, "{waits:?}");
     assert!(m.samples(HOLD_SECONDS, &labels).is_empty());
     std::thread::sleep(Duration::from_millis(300));
-    guard.unlock().unwrap();
+    guard.release().unwrap();
     let holds = m.samples(HOLD_SECONDS, &labels);
     assert_eq!(holds.len(), 1, "{holds:?}");
     assert!(holds[0] >= 0.3 && holds[0] < 5.0, "{holds:?}");

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use etcd_sync::{CancelToken, Error, Leadership, Session, WaitOptions};
+use etcd_sync::{CancelToken, Error, GuardKind, LeaderKind, Leadership, Session, WaitOptions};
 
 use crate::exit::{EXIT_ERROR, EXIT_LOST, EXIT_OK, EXIT_SIGNAL_BASE, EXIT_TIMEOUT, Exit, fail};
 use crate::lock::LockGuard;
@@ -26,16 +26,14 @@ impl Held {
     pub fn what(&self) -> &'static str {
         match self {
             Held::Lock(guard) => guard.what(),
-            Held::Leadership(..) => "leadership",
+            Held::Leadership(..) => LeaderKind::WHAT,
         }
     }
 
     fn key(&self) -> String {
         match self {
             Held::Lock(guard) => guard.key(),
-            Held::Leadership(leadership, _) => {
-                String::from_utf8_lossy(leadership.key()).into_owned()
-            }
+            Held::Leadership(leadership, _) => leadership.key_str().into_owned(),
         }
     }
 

@@ -4,9 +4,7 @@
 //! loss and release have one code path whatever the mode.
 
 use crossbeam_channel::Receiver;
-use etcd_sync::{
-    Mutex, MutexGuard, Permit, RwLock, RwLockReadGuard, Semaphore, Session, WaitOptions,
-};
+use etcd_sync::{Guard, GuardKind, Mutex, RwLock, Semaphore, Session, WaitOptions};
 
 use crate::args::LockArgs;
 
@@ -21,33 +19,24 @@ pub trait LockGuard: Send {
     fn release(self: Box<Self>) -> etcd_sync::Result<()>;
 }
 
-/// The library's guards share one surface but no trait; only the name of the explicit
-/// release differs (`unlock` for locks, `release` for permits).
-macro_rules! lock_guard {
-    ($guard:ty, $what:literal, $release:ident) => {
-        impl LockGuard for $guard {
-            fn what(&self) -> &'static str {
-                $what
-            }
-            fn key(&self) -> String {
-                <$guard>::key_str(self).into_owned()
-            }
-            fn fencing_token(&self) -> i64 {
-                <$guard>::fencing_token(self)
-            }
-            fn lost(&self) -> Receiver<()> {
-                <$guard>::lost(self)
-            }
-            fn release(self: Box<Self>) -> etcd_sync::Result<()> {
-                (*self).$release()
-            }
-        }
-    };
+/// The library's guards are one generic type, so one impl covers the three `lock` takes.
+impl<K: GuardKind> LockGuard for Guard<K> {
+    fn what(&self) -> &'static str {
+        K::WHAT
+    }
+    fn key(&self) -> String {
+        self.key_str().into_owned()
+    }
+    fn fencing_token(&self) -> i64 {
+        Guard::fencing_token(self)
+    }
+    fn lost(&self) -> Receiver<()> {
+        Guard::lost(self)
+    }
+    fn release(self: Box<Self>) -> etcd_sync::Result<()> {
+        Guard::release(*self)
+    }
 }
-
-lock_guard!(MutexGuard, "lock", unlock);
-lock_guard!(RwLockReadGuard, "read lock", unlock);
-lock_guard!(Permit, "permit", release);
 
 /// The primitive `lock` waits on, chosen by `-n` / `--shared` (clap lets at most one
 /// through).

@@ -155,6 +155,7 @@ mod tests {
             value: value.as_bytes().to_vec(),
             lease,
             create_revision: rev,
+            mod_revision: rev,
             mode,
             ttl: (lease != 0).then(|| Duration::from_secs(9)),
         }

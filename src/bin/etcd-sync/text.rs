@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use etcd_sync::{Leader, LeaderEvent};
+use etcd_sync::{Holder, LeaderEvent};
 use serde::Serialize;
 
 /// Parses a duration like Go's `time.ParseDuration` (`3s`, `500ms`, `1m30s`, `1.5h`;
@@ -110,7 +110,7 @@ struct LeaderJson {
 }
 
 impl LeaderJson {
-    fn new(leader: &Leader) -> LeaderJson {
+    fn new(leader: &Holder) -> LeaderJson {
         LeaderJson {
             key: leader.key_str().into_owned(),
             value: leader.value_str().into_owned(),
@@ -124,6 +124,7 @@ impl LeaderJson {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use etcd_sync::KeyMode;
 
     #[test]
     fn durations() {
@@ -185,12 +186,14 @@ mod tests {
 
     #[test]
     fn json_lines() {
-        let leader = Leader {
+        let leader = Holder {
             key: b"e/694d".to_vec(),
             value: b"say \"hi\"\n\\\x01".to_vec(),
             create_revision: 7,
             mod_revision: 9,
             lease: 0x694d,
+            mode: KeyMode::Exclusive,
+            ttl: None,
         };
         assert_eq!(
             event_json(&LeaderEvent::Elected(leader.clone())).unwrap(),
@@ -209,12 +212,14 @@ mod tests {
         // serde_json's escapes: the short forms where JSON has one (the hand-written
         // escaping before it wrote `\u0008` and `\u000c`), other controls as `\u00xx`,
         // the rest (DEL, non-ASCII, invalid UTF-8 made U+FFFD) as is.
-        let controls = Leader {
+        let controls = Holder {
             key: b"e/1".to_vec(),
             value: b"\x08\x0c\x1f\x7f\xc3\xa9\xff".to_vec(),
             create_revision: 1,
             mod_revision: 1,
             lease: 1,
+            mode: KeyMode::Exclusive,
+            ttl: None,
         };
         assert_eq!(
             event_json(&LeaderEvent::Elected(controls)).unwrap(),

@@ -168,7 +168,7 @@ pub enum Error {
 
     /// This thread already holds the named lock or leadership on this session (through a
     /// guard it acquired): waiting for it would never end. Locks are not re-entrant; drop
-    /// or unlock the guard first, or use another session.
+    /// or release the guard first, or use another session.
     #[error(
         "this thread already holds {0:?} on this session; waiting for it would deadlock \
          (locks are not re-entrant)"

@@ -56,7 +56,7 @@ pub enum Operation {
     /// assert_eq!(etcd_sync::Operation::OpenWatch.to_string(), "opening a watch");
     /// ```
     OpenWatch,
-    /// Releasing a lock or resigning ([`MutexGuard::unlock`](crate::MutexGuard::unlock),
+    /// Releasing a guard or resigning ([`Guard::release`](crate::Guard::release),
     /// [`Leadership::resign`](crate::Leadership::resign), ...): etcd did not confirm the
     /// delete within the request timeout, and the release goes on in the background.
     /// Prints `release (still retried in the background)`.
