@@ -53,10 +53,10 @@ pub fn raise_nofile() -> u64 {
                 rlim_max: lim.rlim_max,
             };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-                return want.rlim_cur as u64;
+                return want.rlim_cur;
             }
         }
-        lim.rlim_cur as u64
+        lim.rlim_cur
     }
 }
 

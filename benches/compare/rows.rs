@@ -42,15 +42,23 @@ struct Shared {
     /// Holders inside now (more than allowed: a violation).
     inside: AtomicUsize,
     violations: AtomicU64,
-    /// Mutex: the last release start and who released. Semaphore: release starts not yet
-    /// matched with an admission, oldest first (each admission takes the oldest).
-    releases: StdMutex<(Option<(Instant, usize)>, VecDeque<Instant>)>,
+    releases: StdMutex<Releases>,
     /// (acquisition number, handoff latency).
     handoffs: StdMutex<Vec<(u64, Duration)>>,
     errors: StdMutex<Vec<String>>,
     error_count: AtomicU64,
     stop: AtomicBool,
     token: CancelToken,
+}
+
+/// Release starts, for the handoff latencies.
+#[derive(Default)]
+struct Releases {
+    /// Mutex: the last release start and who released.
+    last: Option<(Instant, usize)>,
+    /// Semaphore: release starts not yet matched with an admission, oldest first (each
+    /// admission takes the oldest).
+    pending: VecDeque<Instant>,
 }
 
 /// What one row measured.
@@ -71,7 +79,7 @@ fn run_row(args: &Args, kind: Kind, n: usize, name: &str) -> Res<Row> {
         count: AtomicU64::new(0),
         inside: AtomicUsize::new(0),
         violations: AtomicU64::new(0),
-        releases: StdMutex::new((None, VecDeque::new())),
+        releases: StdMutex::new(Releases::default()),
         handoffs: StdMutex::new(Vec::new()),
         errors: StdMutex::new(Vec::new()),
         error_count: AtomicU64::new(0),
@@ -208,12 +216,12 @@ fn worker(
         let handoff = {
             let mut releases = locked(&shared.releases);
             match kind {
-                Kind::Mutex => match releases.0 {
+                Kind::Mutex => match releases.last {
                     Some((at, who)) if who != me => Some(acquired.saturating_duration_since(at)),
                     _ => None,
                 },
                 Kind::Semaphore => releases
-                    .1
+                    .pending
                     .pop_front()
                     .map(|at| acquired.saturating_duration_since(at)),
             }
@@ -226,8 +234,8 @@ fn worker(
             let mut releases = locked(&shared.releases);
             let now = Instant::now();
             match kind {
-                Kind::Mutex => releases.0 = Some((now, me)),
-                Kind::Semaphore => releases.1.push_back(now),
+                Kind::Mutex => releases.last = Some((now, me)),
+                Kind::Semaphore => releases.pending.push_back(now),
             }
         }
         drop(guard);

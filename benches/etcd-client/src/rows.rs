@@ -197,10 +197,10 @@ async fn row(args: &Args, n: usize) -> Res<()> {
                     }
                     let c = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
                     let mut last = shared.last.lock().await;
-                    if let Some((at, who)) = *last {
-                        if who != me {
-                            shared.handoffs.lock().await.push((c, acquired - at));
-                        }
+                    if let Some((at, who)) = *last
+                        && who != me
+                    {
+                        shared.handoffs.lock().await.push((c, acquired - at));
                     }
                     shared.holders.fetch_sub(1, Ordering::SeqCst);
                     *last = Some((Instant::now(), me));
