@@ -5,8 +5,9 @@
 //! or `--row-secs`, whichever comes first: acquisitions/s, the handoff (release start → the
 //! next holder's `lock` returns) median and p99, and etcd's work per acquisition from its
 //! /metrics at both ends of the window (watch events delivered, watch responses sent,
-//! Range, Txn, CPU). Then every waiting `lock` call is dropped (etcd's Lock service
-//! removes the waiter's key when its call ends) and the leases are revoked.
+//! Range, Txn, CPU). Then the line drains (each waiter takes its turn without counting;
+//! a dropped `lock` call leaves a watcher behind in etcd 3.4's Lock service) and the
+//! leases are revoked.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -22,6 +23,8 @@ use crate::{Args, Res, TTL, WAIT};
 
 const SETUP_AT_ONCE: usize = 16;
 const ROW_WAIT: Duration = Duration::from_secs(600);
+/// How long the end of a row waits for the line to drain before it drops waiting calls.
+const DRAIN: Duration = Duration::from_secs(60);
 
 /// The series of etcd's /metrics the rows read, summed by name (and gRPC method).
 type Snapshot = HashMap<String, f64>;
@@ -245,13 +248,33 @@ async fn row(args: &Args, n: usize) -> Res<()> {
         }
         Err(_) => Err("no window".into()),
     };
+    // Drain: every waiter takes its turn and unlocks without counting. Dropping a waiting
+    // `lock` call instead leaves etcd's Lock service a watcher behind per waiter (etcd
+    // 3.4.23), and the next row stalls behind them. Calls still waiting after `DRAIN` are
+    // dropped.
     shared.stopped.store(true, Ordering::SeqCst);
-    let _ = stop_tx.send(true);
-    let deadline = Instant::now() + WAIT * 2;
     let mut left = 0;
-    for t in tasks {
-        if tokio::time::timeout_at(deadline.into(), t).await.is_err() {
-            left += 1;
+    let drained = Instant::now() + DRAIN;
+    let mut pending = Vec::new();
+    for mut t in tasks {
+        if tokio::time::timeout_at(drained.into(), &mut t)
+            .await
+            .is_err()
+        {
+            pending.push(t);
+        }
+    }
+    if !pending.is_empty() {
+        eprintln!(
+            "etcdclient: row {n}: {} waiters not drained after {DRAIN:?}; dropping their calls",
+            pending.len()
+        );
+        let _ = stop_tx.send(true);
+        let deadline = Instant::now() + WAIT;
+        for t in pending {
+            if tokio::time::timeout_at(deadline.into(), t).await.is_err() {
+                left += 1;
+            }
         }
     }
     let ((first, t0, before), (last, t1, after)) = (start?, end?);
