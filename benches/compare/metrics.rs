@@ -105,7 +105,7 @@ pub fn counters(endpoint: &str) -> Res<Counters> {
 pub struct Snapshot {
     pub counters: Counters,
     /// `etcd_debugging_mvcc_events_total`: events etcd sent to watchers, one per watcher an
-    /// event reached (etcd 3.4 to 3.6 count them in the watch server's send loop).
+    /// event reached (etcd 3.4.23 counts them in the v3rpc watch server's send loop).
     pub events: f64,
     /// `process_cpu_seconds_total` of the etcd process (user + system; 10 ms ticks).
     pub cpu_seconds: f64,
