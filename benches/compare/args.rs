@@ -28,9 +28,19 @@ struct Cli {
     #[arg(long, default_value_t = 8)]
     contenders: usize,
 
-    /// Acquisitions in the contended run
+    /// Acquisitions in the contended run, and measured acquisitions per contender-count row
     #[arg(long, default_value_t = 2000)]
     total: usize,
+
+    /// Contender counts of the rows (issue 28), comma separated; each contender has its own
+    /// client and session. The largest also sizes the semaphore row (8 permits) and the
+    /// read-write lock row (readers behind one writer). Empty: no rows
+    #[arg(long, default_value = "8,64,256,1024", value_name = "N,N,..")]
+    rows: String,
+
+    /// Time bound of a row's warm-up, and again of its measured window, in seconds
+    #[arg(long, default_value_t = 20)]
+    row_secs: u64,
 
     /// Election campaign+resign iterations
     #[arg(long, default_value_t = 500)]
@@ -71,12 +81,13 @@ struct Cli {
     /// a fresh child process), held (only the second of those), shared (a semaphore of 4
     /// and a read-write lock with 90 % reads beside a mutex, 16 contenders each), herd (256
     /// waiters on a semaphore and behind a write lock: who a release admits, its reads and
-    /// the watch events etcd delivers)
+    /// the watch events etcd delivers), rows (the contender-count rows of --rows with the
+    /// semaphore and read-write lock rows; contended runs them too)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 
     /// Abort the whole run (exit 3) after this many seconds
-    #[arg(long, default_value_t = 900)]
+    #[arg(long, default_value_t = 2400)]
     timeout_secs: u64,
 
     /// Key prefix for everything this run creates (default: compare/rust/<pid>)
@@ -93,6 +104,8 @@ pub struct Args {
     pub total: usize,
     pub campaigns: usize,
     pub waiters: Vec<usize>,
+    pub rows: Vec<usize>,
+    pub row_time: Duration,
     pub handoffs: usize,
     pub hold: Duration,
     pub sessions: usize,
@@ -126,6 +139,14 @@ impl Args {
                     .map_err(|e| format!("--waiters {v:?}: {e}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let rows = split_list(&cli.rows)
+            .iter()
+            .map(|v| match v.parse::<usize>() {
+                Ok(n) if n >= 2 => Ok(n),
+                Ok(n) => Err(format!("--rows: {n} contenders (at least 2)")),
+                Err(e) => Err(format!("--rows {v:?}: {e}")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Args {
             endpoints: cli.endpoints.as_deref().map(split_list).unwrap_or_default(),
             n: cli.n.max(1),
@@ -133,6 +154,8 @@ impl Args {
             total: cli.total.max(1),
             campaigns: cli.campaigns.max(1),
             waiters,
+            rows,
+            row_time: Duration::from_secs(cli.row_secs.max(1)),
             handoffs: cli.handoffs.max(1),
             hold: Duration::from_millis(cli.hold_ms),
             sessions: cli.sessions.max(2),

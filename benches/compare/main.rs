@@ -13,16 +13,20 @@
 //! one module per phase: [`uncontended`] (a, d), [`election`] (c), [`cost`] (f),
 //! [`handoff_floor`] (the handoff floor, measured before the handoff phases of the same
 //! run), [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`shared`] (g),
-//! [`herd`] (h), [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
+//! [`herd`] (h), [`rows`] and [`readers`] (the contender-count rows of issue 28, with
+//! [`fleet`] connecting up to 1,024 contenders), [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
 mod contended;
 mod cost;
 mod election;
+mod fleet;
 mod handoff_floor;
 mod herd;
 mod metrics;
+mod readers;
 mod resources;
+mod rows;
 mod scaling;
 mod shared;
 mod stats;
@@ -164,13 +168,14 @@ fn main() {
 
     println!(
         "compare: etcd-sync against {} (n={}, contenders={}, total={}, campaigns={}, \
-         waiters={:?}, handoffs={}, sessions={})",
+         waiters={:?}, rows={:?}, handoffs={}, sessions={})",
         args.endpoints.join(","),
         args.n,
         args.contenders,
         args.total,
         args.campaigns,
         args.waiters,
+        args.rows,
         args.handoffs,
         args.sessions
     );
@@ -202,6 +207,11 @@ fn main() {
     let floor = wants("floor") || wants("contended") || wants("scaling");
     run("floor", floor, &handoff_floor::floor);
     run("contended", wants("contended"), &contended::contended);
+    run(
+        "rows",
+        (wants("contended") || named("rows")) && !args.rows.is_empty(),
+        &rows::rows,
+    );
     run("scaling", wants("scaling"), &|args, summary| {
         for &w in &args.waiters {
             scaling::scaling_one(args, w, summary)?;

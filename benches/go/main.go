@@ -43,8 +43,10 @@ var (
 	contenders = flag.Int("contenders", 8, "goroutines in the contended run, each with its own client and session")
 	total      = flag.Int("total", 2000, "acquisitions in the contended run")
 	campaigns  = flag.Int("campaigns", 500, "Campaign+Resign iterations")
-	only       = flag.String("only", "", "run only these phases (comma separated): uncontended,election,cost,contended,rangecost")
-	timeout    = flag.Duration("timeout", 900*time.Second, "abort the whole run after this long")
+	only       = flag.String("only", "", "run only these phases (comma separated): uncontended,election,cost,contended,rows,rangecost (contended runs rows too)")
+	rowsFlag   = flag.String("rows", "8,64,256,1024", "contender counts of the rows (issue 28), comma separated; each contender has its own client and session; empty: none")
+	rowSecs    = flag.Int("row-secs", 20, "time bound of a row's warm-up, and again of its measured window, in seconds")
+	timeout    = flag.Duration("timeout", 2400*time.Second, "abort the whole run after this long")
 	prefix     = flag.String("prefix", fmt.Sprintf("compare/go/%d", os.Getpid()), "key prefix")
 )
 
@@ -128,12 +130,15 @@ func tail(v []time.Duration) string {
 // ---- etcd /metrics ----------------------------------------------------------------------
 
 type counters struct {
-	handled, started, msgReceived map[string]float64
-	unaryTotal                    float64
+	handled, started, msgReceived, msgSent map[string]float64
+	unaryTotal                             float64
+	// Unlabelled series: etcd_debugging_mvcc_events_total (events sent to watchers),
+	// process_cpu_seconds_total, etcd_debugging_mvcc_watcher_total.
+	plain map[string]float64
 }
 
 func newCounters() counters {
-	return counters{map[string]float64{}, map[string]float64{}, map[string]float64{}, 0}
+	return counters{map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}, 0, map[string]float64{}}
 }
 
 func label(labels, name string) (string, bool) {
@@ -175,6 +180,12 @@ func fetchCounters() (counters, error) {
 		}
 		sp := strings.LastIndexByte(line, ' ')
 		br := strings.IndexByte(line, '{')
+		if sp > 0 && br < 0 {
+			if v, err := strconv.ParseFloat(strings.TrimSpace(line[sp+1:]), 64); err == nil {
+				c.plain[line[:sp]] = v
+			}
+			continue
+		}
 		if sp < 0 || br < 0 || br > sp {
 			continue
 		}
@@ -197,6 +208,8 @@ func fetchCounters() (counters, error) {
 			c.started[method] += value
 		case "grpc_server_msg_received_total":
 			c.msgReceived[method] += value
+		case "grpc_server_msg_sent_total":
+			c.msgSent[method] += value
 		}
 	}
 	return c, nil
@@ -212,6 +225,12 @@ func (c *counters) addDelta(after, before counters) {
 	}
 	for k, v := range after.msgReceived {
 		c.msgReceived[k] += v - before.msgReceived[k]
+	}
+	for k, v := range after.msgSent {
+		c.msgSent[k] += v - before.msgSent[k]
+	}
+	for k, v := range after.plain {
+		c.plain[k] += v - before.plain[k]
 	}
 	c.unaryTotal += after.unaryTotal - before.unaryTotal
 }
@@ -671,8 +690,11 @@ func main() {
 	for _, phase := range []struct {
 		name string
 		run  func() error
-	}{{"uncontended", uncontended}, {"election", election}, {"cost", cost}, {"contended", contended}, {"rangecost", rangeCost}} {
-		if len(wanted) > 0 && !wanted[phase.name] {
+	}{{"uncontended", uncontended}, {"election", election}, {"cost", cost}, {"contended", contended}, {"rows", rows}, {"rangecost", rangeCost}} {
+		if len(wanted) > 0 && !wanted[phase.name] && !(phase.name == "rows" && wanted["contended"]) {
+			continue
+		}
+		if phase.name == "rows" && len(rowCounts()) == 0 {
 			continue
 		}
 		t := time.Now()

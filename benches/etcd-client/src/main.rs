@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, LockOptions, PutOptions, Txn, TxnOp,
-};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, LockOptions, PutOptions, Txn, TxnOp};
 use tokio::sync::Mutex;
+
+mod rows;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -40,6 +40,24 @@ struct Args {
     /// Key prefix
     #[arg(long, default_value = "bench-etcd-client")]
     prefix: String,
+    /// Contender counts of the rows (issue 28), comma separated; each contender has its own
+    /// client and lease. Empty: no rows
+    #[arg(long, default_value = "8,64,256,1024")]
+    rows: String,
+    /// Time bound of a row's warm-up, and again of its measured window, in seconds
+    #[arg(long, default_value_t = 20)]
+    row_secs: u64,
+    /// Run only some phases, comma separated: uncontended, contended (runs rows too), rows
+    #[arg(long)]
+    only: Option<String>,
+}
+
+impl Args {
+    fn wants(&self, phase: &str) -> bool {
+        self.only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|p| p.trim() == phase))
+    }
 }
 
 /// Lease TTL: longer than any run, so no keep-alive traffic mixes into the figures; the
@@ -158,7 +176,10 @@ async fn uncontended(args: &Args) -> Res<()> {
     let lu = report("lock_unlock", &both);
     let fl = report("floor_lock_unlock", &floor);
     if let (Some(lu), Some(fl)) = (lu, fl) {
-        println!("RESULT etcdclient lock_over_floor median_ratio={:.3}", lu / fl);
+        println!(
+            "RESULT etcdclient lock_over_floor median_ratio={:.3}",
+            lu / fl
+        );
     }
     client.lease_revoke(lease).await?;
     Ok(())
@@ -203,7 +224,13 @@ async fn contended(args: &Args) -> Res<()> {
                 {
                     Ok(Ok(locked)) => locked,
                     Ok(Err(e)) => break turns.errors.lock().await.push(format!("{me}: lock: {e}")),
-                    Err(_) => break turns.errors.lock().await.push(format!("{me}: lock timed out")),
+                    Err(_) => {
+                        break turns
+                            .errors
+                            .lock()
+                            .await
+                            .push(format!("{me}: lock timed out"));
+                    }
                 };
                 let acquired = Instant::now();
                 let done = turns.count.load(Ordering::SeqCst) >= total;
@@ -256,11 +283,22 @@ async fn contended(args: &Args) -> Res<()> {
 #[tokio::main]
 async fn main() -> Res<()> {
     let args = Args::parse();
-    eprintln!("etcdclient: uncontended lock + unlock and floor, n={}", args.n);
-    uncontended(&args).await?;
-    eprintln!(
-        "etcdclient: contended, {} contenders, {} acquisitions",
-        args.contenders, args.total
-    );
-    contended(&args).await
+    if args.wants("uncontended") {
+        eprintln!(
+            "etcdclient: uncontended lock + unlock and floor, n={}",
+            args.n
+        );
+        uncontended(&args).await?;
+    }
+    if args.wants("contended") {
+        eprintln!(
+            "etcdclient: contended, {} contenders, {} acquisitions",
+            args.contenders, args.total
+        );
+        contended(&args).await?;
+    }
+    if args.wants("contended") || args.wants("rows") {
+        rows::rows(&args).await?;
+    }
+    Ok(())
 }
