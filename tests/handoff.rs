@@ -286,3 +286,60 @@ fn a_release_reaches_the_front_of_the_line_not_every_waiting_process() {
     );
     eprintln!("drained {WAITERS} waiting processes: {delivered} events, {ranges} reads");
 }
+
+/// A waiter at the back of the line (far from its turn, watching one lookout key) still
+/// ends at once when its own key is deleted, with `LockLost`, and the line goes on.
+#[test]
+fn a_waiter_at_the_back_whose_key_is_deleted_gets_lock_lost_at_once() {
+    let server = etcd();
+    let endpoints = server.endpoints();
+    let c = client(&endpoints);
+    let holder_session = session(&c, 30);
+    let holder = holder_session.mutex("back").unwrap().lock().unwrap();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let own = client(&endpoints);
+        let s = session(&own, 30);
+        let m = s.mutex("back").unwrap();
+        waiters.push(std::thread::spawn(move || {
+            let started = Instant::now();
+            let outcome = m.lock().map(|g| g.fencing_token());
+            drop((s, own));
+            (outcome, started.elapsed())
+        }));
+        assert!(eventually(Duration::from_secs(5), || keys(&c, "back/")
+            .len()
+            == i + 2));
+    }
+    // The third waiter has three keys ahead: it waits at the back, on two single-key
+    // watchers (its lookout, the holder's key, and its own) instead of the name's prefix.
+    std::thread::sleep(Duration::from_millis(300));
+    // The holder's follow, the two front waiters' prefix watchers, and the back waiter's
+    // two single-key watchers (4 if it waited at the front).
+    assert_eq!(
+        metric(&server, "etcd_debugging_mvcc_watcher_total", &[]),
+        5.0,
+        "the third waiter watches its lookout and its own key"
+    );
+    let line = c.get_prefix("back/").unwrap();
+    let last = line
+        .iter()
+        .max_by_key(|kv| kv.create_revision)
+        .expect("the last waiter's key");
+    let deleted = Instant::now();
+    assert_eq!(c.delete(&last.key).unwrap(), 1);
+    let (outcome, _) = waiters.pop().unwrap().join().unwrap();
+    assert!(matches!(outcome, Err(Error::LockLost)), "{outcome:?}");
+    assert!(
+        deleted.elapsed() < Duration::from_secs(1),
+        "the wait ended {:?} after its key was deleted",
+        deleted.elapsed()
+    );
+    drop(holder);
+    for w in waiters {
+        let (outcome, waited) = w.join().unwrap();
+        assert!(outcome.is_ok(), "{outcome:?}");
+        assert!(waited < Duration::from_secs(10));
+    }
+    assert!(keys(&c, "back/").is_empty());
+}
