@@ -194,6 +194,9 @@ fn observers_and_waiters_of_one_client_share_its_stream() {
     drop(leader);
 }
 
+/// How many waiters wait at the front of a line (`FRONT` in line/behind.rs).
+const FRONT: usize = 8;
+
 /// Issue 28: with one waiter per process, a release used to be delivered to every waiting
 /// process (each watched the whole name): N events per handoff, N² to drain the line. Now
 /// only the waiters at the front of the line and the one whose lookout the released key
@@ -206,7 +209,7 @@ fn a_release_reaches_the_front_of_the_line_not_every_waiting_process() {
     let c = client(&endpoints);
     let gate_session = session(&c, 30);
     let gate = gate_session.mutex("herd").unwrap().lock().unwrap();
-    const WAITERS: usize = 16;
+    const WAITERS: usize = 24;
     let (tx, rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let go_rx = std::sync::Arc::new(std::sync::Mutex::new(go_rx));
@@ -246,10 +249,10 @@ fn a_release_reaches_the_front_of_the_line_not_every_waiting_process() {
     assert_eq!(first.0, 0, "first come, first served");
     std::thread::sleep(Duration::from_millis(300));
     let delivered = events() - events_before;
-    // The front (two waiters), the lookout's waiter and the holder's own key: at most 4
-    // clients hear of a release, not the 16 waiting processes (it was 17).
+    // The front (`FRONT` = 8 waiters, line/behind.rs), the lookout's waiter and the holder's
+    // own key: at most 10 clients hear of a release, not the 24 waiting processes (it was 25).
     assert!(
-        (1..=4).contains(&delivered),
+        (1..=FRONT as u64 + 2).contains(&delivered),
         "a release with {WAITERS} waiting processes was delivered {delivered} times"
     );
     go_tx.send(()).unwrap();
@@ -276,7 +279,7 @@ fn a_release_reaches_the_front_of_the_line_not_every_waiting_process() {
     let delivered = events() - events_before;
     let ranges = handled(&server.metrics().unwrap(), "Range") - ranges_before;
     assert!(
-        delivered <= 5 * WAITERS as u64,
+        delivered <= ((FRONT + 2) * WAITERS) as u64,
         "draining {WAITERS} waiting processes took {delivered} events (O(N²) was {})",
         WAITERS * WAITERS
     );
@@ -297,7 +300,7 @@ fn a_waiter_at_the_back_whose_key_is_deleted_gets_lock_lost_at_once() {
     let holder_session = session(&c, 30);
     let holder = holder_session.mutex("back").unwrap().lock().unwrap();
     let mut waiters = Vec::new();
-    for i in 0..3 {
+    for i in 0..FRONT + 1 {
         let own = client(&endpoints);
         let s = session(&own, 30);
         let m = s.mutex("back").unwrap();
@@ -311,14 +314,14 @@ fn a_waiter_at_the_back_whose_key_is_deleted_gets_lock_lost_at_once() {
             .len()
             == i + 2));
     }
-    // The third waiter has three keys ahead: it waits at the back, on two single-key
+    // The last waiter has FRONT + 1 keys ahead: it waits at the back, on two single-key
     // watchers (its lookout, the holder's key, and its own) instead of the name's prefix.
     std::thread::sleep(Duration::from_millis(300));
-    // The holder's follow, the two front waiters' prefix watchers, and the back waiter's
-    // two single-key watchers (4 if it waited at the front).
+    // The holder's follow, the FRONT front waiters' prefix watchers, and the back waiter's
+    // two single-key watchers (one fewer if it waited at the front).
     assert_eq!(
         metric(&server, "etcd_debugging_mvcc_watcher_total", &[]),
-        5.0,
+        (1 + FRONT + 2) as f64,
         "the third waiter watches its lookout and its own key"
     );
     let line = c.get_prefix("back/").unwrap();

@@ -30,10 +30,13 @@ use crate::transport::watches::{Delivery, Sink, Spec, Watches};
 
 /// How many keys ahead may still have to go for a waiter to wait at the front, on the
 /// shared prefix watcher. A release then reaches at most this many waiting processes (plus
-/// the one whose lookout it was), whatever the length of the line; and a waiter joins the
-/// front this many handoffs before its turn, so that its one read is done before the turn
-/// comes. Chosen by measurement (BENCHMARKS.md, "Handoff cost and the length of the line").
-pub(crate) const FRONT: usize = 2;
+/// the one whose lookout it was, and the holder), whatever the length of the line; and a
+/// waiter joins the front this many handoffs before its turn, so that its read is done
+/// before the turn comes. Chosen by measurement (BENCHMARKS.md, "Handoff cost and the
+/// length of the line"): with 2 or 4, lines of 8 processes lost half their throughput to
+/// lookout watchers that etcd registered unsynced (up to 100 ms late) shortly before their
+/// key went; with 8, a line of up to 9 keys waits exactly as before.
+pub(crate) const FRONT: usize = 8;
 
 /// How many keys ahead must still go before `keys` let a waiter hold: every key that blocks,
 /// and the permits beyond the free ones.
@@ -143,7 +146,8 @@ mod tests {
     use super::*;
     use crate::line::mode::Mode;
 
-    fn sorted(mode: Mode, keys: &[&str]) -> (Sorted, HashMap<Vec<u8>, i64>) {
+    /// The keys ahead, oldest first, created at revisions 10, 11, ...
+    fn sorted(mode: Mode, keys: &[String]) -> (Sorted, HashMap<Vec<u8>, i64>) {
         let created = keys
             .iter()
             .enumerate()
@@ -153,44 +157,54 @@ mod tests {
         (mode.sort(b"p/", keys).expect("one semaphore size"), created)
     }
 
+    /// `n` key names under `p/`, in creation order, with `suffix`.
+    fn names(n: usize, suffix: &str) -> Vec<String> {
+        (0..n).map(|i| format!("p/{i:03x}{suffix}")).collect()
+    }
+
     #[test]
     fn a_waiter_close_to_its_turn_has_no_lookout() {
-        let (keys, created) = sorted(Mode::Exclusive, &["p/1", "p/2"]);
-        assert_eq!(distance(&keys), 2);
+        let (keys, created) = sorted(Mode::Exclusive, &names(FRONT, ""));
+        assert_eq!(distance(&keys), FRONT);
         assert_eq!(lookout(&keys, &created), None);
     }
 
     #[test]
-    fn an_exclusive_waiter_watches_the_key_front_places_ahead_of_it() {
-        // Oldest first: p/1 holds, then p/2 .. p/5; we are sixth. Once p/1, p/2 and p/3
-        // are gone, two keys remain ahead: p/3 is the lookout.
-        let (keys, created) = sorted(Mode::Exclusive, &["p/1", "p/2", "p/3", "p/4", "p/5"]);
-        assert_eq!(distance(&keys), 5);
-        assert_eq!(lookout(&keys, &created), Some((b"p/3".to_vec(), 12)));
+    fn an_exclusive_waiter_watches_the_key_whose_delete_brings_it_to_the_front() {
+        // FRONT + 3 keys ahead: once the three oldest are gone, FRONT remain.
+        let line = names(FRONT + 3, "");
+        let (keys, created) = sorted(Mode::Exclusive, &line);
+        assert_eq!(distance(&keys), FRONT + 3);
+        assert_eq!(
+            lookout(&keys, &created),
+            Some((line[2].clone().into_bytes(), 12))
+        );
     }
 
     #[test]
     fn a_permit_counts_only_the_permits_beyond_the_free_ones() {
-        // A semaphore of 2 with six older permits: four must go before we hold.
-        let names = (1..=6)
-            .map(|i| format!("p/{i}.permits-2"))
-            .collect::<Vec<_>>();
-        let names = names.iter().map(String::as_str).collect::<Vec<_>>();
-        let (keys, created) = sorted(Mode::Permits(2), &names);
-        assert_eq!(distance(&keys), 5);
+        // A semaphore of 2 with FRONT + 4 older permits: FRONT + 3 must go before we hold.
+        let line = names(FRONT + 4, ".permits-2");
+        let (keys, created) = sorted(Mode::Permits(2), &line);
+        assert_eq!(distance(&keys), FRONT + 3);
         assert_eq!(
             lookout(&keys, &created),
-            Some((b"p/3.permits-2".to_vec(), 12))
+            Some((line[2].clone().into_bytes(), 12))
         );
     }
 
     #[test]
     fn a_reader_ignores_the_readers_ahead_of_it() {
-        let (keys, created) = sorted(
-            Mode::Shared,
-            &["p/1", "p/2.shared", "p/3", "p/4.shared", "p/5", "p/6"],
+        // Writers and readers alternate: only the FRONT + 3 writers count.
+        let line: Vec<String> = (0..2 * (FRONT + 3))
+            .map(|i| format!("p/{i:03x}{}", if i % 2 == 1 { ".shared" } else { "" }))
+            .collect();
+        let (keys, created) = sorted(Mode::Shared, &line);
+        assert_eq!(distance(&keys), FRONT + 3);
+        // The third writer is the fifth key.
+        assert_eq!(
+            lookout(&keys, &created),
+            Some((line[4].clone().into_bytes(), 14))
         );
-        assert_eq!(distance(&keys), 4); // the writers p/1, p/3, p/5, p/6
-        assert_eq!(lookout(&keys, &created), Some((b"p/3".to_vec(), 12)));
     }
 }
