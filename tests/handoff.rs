@@ -322,7 +322,7 @@ fn a_waiter_at_the_back_whose_key_is_deleted_gets_lock_lost_at_once() {
     assert_eq!(
         metric(&server, "etcd_debugging_mvcc_watcher_total", &[]),
         (1 + FRONT + 2) as f64,
-        "the third waiter watches its lookout and its own key"
+        "the last waiter watches its lookout and its own key"
     );
     let line = c.get_prefix("back/").unwrap();
     let last = line
