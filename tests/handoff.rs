@@ -11,7 +11,7 @@ mod common;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{client, etcd, eventually, handled, keys, session, streams_started};
+use common::{client, etcd, events_delivered, eventually, handled, keys, session, streams_started};
 use etcd_sync::{Error, LeaderEvent};
 
 /// How many watch streams etcd has started.
@@ -192,4 +192,157 @@ fn observers_and_waiters_of_one_client_share_its_stream() {
         "observers, waiters and guards: one watch stream"
     );
     drop(leader);
+}
+
+/// How many waiters wait at the front of a line (`FRONT` in line/behind.rs).
+const FRONT: usize = 8;
+
+/// Issue 28: with one waiter per process, a release used to be delivered to every waiting
+/// process (each watched the whole name): N events per handoff, N² to drain the line. Now
+/// only the waiters at the front of the line and the one whose lookout the released key
+/// was hear of it, and the line still drains in order, every waiter reading at most once
+/// or twice (its lookout's watcher starting late, and joining the front).
+#[test]
+fn a_release_reaches_the_front_of_the_line_not_every_waiting_process() {
+    let server = etcd();
+    let endpoints = server.endpoints();
+    let c = client(&endpoints);
+    let gate_session = session(&c, 30);
+    let gate = gate_session.mutex("herd").unwrap().lock().unwrap();
+    const WAITERS: usize = 24;
+    let (tx, rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let go_rx = std::sync::Arc::new(std::sync::Mutex::new(go_rx));
+    let mut threads = Vec::new();
+    for i in 0..WAITERS {
+        // Each waiter is a process of its own: its own client, stream and session.
+        let own = client(&endpoints);
+        let s = session(&own, 30);
+        let m = s.mutex("herd").unwrap();
+        let tx = tx.clone();
+        let go_rx = go_rx.clone();
+        threads.push(std::thread::spawn(move || {
+            let g = m.lock().unwrap();
+            let _ = tx.send((i, g.fencing_token()));
+            // The first holder waits for the measurement of one release; the others hold
+            // briefly and pass the lock on.
+            if i == 0 {
+                let _ = go_rx.lock().unwrap().recv();
+            } else {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            drop(g);
+            drop((s, own));
+        }));
+        assert!(eventually(Duration::from_secs(5), || keys(&c, "herd/")
+            .len()
+            == i + 2));
+    }
+    // Let every waiter's watchers be created (and their one read done).
+    std::thread::sleep(Duration::from_millis(500));
+    let events = || events_delivered(&server.metrics().unwrap());
+    let (events_before, ranges_before) = (events(), handled(&server.metrics().unwrap(), "Range"));
+    drop(gate);
+    let first = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the first handoff");
+    assert_eq!(first.0, 0, "first come, first served");
+    std::thread::sleep(Duration::from_millis(300));
+    let delivered = events() - events_before;
+    // The front (`FRONT` = 8 waiters, line/behind.rs), the lookout's waiter and the holder's
+    // own key: at most 10 clients hear of a release, not the 24 waiting processes (it was 25).
+    assert!(
+        (1..=FRONT as u64 + 2).contains(&delivered),
+        "a release with {WAITERS} waiting processes was delivered {delivered} times"
+    );
+    go_tx.send(()).unwrap();
+    let mut order = vec![first];
+    for _ in 1..WAITERS {
+        order.push(
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("every waiter's turn"),
+        );
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let who: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        who,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "first come, first served"
+    );
+    assert!(
+        order.windows(2).all(|w| w[0].1 < w[1].1),
+        "fencing tokens grow"
+    );
+    let delivered = events() - events_before;
+    let ranges = handled(&server.metrics().unwrap(), "Range") - ranges_before;
+    assert!(
+        delivered <= ((FRONT + 2) * WAITERS) as u64,
+        "draining {WAITERS} waiting processes took {delivered} events (O(N²) was {})",
+        WAITERS * WAITERS
+    );
+    assert!(
+        ranges <= 2 * WAITERS as u64,
+        "draining {WAITERS} waiting processes took {ranges} reads"
+    );
+    eprintln!("drained {WAITERS} waiting processes: {delivered} events, {ranges} reads");
+}
+
+/// A waiter at the back of the line (far from its turn, watching one lookout key) still
+/// ends at once when its own key is deleted, with `LockLost`, and the line goes on.
+#[test]
+fn a_waiter_at_the_back_whose_key_is_deleted_gets_lock_lost_at_once() {
+    let server = etcd();
+    let endpoints = server.endpoints();
+    let c = client(&endpoints);
+    let holder_session = session(&c, 30);
+    let holder = holder_session.mutex("back").unwrap().lock().unwrap();
+    let mut waiters = Vec::new();
+    for i in 0..FRONT + 1 {
+        let own = client(&endpoints);
+        let s = session(&own, 30);
+        let m = s.mutex("back").unwrap();
+        waiters.push(std::thread::spawn(move || {
+            let started = Instant::now();
+            let outcome = m.lock().map(|g| g.fencing_token());
+            drop((s, own));
+            (outcome, started.elapsed())
+        }));
+        assert!(eventually(Duration::from_secs(5), || keys(&c, "back/")
+            .len()
+            == i + 2));
+    }
+    // The last waiter has FRONT + 1 keys ahead: it waits at the back, on two single-key
+    // watchers (its lookout, the holder's key, and its own) instead of the name's prefix.
+    std::thread::sleep(Duration::from_millis(300));
+    // The holder's follow, the FRONT front waiters' prefix watchers, and the back waiter's
+    // two single-key watchers (one fewer if it waited at the front).
+    assert_eq!(
+        metric(&server, "etcd_debugging_mvcc_watcher_total", &[]),
+        (1 + FRONT + 2) as f64,
+        "the last waiter watches its lookout and its own key"
+    );
+    let line = c.get_prefix("back/").unwrap();
+    let last = line
+        .iter()
+        .max_by_key(|kv| kv.create_revision)
+        .expect("the last waiter's key");
+    let deleted = Instant::now();
+    assert_eq!(c.delete(&last.key).unwrap(), 1);
+    let (outcome, _) = waiters.pop().unwrap().join().unwrap();
+    assert!(matches!(outcome, Err(Error::LockLost)), "{outcome:?}");
+    assert!(
+        deleted.elapsed() < Duration::from_secs(1),
+        "the wait ended {:?} after its key was deleted",
+        deleted.elapsed()
+    );
+    drop(holder);
+    for w in waiters {
+        let (outcome, waited) = w.join().unwrap();
+        assert!(outcome.is_ok(), "{outcome:?}");
+        assert!(waited < Duration::from_secs(10));
+    }
+    assert!(keys(&c, "back/").is_empty());
 }

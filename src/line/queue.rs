@@ -9,9 +9,11 @@
 //! stops at once if our session is lost or our key disappears (upstream Go keeps waiting,
 //! etcd #19597).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::client::lease::LeaseState;
+use crate::line::behind::{self, Woken};
 use crate::line::crossing::{Awaited, Crossed};
 use crate::line::mode::{Mode, Sorted};
 use crate::support::error::{Error, Result};
@@ -74,6 +76,9 @@ pub(crate) struct Ahead {
     /// Whether `keys` come from every key before ours, or only the newest [`TRACKED`] of
     /// them (a very long line): then a read finds the rest when these are gone.
     complete: bool,
+    /// For a waiter far from its turn: the key it watches instead of waiting at the front,
+    /// with its create revision (see `line/behind.rs`).
+    lookout: Option<(Vec<u8>, i64)>,
 }
 
 impl Ahead {
@@ -87,17 +92,31 @@ impl Ahead {
     }
 }
 
-/// Where a key in `mode` stands, given the keys before it (all of them if `complete`).
-/// `None`: those keys let us hold, but older ones were not read (read further back).
-fn judge(mode: Mode, prefix: &[u8], before: Vec<Vec<u8>>, complete: bool) -> Option<Position> {
-    let keys = match mode.sort(prefix, before) {
+/// Where a key in `mode` stands, given the keys before it with their create revisions (all
+/// of them if `complete`). `None`: those keys let us hold, but older ones were not read
+/// (read further back).
+fn judge(
+    mode: Mode,
+    prefix: &[u8],
+    before: Vec<(Vec<u8>, i64)>,
+    complete: bool,
+) -> Option<Position> {
+    let created: HashMap<Vec<u8>, i64> = before.into_iter().collect();
+    let keys = match mode.sort(prefix, created.keys().cloned()) {
         Ok(keys) => keys,
         Err(disagreement) => return Some(Position::Refused(disagreement.0)),
     };
     match (keys.is_clear(), complete) {
         (true, true) => Some(Position::Owner),
         (true, false) => None,
-        (false, _) => Some(Position::Behind(Ahead { keys, complete })),
+        (false, _) => {
+            let lookout = behind::lookout(&keys, &created);
+            Some(Position::Behind(Ahead {
+                keys,
+                complete,
+                lookout,
+            }))
+        }
     }
 }
 
@@ -136,8 +155,8 @@ fn ahead_of_new(kvs: Vec<KeyValue>, ours: Ours<'_>) -> Option<Position> {
     let complete = (kvs.len() as i64) <= TRACKED;
     let before = kvs
         .into_iter()
-        .map(|kv| kv.key)
-        .filter(|k| k != ours.key)
+        .filter(|kv| kv.key != ours.key)
+        .map(|kv| (kv.key, kv.create_revision))
         .collect();
     judge(ours.mode, ours.prefix, before, complete)
 }
@@ -216,7 +235,7 @@ async fn read_position_at(rpc: &Rpc, ours: Ours<'_>) -> Result<(Position, i64)> 
     let mut before = Vec::new();
     loop {
         let oldest = page.iter().map(|kv| kv.create_revision).min();
-        before.extend(page.into_iter().map(|kv| kv.key));
+        before.extend(page.into_iter().map(|kv| (kv.key, kv.create_revision)));
         if let Some(position) = judge(ours.mode, ours.prefix, before.clone(), complete) {
             return Ok((position, at));
         }
@@ -396,13 +415,67 @@ pub(crate) async fn wait_turn(
     (position, seen_at): (Position, i64),
 ) -> Result<i64> {
     let key = ours.key;
-    let ahead = match position {
-        // The revision of the read that showed us first: the key exists there.
-        Position::Owner => return Ok(seen_at),
-        Position::Gone => return Err(key_gone_error(rpc, session).await),
-        Position::Refused(why) => return Err(Error::InvalidArgument(why)),
-        Position::Behind(ahead) => ahead,
-    };
+    let (mut position, mut seen_at) = (position, seen_at);
+    loop {
+        let mut ahead = match position {
+            // The revision of the read that showed us first: the key exists there.
+            Position::Owner => return Ok(seen_at),
+            Position::Gone => return Err(key_gone_error(rpc, session).await),
+            Position::Refused(why) => return Err(Error::InvalidArgument(why)),
+            Position::Behind(ahead) => ahead,
+        };
+        let lookout = ahead.lookout.take();
+        if let Some((lookout, created)) = lookout.filter(|_| !front_is_watched(watches, ours)) {
+            // Far from our turn: watch the lookout only. When it goes, wait at the front
+            // with what we know (exact at `seen_at`): the front's watcher starts later, so
+            // its one read tells where we stand now.
+            tracing::debug!(key = %text(key), lookout = %text(&lookout), "waiting at the back");
+            let woken =
+                behind::wait_for_lookout(rpc, watches, session, key, (&lookout, created), seen_at);
+            if woken.await? == Woken::OwnDeleted {
+                return Err(key_gone_error(rpc, session).await);
+            }
+        }
+        match wait_at_front(rpc, watches, session, ours, ahead, seen_at).await? {
+            Front::Owner(at) => return Ok(at),
+            Front::Far(ahead, at) => (position, seen_at) = (Position::Behind(ahead), at),
+        }
+    }
+}
+
+/// Whether a wait at `position` starts at the back of the line (`line/behind.rs`): far
+/// from its turn, on a client where no other waiter of the name waits at the front (if one
+/// does, the client hears of every release anyway, and one more subscriber costs nothing).
+pub(crate) fn starts_far(watches: &Watches, ours: Ours<'_>, position: &Position) -> bool {
+    matches!(position, Position::Behind(ahead) if ahead.lookout.is_some())
+        && !front_is_watched(watches, ours)
+}
+
+fn front_is_watched(watches: &Watches, ours: Ours<'_>) -> bool {
+    watches.has_subscribers(&Spec::prefix(ours.prefix, Only::Deletes))
+}
+
+/// How a wait at the front ended.
+enum Front {
+    /// We own, as of this revision.
+    Owner(i64),
+    /// A read found us far from our turn again (we came from the back and the line moved
+    /// less than the lookout said, or a long line was tracked only in part), and no other
+    /// waiter of the client is at the front: wait at the back.
+    Far(Ahead, i64),
+}
+
+/// Waits on the name's shared prefix watcher until the keys `ahead` (exact at `seen_at`)
+/// are gone: the handoff without a read.
+async fn wait_at_front(
+    rpc: &Rpc,
+    watches: &Watches,
+    session: &LeaseState,
+    ours: Ours<'_>,
+    ahead: Ahead,
+    seen_at: i64,
+) -> Result<Front> {
+    let key = ours.key;
     tracing::debug!(key = %text(key), ahead = ahead.len(), complete = ahead.complete, "waiting");
     warn_of_foreign_keys(ours.prefix, &ahead);
     let mut deletes = watches.wait_for(
@@ -422,7 +495,8 @@ pub(crate) async fn wait_turn(
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
             _ = tokio::time::sleep(UNSYNCED_POLL), if poll.is_some() => {
                 match reread(rpc, session, ours, &deletes).await? {
-                    Reread::Owner(at) => return Ok(at),
+                    Reread::Owner(at) => return Ok(Front::Owner(at)),
+                    Reread::Far(ahead, at) => return Ok(Front::Far(ahead, at)),
                     Reread::Waiting(at) => known = at,
                 }
                 continue;
@@ -438,7 +512,8 @@ pub(crate) async fn wait_turn(
                     continue;
                 }
                 match reread(rpc, session, ours, &deletes).await? {
-                    Reread::Owner(at) => return Ok(at),
+                    Reread::Owner(at) => return Ok(Front::Owner(at)),
+                    Reread::Far(ahead, at) => return Ok(Front::Far(ahead, at)),
                     Reread::Waiting(at) => {
                         known = at;
                         if fresh && at > after {
@@ -449,12 +524,13 @@ pub(crate) async fn wait_turn(
             }
             Wake::Verdict(Crossed::Cleared { at, complete: true }) => {
                 tracing::debug!(key = %text(key), at, "owner by event order");
-                return Ok(at);
+                return Ok(Front::Owner(at));
             }
             // Only part of a long line was tracked: find the rest.
             Wake::Verdict(Crossed::Cleared { .. }) => {
                 match reread(rpc, session, ours, &deletes).await? {
-                    Reread::Owner(at) => return Ok(at),
+                    Reread::Owner(at) => return Ok(Front::Owner(at)),
+                    Reread::Far(ahead, at) => return Ok(Front::Far(ahead, at)),
                     Reread::Waiting(at) => known = at,
                 }
             }
@@ -480,6 +556,9 @@ enum Reread {
     Owner(i64),
     /// Keys are still ahead, as of this revision; the subscription now awaits them.
     Waiting(i64),
+    /// Keys are ahead, as of this revision, we are far from our turn, and no other waiter
+    /// of the client is at the front: wait at the back.
+    Far(Ahead, i64),
 }
 
 /// Reads our place in the line again and has `deletes` await the keys now ahead. Retried
@@ -499,6 +578,9 @@ async fn reread(
         (Position::Owner, at) => Ok(Reread::Owner(at)),
         (Position::Gone, _) => Err(key_gone_error(rpc, session).await),
         (Position::Refused(why), _) => Err(Error::InvalidArgument(why)),
+        (Position::Behind(ahead), at) if ahead.lookout.is_some() && deletes.is_alone() => {
+            Ok(Reread::Far(ahead, at))
+        }
         (Position::Behind(ahead), at) => {
             deletes.wait_again(at, awaited(ours.key, ahead, at));
             Ok(Reread::Waiting(at))

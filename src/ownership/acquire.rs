@@ -69,11 +69,13 @@ pub(crate) fn acquire(
             // Only a busy line is `WouldBlock`: a refusal is an error.
             Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
             position => {
+                let watches = line.session.client().watches();
+                let far = queue::starts_far(watches, line.ours(enqueued.rev), position);
                 let turn_came = wait.bound(
                     kind.operation(),
                     queue::wait_turn(
                         &rpc,
-                        line.pin_deletes(),
+                        line.watches_for(far),
                         &session,
                         line.ours(enqueued.rev),
                         (position.clone(), enqueued.seen_at),
@@ -87,7 +89,7 @@ pub(crate) fn acquire(
                         let delay = wait.delay;
                         let held_off =
                             delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, delay);
-                        let watches = line.pin_deletes();
+                        let watches = line.session.client().watches();
                         let ours = line.ours(enqueued.rev);
                         let kept =
                             proof::while_ours(&rpc, watches, &session, ours, seen_at, held_off);

@@ -20,7 +20,7 @@
 //!   release, so a successor never finds (and adopts) a key that is about to be deleted.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::line::mode::Mode;
@@ -227,9 +227,11 @@ pub(crate) struct Line {
     turn: Arc<tokio::sync::Mutex<()>>,
     /// The hold that owns the turn now, if any.
     current: StdMutex<Weak<Hold>>,
-    /// Keeps the client's watcher of deletes under the name once this line has waited, so
-    /// the next wait finds it running, with its history: no create and no read.
-    deletes_pinned: OnceLock<Pin>,
+    /// Keeps the client's watcher of deletes under the name once this line has waited at
+    /// the front, so the next wait finds it running, with its history: no create and no
+    /// read. Dropped when a wait starts at the back of a long line, so that a client whose
+    /// waiters are all far back hears of no release (issue 28).
+    deletes_pinned: StdMutex<Option<Pin>>,
 }
 
 /// The lines of every session of this process, by session, name and mode. It lives here, not in
@@ -311,7 +313,7 @@ impl Line {
             key,
             turn,
             current: StdMutex::new(Weak::new()),
-            deletes_pinned: OnceLock::new(),
+            deletes_pinned: StdMutex::new(None),
         })
     }
 
@@ -362,12 +364,22 @@ impl Line {
         })
     }
 
-    /// The client's watches, with the watcher of deletes under the name pinned for the
-    /// life of this line (waiters subscribe to it).
-    pub(crate) fn pin_deletes(&self) -> &Watches {
+    /// The client's watches, for a wait that starts `far` back in the line or at its
+    /// front: at the front, the watcher of deletes under the name is pinned for the life of
+    /// this line (waiters subscribe to it); far back, it is unpinned.
+    pub(crate) fn watches_for(&self, far: bool) -> &Watches {
         let watches = self.session.client().watches();
-        self.deletes_pinned
-            .get_or_init(|| watches.pin(Spec::prefix(&self.prefix, Only::Deletes)));
+        let mut pinned = self
+            .deletes_pinned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match (far, pinned.is_some()) {
+            (true, true) => *pinned = None,
+            (false, false) => {
+                *pinned = Some(watches.pin(Spec::prefix(&self.prefix, Only::Deletes)));
+            }
+            _ => {}
+        }
         watches
     }
 

@@ -46,7 +46,10 @@ fn position_of(kvs: Vec<KeyValue>, ours: Ours<'_>) -> Option<Position> {
         Some((before, complete)) => judge(
             ours.mode,
             ours.prefix,
-            before.into_iter().map(|kv| kv.key).collect(),
+            before
+                .into_iter()
+                .map(|kv| (kv.key, kv.create_revision))
+                .collect(),
             complete,
         ),
     }

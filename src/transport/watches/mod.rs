@@ -32,8 +32,9 @@ mod hub;
 pub(crate) mod waiting;
 mod watcher;
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -104,6 +105,15 @@ pub(crate) enum Delivery {
 pub(crate) struct Watches {
     commands: UnboundedSender<Command>,
     next_subscriber: Arc<AtomicU64>,
+    /// How many subscriptions each spec has now, counted on the caller's side (see
+    /// [`Watches::has_subscribers`]).
+    subscribed: Counts,
+}
+
+type Counts = Arc<StdMutex<HashMap<Spec, usize>>>;
+
+fn lock(counts: &Counts) -> std::sync::MutexGuard<'_, HashMap<Spec, usize>> {
+    counts.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 enum Command {
@@ -171,6 +181,7 @@ impl Watches {
         Watches {
             commands,
             next_subscriber: Arc::new(AtomicU64::new(1)),
+            subscribed: Counts::default(),
         }
     }
 
@@ -194,6 +205,7 @@ impl Watches {
 
     fn subscribe_with(&self, spec: Spec, known: i64, receiver: Box<dyn Receiver>) -> Subscribed {
         let id = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.subscribed).entry(spec.clone()).or_default() += 1;
         // Fails only when the runtime shuts down; the subscriber then sees `Closed`.
         let _ = self.commands.send(Command::Subscribe {
             spec: spec.clone(),
@@ -205,7 +217,14 @@ impl Watches {
             spec,
             id,
             commands: self.commands.clone(),
+            subscribed: self.subscribed.clone(),
         }
+    }
+
+    /// Whether `spec` has a subscriber now (a pin does not count): then one more costs
+    /// etcd nothing, since the client receives its events anyway.
+    pub(crate) fn has_subscribers(&self, spec: &Spec) -> bool {
+        lock(&self.subscribed).contains_key(spec)
     }
 
     /// Keeps the watcher of `spec` (and its history) alive while the pin lives, even with no
@@ -224,10 +243,26 @@ pub(crate) struct Subscribed {
     spec: Spec,
     id: u64,
     commands: UnboundedSender<Command>,
+    subscribed: Counts,
+}
+
+impl Subscribed {
+    /// Whether this is the only subscription to its spec now.
+    pub(crate) fn is_alone(&self) -> bool {
+        lock(&self.subscribed).get(&self.spec) == Some(&1)
+    }
 }
 
 impl Drop for Subscribed {
     fn drop(&mut self) {
+        let mut subscribed = lock(&self.subscribed);
+        if let Some(count) = subscribed.get_mut(&self.spec) {
+            *count -= 1;
+            if *count == 0 {
+                subscribed.remove(&self.spec);
+            }
+        }
+        drop(subscribed);
         let _ = self.commands.send(Command::Unsubscribe {
             spec: self.spec.clone(),
             id: self.id,

@@ -102,6 +102,11 @@ pub(crate) struct Waiting<C: Condition> {
 }
 
 impl<C: Condition> Waiting<C> {
+    /// Whether this is the only subscription to its spec now.
+    pub(crate) fn is_alone(&self) -> bool {
+        self.handle.is_alone()
+    }
+
     /// Replaces what this waiter waits for (after it read the state again, at revision
     /// `known`): the new condition is judged on the history after `known`, or the waiter is
     /// told to read again if the history does not reach back that far.
