@@ -346,3 +346,48 @@ fn a_waiter_at_the_back_whose_key_is_deleted_gets_lock_lost_at_once() {
     }
     assert!(keys(&c, "back/").is_empty());
 }
+
+/// A holder that releases and queues again at once, far back in a busy line, waits at the
+/// back too: its guard's follow (which shares the name's prefix watcher) must not count as
+/// a waiter at the front of its client, or it would hear of every release for a whole turn
+/// of the line.
+#[test]
+fn processes_that_queue_again_after_their_turn_wait_at_the_back() {
+    let server = etcd();
+    let endpoints = server.endpoints();
+    const PROCESSES: usize = 24;
+    const ROUNDS: usize = 4;
+    let start = std::sync::Arc::new(std::sync::Barrier::new(PROCESSES + 1));
+    let mut threads = Vec::new();
+    for _ in 0..PROCESSES {
+        let own = client(&endpoints);
+        let s = session(&own, 30);
+        let m = s.mutex("again").unwrap();
+        let start = start.clone();
+        threads.push(std::thread::spawn(move || {
+            start.wait();
+            for _ in 0..ROUNDS {
+                let g = m.lock().unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+                drop(g);
+            }
+            drop((s, own));
+        }));
+    }
+    let events = || events_delivered(&server.metrics().unwrap());
+    let before = events();
+    start.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let per_acquisition = (events() - before) as f64 / (PROCESSES * ROUNDS) as f64;
+    eprintln!(
+        "{PROCESSES} processes x {ROUNDS} rounds: {per_acquisition:.1} events per acquisition"
+    );
+    // At most the front, one lookout and the holder per release, plus the watchers' own
+    // starts: nowhere near the 24 a release cost when every waiting process heard of it.
+    assert!(
+        per_acquisition <= (FRONT + 4) as f64,
+        "{per_acquisition:.1} watch events per acquisition with {PROCESSES} processes"
+    );
+}

@@ -452,7 +452,7 @@ pub(crate) fn starts_far(watches: &Watches, ours: Ours<'_>, position: &Position)
 }
 
 fn front_is_watched(watches: &Watches, ours: Ours<'_>) -> bool {
-    watches.has_subscribers(&Spec::prefix(ours.prefix, Only::Deletes))
+    watches.has_waiters(&Spec::prefix(ours.prefix, Only::Deletes))
 }
 
 /// How a wait at the front ended.

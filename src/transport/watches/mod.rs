@@ -105,9 +105,9 @@ pub(crate) enum Delivery {
 pub(crate) struct Watches {
     commands: UnboundedSender<Command>,
     next_subscriber: Arc<AtomicU64>,
-    /// How many subscriptions each spec has now, counted on the caller's side (see
-    /// [`Watches::has_subscribers`]).
-    subscribed: Counts,
+    /// How many waiters ([`Watches::wait_for`]) each spec has now, counted on the caller's
+    /// side (see [`Watches::has_waiters`]).
+    waiters: Counts,
 }
 
 type Counts = Arc<StdMutex<HashMap<Spec, usize>>>;
@@ -181,7 +181,7 @@ impl Watches {
         Watches {
             commands,
             next_subscriber: Arc::new(AtomicU64::new(1)),
-            subscribed: Counts::default(),
+            waiters: Counts::default(),
         }
     }
 
@@ -190,7 +190,7 @@ impl Watches {
     /// replayed to it.
     pub(crate) fn subscribe(&self, spec: Spec, known: i64) -> Subscription {
         let (sender, receiver) = unbounded_channel();
-        let handle = self.subscribe_with(spec, known, Box::new(Sink::new(0, sender)));
+        let handle = self.subscribe_with(spec, known, Box::new(Sink::new(0, sender)), None);
         Subscription {
             _handle: handle,
             receiver,
@@ -200,12 +200,21 @@ impl Watches {
     /// Subscribes to `spec`, delivering into `sink`; the subscription lasts as long as the
     /// returned handle.
     pub(crate) fn subscribe_to(&self, spec: Spec, known: i64, sink: Sink) -> Subscribed {
-        self.subscribe_with(spec, known, Box::new(sink))
+        self.subscribe_with(spec, known, Box::new(sink), None)
     }
 
-    fn subscribe_with(&self, spec: Spec, known: i64, receiver: Box<dyn Receiver>) -> Subscribed {
+    /// `waiter`: the counts to count this subscription in (waiters only).
+    fn subscribe_with(
+        &self,
+        spec: Spec,
+        known: i64,
+        receiver: Box<dyn Receiver>,
+        waiter: Option<&Counts>,
+    ) -> Subscribed {
         let id = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
-        *lock(&self.subscribed).entry(spec.clone()).or_default() += 1;
+        if let Some(counts) = waiter {
+            *lock(counts).entry(spec.clone()).or_default() += 1;
+        }
         // Fails only when the runtime shuts down; the subscriber then sees `Closed`.
         let _ = self.commands.send(Command::Subscribe {
             spec: spec.clone(),
@@ -217,14 +226,15 @@ impl Watches {
             spec,
             id,
             commands: self.commands.clone(),
-            subscribed: self.subscribed.clone(),
+            waiter: waiter.cloned(),
         }
     }
 
-    /// Whether `spec` has a subscriber now (a pin does not count): then one more costs
-    /// etcd nothing, since the client receives its events anyway.
-    pub(crate) fn has_subscribers(&self, spec: &Spec) -> bool {
-        lock(&self.subscribed).contains_key(spec)
+    /// Whether `spec` has a waiter now (a guard's follow and a pin do not count: they end
+    /// soon, or hear of nothing a waiter would not): then one more waiter costs etcd
+    /// nothing, since the client receives the events anyway for as long as it waits.
+    pub(crate) fn has_waiters(&self, spec: &Spec) -> bool {
+        lock(&self.waiters).contains_key(spec)
     }
 
     /// Keeps the watcher of `spec` (and its history) alive while the pin lives, even with no
@@ -243,26 +253,30 @@ pub(crate) struct Subscribed {
     spec: Spec,
     id: u64,
     commands: UnboundedSender<Command>,
-    subscribed: Counts,
+    /// The waiter counts this subscription is counted in, if it is a waiter's.
+    waiter: Option<Counts>,
 }
 
 impl Subscribed {
-    /// Whether this is the only subscription to its spec now.
+    /// Whether this is the only waiter on its spec now.
     pub(crate) fn is_alone(&self) -> bool {
-        lock(&self.subscribed).get(&self.spec) == Some(&1)
+        self.waiter
+            .as_ref()
+            .is_some_and(|counts| lock(counts).get(&self.spec) == Some(&1))
     }
 }
 
 impl Drop for Subscribed {
     fn drop(&mut self) {
-        let mut subscribed = lock(&self.subscribed);
-        if let Some(count) = subscribed.get_mut(&self.spec) {
-            *count -= 1;
-            if *count == 0 {
-                subscribed.remove(&self.spec);
+        if let Some(counts) = &self.waiter {
+            let mut counts = lock(counts);
+            if let Some(count) = counts.get_mut(&self.spec) {
+                *count -= 1;
+                if *count == 0 {
+                    counts.remove(&self.spec);
+                }
             }
         }
-        drop(subscribed);
         let _ = self.commands.send(Command::Unsubscribe {
             spec: self.spec.clone(),
             id: self.id,

@@ -84,7 +84,7 @@ impl Watches {
             condition: Some(condition),
             sender,
         };
-        let handle = self.subscribe_with(spec, known, Box::new(judged));
+        let handle = self.subscribe_with(spec, known, Box::new(judged), Some(&self.waiters));
         Waiting {
             handle,
             sender: weak,
