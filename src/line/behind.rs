@@ -2,7 +2,7 @@
 //!
 //! A waiter near its turn (at most [`FRONT`] keys ahead of it must still go) shares the
 //! name's one prefix watcher on its client and takes its turn on the delete event, with no
-//! read ([`wait_turn`](crate::line::queue::wait_turn)). A waiter further back would be woken
+//! read ([`wait_turn`](crate::line::wait::wait_turn)). A waiter further back would be woken
 //! by every release of the name for nothing, and with one waiter per process etcd would
 //! send every release to every process: N events per handoff, N² to drain a line. So a
 //! waiter further back watches one key ahead of it instead, its *lookout*: the key whose

@@ -13,6 +13,7 @@ use crate::client::follow::{Follow, Followed};
 use crate::client::lease::LeaseState;
 use crate::client::removal::{self, Owned};
 use crate::line::queue::{self, Position};
+use crate::line::wait;
 use crate::support::backoff::Backoff;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
@@ -70,10 +71,10 @@ pub(crate) fn acquire(
             Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
             position => {
                 let watches = line.session.client().watches();
-                let far = queue::starts_far(watches, line.ours(enqueued.rev), position);
+                let far = wait::starts_far(watches, line.ours(enqueued.rev), position);
                 let turn_came = wait.bound(
                     kind.operation(),
-                    queue::wait_turn(
+                    wait::wait_turn(
                         &rpc,
                         line.watches_for(far),
                         &session,

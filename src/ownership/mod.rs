@@ -5,7 +5,7 @@
 //!   and the process-local **turn** in front of it. Every recipe of that session and name
 //!   queues on the same turn, so two live guards over one key cannot exist.
 //! * [`acquire`] takes the turn, joins the line in etcd (one Txn), waits until
-//!   every key ahead is gone ([`queue::wait_turn`]) and, on any failure, cleans up while still owning
+//!   every key ahead is gone ([`wait::wait_turn`](crate::line::wait::wait_turn)) and, on any failure, cleans up while still owning
 //!   the turn.
 //! * A [`Hold`] is one acquisition: the create revision (fencing token), the turn, and a
 //!   signal that fires when the hold ends for any reason (release, session loss, a
