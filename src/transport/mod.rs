@@ -299,33 +299,23 @@ impl Rpc {
 
     /// Sends one unary request with the request timeout; retry-safe requests go on to the
     /// next endpoints when one is unavailable or silent.
-    pub(super) async fn unary<Req, Resp, F, Fut>(
+    pub(super) async fn unary<Req: Clone, Resp>(
         &self,
         retry: Retry,
         message: Req,
-        call: F,
-    ) -> Result<Resp>
-    where
-        Req: Clone,
-        F: Fn(Channel, tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
-    {
+        call: impl UnaryCall<Req, Resp>,
+    ) -> Result<Resp> {
         self.with_fresh_token(|| self.unary_once(retry, Token::Send, message.clone(), &call))
             .await
     }
 
-    async fn unary_once<Req, Resp, F, Fut>(
+    async fn unary_once<Req: Clone, Resp>(
         &self,
         retry: Retry,
         token: Token,
         message: Req,
-        call: F,
-    ) -> Result<Resp>
-    where
-        Req: Clone,
-        F: Fn(Channel, tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
-    {
+        call: impl UnaryCall<Req, Resp>,
+    ) -> Result<Resp> {
         let mut last = Error::Closed;
         for _ in 0..self.inner.channels.len() {
             let (index, channel) = self.channel();
@@ -389,6 +379,22 @@ fn without_token<T>(message: T) -> tonic::Request<T> {
         .metadata_mut()
         .insert("hasleader", MetadataValue::from_static("true"));
     request
+}
+
+/// One unary gRPC call on a channel: what [`Rpc::unary`] sends, on each endpoint it tries.
+pub(super) trait UnaryCall<Req, Resp>:
+    Fn(Channel, tonic::Request<Req>) -> Self::Answer
+{
+    /// The call's future.
+    type Answer: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>;
+}
+
+impl<Req, Resp, F, A> UnaryCall<Req, Resp> for F
+where
+    F: Fn(Channel, tonic::Request<Req>) -> A,
+    A: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+{
+    type Answer = A;
 }
 
 #[cfg(test)]
