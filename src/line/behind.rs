@@ -38,6 +38,25 @@ use crate::transport::watches::{Delivery, Sink, Spec, Watches};
 /// key went; with 8, a line of up to 9 keys waits exactly as before.
 pub(crate) const FRONT: usize = 8;
 
+/// The front's width in force: [`FRONT`]; with the `testing` feature, the value of the
+/// environment variable `ETCD_SYNC_FRONT` if it is set, read once (the randomized checker
+/// sets it in some worker processes, so that its short lines also wait at the back, under
+/// every fault it injects).
+pub(crate) fn front() -> usize {
+    #[cfg(feature = "testing")]
+    {
+        static OVERRIDE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *OVERRIDE.get_or_init(|| {
+            std::env::var("ETCD_SYNC_FRONT")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(FRONT)
+        })
+    }
+    #[cfg(not(feature = "testing"))]
+    FRONT
+}
+
 /// How many keys ahead must still go before `keys` let a waiter hold: every key that blocks,
 /// and the permits beyond the free ones.
 pub(crate) fn distance(keys: &Sorted) -> usize {
@@ -48,7 +67,16 @@ pub(crate) fn distance(keys: &Sorted) -> usize {
 /// key whose delete, when the keys go oldest first, brings the waiter within [`FRONT`] of its
 /// turn. `None` when the waiter is that close already (it waits at the front).
 pub(crate) fn lookout(keys: &Sorted, created: &HashMap<Vec<u8>, i64>) -> Option<(Vec<u8>, i64)> {
-    if distance(keys) <= FRONT {
+    lookout_within(front(), keys, created)
+}
+
+/// [`lookout`] for a front `front` keys wide.
+fn lookout_within(
+    front: usize,
+    keys: &Sorted,
+    created: &HashMap<Vec<u8>, i64>,
+) -> Option<(Vec<u8>, i64)> {
+    if distance(keys) <= front {
         return None;
     }
     let mut order: Vec<(&Vec<u8>, i64)> = keys
@@ -64,7 +92,7 @@ pub(crate) fn lookout(keys: &Sorted, created: &HashMap<Vec<u8>, i64>) -> Option<
         } else {
             counted -= 1;
         }
-        if blocking + (counted + 1).saturating_sub(keys.room) <= FRONT {
+        if blocking + (counted + 1).saturating_sub(keys.room) <= front {
             return Some((key.clone(), rev));
         }
     }
@@ -166,7 +194,7 @@ mod tests {
     fn a_waiter_close_to_its_turn_has_no_lookout() {
         let (keys, created) = sorted(Mode::Exclusive, &names(FRONT, ""));
         assert_eq!(distance(&keys), FRONT);
-        assert_eq!(lookout(&keys, &created), None);
+        assert_eq!(lookout_within(FRONT, &keys, &created), None);
     }
 
     #[test]
@@ -176,7 +204,7 @@ mod tests {
         let (keys, created) = sorted(Mode::Exclusive, &line);
         assert_eq!(distance(&keys), FRONT + 3);
         assert_eq!(
-            lookout(&keys, &created),
+            lookout_within(FRONT, &keys, &created),
             Some((line[2].clone().into_bytes(), 12))
         );
     }
@@ -188,7 +216,17 @@ mod tests {
         let (keys, created) = sorted(Mode::Permits(2), &line);
         assert_eq!(distance(&keys), FRONT + 3);
         assert_eq!(
-            lookout(&keys, &created),
+            lookout_within(FRONT, &keys, &created),
+            Some((line[2].clone().into_bytes(), 12))
+        );
+    }
+
+    #[test]
+    fn with_no_front_every_waiter_watches_the_last_key_that_blocks_it() {
+        let line = names(3, "");
+        let (keys, created) = sorted(Mode::Exclusive, &line);
+        assert_eq!(
+            lookout_within(0, &keys, &created),
             Some((line[2].clone().into_bytes(), 12))
         );
     }
@@ -203,7 +241,7 @@ mod tests {
         assert_eq!(distance(&keys), FRONT + 3);
         // The third writer is the fifth key.
         assert_eq!(
-            lookout(&keys, &created),
+            lookout_within(FRONT, &keys, &created),
             Some((line[4].clone().into_bytes(), 14))
         );
     }

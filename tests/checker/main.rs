@@ -236,6 +236,13 @@ impl Children {
                 ("ENDPOINTS", self.endpoints.join(",")),
                 ("DEADLINE_NS", self.deadline_ns.to_string()),
                 ("SEED", rng.next().to_string()),
+                // The front of a line is 8 waiters wide; the few processes here rarely
+                // queue that deep, so most children narrow it, and their waiters also
+                // wait at the back on one lookout key (line/behind.rs).
+                (
+                    "ETCD_SYNC_FRONT",
+                    ["0", "1", "2", "8"][rng.below(4) as usize].to_string(),
+                ),
                 (
                     "LOG",
                     self.dir.join(format!("log-{n}")).display().to_string(),
