@@ -26,6 +26,21 @@ fn metric(server: &etcd_sync::testing::EtcdServer, name: &str, labels: &[(&str, 
         .sum(name, labels)
 }
 
+/// `order` (waiter, fencing token) is every one of `waiters` in arrival order, with growing
+/// tokens.
+fn assert_served_in_order(order: &[(usize, i64)], waiters: usize) {
+    let who: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        who,
+        (0..waiters).collect::<Vec<_>>(),
+        "first come, first served"
+    );
+    assert!(
+        order.windows(2).all(|w| w[0].1 < w[1].1),
+        "fencing tokens grow"
+    );
+}
+
 #[test]
 fn a_waiter_owns_only_when_every_key_before_it_is_gone() {
     let server = etcd();
@@ -144,16 +159,7 @@ fn waiters_of_one_client_share_one_stream_and_take_turns_in_order() {
     for t in threads {
         t.join().unwrap();
     }
-    let who: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
-    assert_eq!(
-        who,
-        (0..WAITERS).collect::<Vec<_>>(),
-        "first come, first served"
-    );
-    assert!(
-        order.windows(2).all(|w| w[0].1 < w[1].1),
-        "fencing tokens grow"
-    );
+    assert_served_in_order(&order, WAITERS);
     assert_eq!(
         handled(&server.metrics().unwrap(), "Range") - range_before,
         0,
@@ -266,16 +272,7 @@ fn a_release_reaches_the_front_of_the_line_not_every_waiting_process() {
     for t in threads {
         t.join().unwrap();
     }
-    let who: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
-    assert_eq!(
-        who,
-        (0..WAITERS).collect::<Vec<_>>(),
-        "first come, first served"
-    );
-    assert!(
-        order.windows(2).all(|w| w[0].1 < w[1].1),
-        "fencing tokens grow"
-    );
+    assert_served_in_order(&order, WAITERS);
     let delivered = events() - events_before;
     let ranges = handled(&server.metrics().unwrap(), "Range") - ranges_before;
     assert!(
