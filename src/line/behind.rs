@@ -6,17 +6,18 @@
 //! by every release of the name for nothing, and with one waiter per process etcd would
 //! send every release to every process: N events per handoff, N² to drain a line. So a
 //! waiter further back watches one key ahead of it instead, its *lookout*: the key whose
-//! delete brings it within [`FRONT`] of its turn when the line drains in order (Go's and
-//! ZooKeeper's shape, but [`FRONT`] places early, so that it is at the front, watching,
-//! before its turn comes). When the lookout goes, it joins the front (one read), or picks
-//! the next lookout if keys left out of order. Its own key is watched too, so that a wait
-//! whose key is deleted ends at once, as at the front.
+//! delete leaves [`LOOKOUT_LEAVES`] keys ahead of it when the line drains in order (Go's
+//! and ZooKeeper's shape, but that many places early, so that it is at the front,
+//! watching, before its turn comes). When the lookout goes, it joins the front (one read),
+//! or picks the next lookout if keys left out of order. Its own key is watched too, so that
+//! a wait whose key is deleted ends at once, as at the front.
 //!
 //! The lookout is only a wake-up: nobody takes a turn on its event. A waiter holds only by
 //! the front's proof (the last key ahead deleted, on a watcher that covers everything since
 //! an exact read) or by a read, so this file changes no proof of ownership.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::unbounded_channel;
 
@@ -26,35 +27,61 @@ use crate::support::error::{Error, Result};
 use crate::support::kv::Range;
 use crate::transport::Rpc;
 use crate::transport::watch::{EventKind, Only};
-use crate::transport::watches::{Delivery, Sink, Spec, Watches};
+use crate::transport::watches::{Delivery, Sink, Spec, UNSYNCED_WINDOW, Watches};
 
 /// How many keys ahead may still have to go for a waiter to wait at the front, on the
-/// shared prefix watcher. A release then reaches at most this many waiting processes (plus
-/// the one whose lookout it was, and the holder), whatever the length of the line; and a
-/// waiter joins the front this many handoffs before its turn, so that its read is done
-/// before the turn comes. Chosen by measurement (BENCHMARKS.md, "Handoff cost and the
-/// length of the line"): with 2 or 4, lines of 8 processes lost half their throughput to
-/// lookout watchers that etcd registered unsynced (up to 100 ms late) shortly before their
-/// key went; with 8, a line of up to 9 keys waits exactly as before.
+/// shared prefix watcher, however long the line. A line of up to `FRONT + 1` keys waits
+/// there whole: each release then reaches every waiting process of it, and each takes its
+/// turn on the event, with no read and no watcher of its own to set up. Chosen by
+/// measurement (BENCHMARKS.md, "Handoff cost and the length of the line"): waiters at the
+/// back of a line of 8 processes lost three quarters of its throughput (1,400 → 360
+/// acquisitions/s), because etcd registers some new watchers *unsynced*, and a lookout's
+/// delete then arrives up to 100 ms late, when the whole line may have waited for it.
 pub(crate) const FRONT: usize = 8;
 
-/// The front's width in force: [`FRONT`]; with the `testing` feature, the value of the
-/// environment variable `ETCD_SYNC_FRONT` if it is set, read once (the randomized checker
-/// sets it in some worker processes, so that its short lines also wait at the back, under
-/// every fault it injects).
-pub(crate) fn front() -> usize {
+/// How many keys ahead are left when a waiter at the back sees its lookout go, if the line
+/// drains in order: it then joins the front with that many handoffs to spare. With 2, a
+/// release reaches 4 processes whatever the length of the line (the 2 at the front, the
+/// waiter whose lookout it was, and the holder), and lines of 64 and 256 processes handed
+/// off 20 % and 30 % faster than with 8 (BENCHMARKS.md).
+pub(crate) const LOOKOUT_LEAVES: usize = 2;
+
+/// How far a lookout may be (keys to go, itself included) for its waiter to read it now and
+/// then while etcd may still be syncing its watcher ([`UNSYNCED_WINDOW`]): a near lookout
+/// may go before etcd would deliver its delete. A far one cannot, and is not read.
+const POLL_NEAR: usize = 32;
+
+/// Read interval inside [`UNSYNCED_WINDOW`], at the front (where a late delete may be our
+/// turn).
+pub(crate) const UNSYNCED_POLL: Duration = Duration::from_millis(15);
+
+/// Read interval of a near lookout inside [`UNSYNCED_WINDOW`]: a late lookout delete costs
+/// the line only what is left of this interval after [`LOOKOUT_LEAVES`] handoffs.
+const LOOKOUT_POLL: Duration = Duration::from_millis(30);
+
+/// The widths in force: ([`FRONT`], [`LOOKOUT_LEAVES`]); with the `testing` feature, the
+/// environment variable `ETCD_SYNC_FRONT`, if set, replaces [`FRONT`] (and caps
+/// [`LOOKOUT_LEAVES`]), read once: the randomized checker sets it in some worker processes,
+/// so that its short lines also wait at the back, under every fault it injects.
+pub(crate) fn widths() -> (usize, usize) {
     #[cfg(feature = "testing")]
     {
-        static OVERRIDE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        *OVERRIDE.get_or_init(|| {
+        static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        let front = OVERRIDE.get_or_init(|| {
             std::env::var("ETCD_SYNC_FRONT")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(FRONT)
-        })
+        });
+        if let Some(front) = *front {
+            return (front, front.min(LOOKOUT_LEAVES));
+        }
     }
-    #[cfg(not(feature = "testing"))]
-    FRONT
+    (FRONT, LOOKOUT_LEAVES)
+}
+
+/// [`widths`]' front: how many keys ahead a waiter at the front may have.
+pub(crate) fn front() -> usize {
+    widths().0
 }
 
 /// How many keys ahead must still go before `keys` let a waiter hold: every key that blocks,
@@ -63,19 +90,29 @@ pub(crate) fn distance(keys: &Sorted) -> usize {
     keys.blocking.len() + (keys.counted.len() + 1).saturating_sub(keys.room)
 }
 
-/// The lookout of a waiter behind `keys`, given the create revision of each of them: the
-/// key whose delete, when the keys go oldest first, brings the waiter within [`FRONT`] of its
-/// turn. `None` when the waiter is that close already (it waits at the front).
-pub(crate) fn lookout(keys: &Sorted, created: &HashMap<Vec<u8>, i64>) -> Option<(Vec<u8>, i64)> {
-    lookout_within(front(), keys, created)
+/// The key a waiter far from its turn watches (see the module's documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Lookout {
+    pub(crate) key: Vec<u8>,
+    /// Its create revision: a key of that name created anew is another key.
+    pub(crate) created: i64,
+    /// How many keys must go, oldest first, for it to go: itself and those before it.
+    pub(crate) away: usize,
 }
 
-/// [`lookout`] for a front `front` keys wide.
+/// The lookout of a waiter behind `keys`, given the create revision of each of them; `None`
+/// when the waiter is close enough to wait at the front.
+pub(crate) fn lookout(keys: &Sorted, created: &HashMap<Vec<u8>, i64>) -> Option<Lookout> {
+    let (front, leaves) = widths();
+    lookout_within((front, leaves), keys, created)
+}
+
+/// [`lookout`] for a front `front` keys wide, and lookouts that leave `leaves` keys ahead.
 fn lookout_within(
-    front: usize,
+    (front, leaves): (usize, usize),
     keys: &Sorted,
     created: &HashMap<Vec<u8>, i64>,
-) -> Option<(Vec<u8>, i64)> {
+) -> Option<Lookout> {
     // A permit's turn comes when enough of the permits ahead go, whichever they are:
     // holders release in any order, so no one key's delete can tell a permit it is near.
     // Permits wait at the front (issue 28 leaves the semaphore's herd for a later step).
@@ -89,17 +126,37 @@ fn lookout_within(
     order.sort_by_key(|&(key, rev)| (rev, key.clone()));
     let mut blocking = keys.blocking.len();
     let mut counted = keys.counted.len();
-    for (key, rev) in order {
+    for (away, (key, rev)) in order.into_iter().enumerate() {
         if keys.blocking.contains(key) {
             blocking -= 1;
         } else {
             counted -= 1;
         }
-        if blocking + (counted + 1).saturating_sub(keys.room) <= front {
-            return Some((key.clone(), rev));
+        if blocking + (counted + 1).saturating_sub(keys.room) <= leaves {
+            return Some(Lookout {
+                key: key.clone(),
+                created: rev,
+                away: away + 1,
+            });
         }
     }
     None
+}
+
+/// Whether `key` still exists with create revision `created` (one single-key read, retried
+/// while the session lives).
+pub(crate) async fn still_there(
+    rpc: &Rpc,
+    session: &LeaseState,
+    key: &[u8],
+    created: i64,
+) -> Result<bool> {
+    let range = Range::key(key);
+    let read = session.retry_while_alive(|| rpc.read(&range)).await?;
+    Ok(read
+        .kvs
+        .first()
+        .is_some_and(|kv| kv.create_revision == created))
 }
 
 /// Why a wait at the back ended.
@@ -111,37 +168,46 @@ pub(crate) enum Woken {
     OwnDeleted,
 }
 
-/// Waits until `lookout` (created at revision `lookout_rev`) is deleted after revision
-/// `known` (when it surely still existed),
+/// Waits until `lookout` is deleted after revision `known` (when it surely still existed),
 /// or our `own` key is, or the session is lost. Both watches are single keys, so this
 /// waiter hears of no other release of the name.
 ///
 /// A watcher that starts after `known` (a new one starts from etcd's "now"; one restarted
 /// after compaction too) does not cover the revisions in between: one read of the lookout
 /// key tells whether it went meanwhile. A read at or after the watcher's start that still
-/// finds it, with the create revision it had, leaves nothing uncovered.
+/// finds it, with the create revision it had, leaves nothing uncovered. And a new watcher
+/// may be unsynced for a while (etcd delivers its events up to 100 ms late): a near lookout
+/// is read again now and then until that window has passed.
 pub(crate) async fn wait_for_lookout(
     rpc: &Rpc,
     watches: &Watches,
     session: &LeaseState,
     own: &[u8],
-    (lookout, lookout_rev): (&[u8], i64),
+    lookout: &Lookout,
     known: i64,
 ) -> Result<Woken> {
     const LOOKOUT: u64 = 0;
     const OWN: u64 = 1;
     let (sender, mut deliveries) = unbounded_channel();
     let _lookout = watches.subscribe_to(
-        Spec::key(lookout, Only::Deletes),
+        Spec::key(&lookout.key, Only::Deletes),
         known,
         Sink::new(LOOKOUT, sender.clone()),
     );
     let _own = watches.subscribe_to(Spec::key(own, Only::Deletes), known, Sink::new(OWN, sender));
+    let mut poll_until: Option<Instant> = None;
     loop {
         session.check()?;
+        let poll = poll_until.filter(|until| Instant::now() < *until);
         let (tag, delivery) = tokio::select! {
             delivery = deliveries.recv() => delivery.ok_or(Error::Closed)?,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
+            _ = tokio::time::sleep(LOOKOUT_POLL), if poll.is_some() => {
+                if !still_there(rpc, session, &lookout.key, lookout.created).await? {
+                    return Ok(Woken::LookoutGone);
+                }
+                continue;
+            }
         };
         match delivery {
             Delivery::Events(batch) => {
@@ -154,13 +220,19 @@ pub(crate) async fn wait_for_lookout(
                     (false, _) => {}
                 }
             }
-            Delivery::From { after, .. } if after > known && tag == LOOKOUT => {
-                // Deletes in (known, after] are not on this watcher: read the key once.
-                let range = Range::key(lookout);
-                let read = session.retry_while_alive(|| rpc.read(&range)).await?;
-                // A key of that name created anew (its session queued again) is another
-                // key: the lookout went.
-                if read.kvs.first().map(|kv| kv.create_revision) != Some(lookout_rev) {
+            Delivery::From { after, fresh } if tag == LOOKOUT => {
+                if fresh && lookout.away <= POLL_NEAR {
+                    // The first of these reads, one interval from now, also covers the
+                    // revisions before the watcher started.
+                    poll_until = Some(Instant::now() + UNSYNCED_WINDOW);
+                    continue;
+                }
+                // Deletes in (known, after] are not on this watcher: read the key once. A
+                // key of that name created anew (its session queued again) is another key:
+                // the lookout went.
+                if after > known
+                    && !still_there(rpc, session, &lookout.key, lookout.created).await?
+                {
                     return Ok(Woken::LookoutGone);
                 }
             }
@@ -193,22 +265,43 @@ mod tests {
         (0..n).map(|i| format!("p/{i:03x}{suffix}")).collect()
     }
 
+    /// The widths in force without the test hook.
+    const WIDTHS: (usize, usize) = (FRONT, LOOKOUT_LEAVES);
+
+    fn lookout_at(line: &[String], i: usize, away: usize) -> Option<Lookout> {
+        Some(Lookout {
+            key: line[i].clone().into_bytes(),
+            created: i as i64 + 10,
+            away,
+        })
+    }
+
     #[test]
     fn a_waiter_close_to_its_turn_has_no_lookout() {
         let (keys, created) = sorted(Mode::Exclusive, &names(FRONT, ""));
         assert_eq!(distance(&keys), FRONT);
-        assert_eq!(lookout_within(FRONT, &keys, &created), None);
+        assert_eq!(lookout_within(WIDTHS, &keys, &created), None);
     }
 
     #[test]
-    fn an_exclusive_waiter_watches_the_key_whose_delete_brings_it_to_the_front() {
-        // FRONT + 3 keys ahead: once the three oldest are gone, FRONT remain.
+    fn an_exclusive_waiter_watches_the_key_whose_delete_leaves_few_ahead() {
+        // FRONT + 3 keys ahead: once all but LOOKOUT_LEAVES of them are gone, in order, it
+        // joins the front, with that many handoffs to spare.
         let line = names(FRONT + 3, "");
         let (keys, created) = sorted(Mode::Exclusive, &line);
         assert_eq!(distance(&keys), FRONT + 3);
+        let away = FRONT + 3 - LOOKOUT_LEAVES;
         assert_eq!(
-            lookout_within(FRONT, &keys, &created),
-            Some((line[2].clone().into_bytes(), 12))
+            lookout_within(WIDTHS, &keys, &created),
+            lookout_at(&line, away - 1, away)
+        );
+        // One more than the front is far enough.
+        let line = names(FRONT + 1, "");
+        let (keys, created) = sorted(Mode::Exclusive, &line);
+        let away = FRONT + 1 - LOOKOUT_LEAVES;
+        assert_eq!(
+            lookout_within(WIDTHS, &keys, &created),
+            lookout_at(&line, away - 1, away)
         );
     }
 
@@ -221,8 +314,8 @@ mod tests {
         let line = names(FRONT + 4, ".permits-2");
         let (keys, created) = sorted(Mode::Permits(2), &line);
         assert_eq!(distance(&keys), FRONT + 3);
-        assert_eq!(lookout_within(FRONT, &keys, &created), None);
-        assert_eq!(lookout_within(0, &keys, &created), None);
+        assert_eq!(lookout_within(WIDTHS, &keys, &created), None);
+        assert_eq!(lookout_within((0, 0), &keys, &created), None);
     }
 
     #[test]
@@ -230,8 +323,8 @@ mod tests {
         let line = names(3, "");
         let (keys, created) = sorted(Mode::Exclusive, &line);
         assert_eq!(
-            lookout_within(0, &keys, &created),
-            Some((line[2].clone().into_bytes(), 12))
+            lookout_within((0, 0), &keys, &created),
+            lookout_at(&line, 2, 3)
         );
     }
 
@@ -243,10 +336,13 @@ mod tests {
             .collect();
         let (keys, created) = sorted(Mode::Shared, &line);
         assert_eq!(distance(&keys), FRONT + 3);
-        // The third writer is the fifth key.
-        assert_eq!(
-            lookout_within(FRONT, &keys, &created),
-            Some((line[4].clone().into_bytes(), 14))
-        );
+        // The writer that leaves LOOKOUT_LEAVES writers ahead: writer w is key 2w, and only
+        // the writers before it count as keys to go.
+        let writer = FRONT + 3 - LOOKOUT_LEAVES - 1;
+        let mut expected = lookout_at(&line, 2 * writer, writer + 1);
+        if let Some(lookout) = &mut expected {
+            lookout.created = 2 * writer as i64 + 10;
+        }
+        assert_eq!(lookout_within(WIDTHS, &keys, &created), expected);
     }
 }

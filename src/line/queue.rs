@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use crate::client::lease::LeaseState;
-use crate::line::behind;
+use crate::line::behind::{self, Lookout, front, widths};
 use crate::line::mode::{Mode, Sorted};
 use crate::support::error::{Error, Result};
 use crate::support::kv::text;
@@ -69,7 +69,7 @@ pub(crate) struct Ahead {
     pub(crate) complete: bool,
     /// For a waiter far from its turn: the key it watches instead of waiting at the front,
     /// with its create revision (see `line/behind.rs`).
-    pub(crate) lookout: Option<(Vec<u8>, i64)>,
+    pub(crate) lookout: Option<Lookout>,
     /// For a waiter that waits for every key ahead (no permits counted): the newest of
     /// them, with its create revision. While it exists, our turn has not come, which one
     /// single-key read tells (see `wait_at_front`'s polls).
@@ -144,27 +144,61 @@ fn newest_up_to(prefix: &[u8], max_create: i64) -> Range {
     }
 }
 
-/// Every key under `prefix` (up to [`TRACKED`] + 1), keys only and unsorted: right after
-/// our put, every other key is older than ours, so this is the line ahead of us. Unsorted,
-/// because etcd then reads the line once; a sorted range reads every key of the line again.
-fn the_line(prefix: &[u8]) -> Range {
-    Range {
-        limit: TRACKED + 1,
-        keys_only: true,
-        ..Range::prefix(prefix)
+/// What the enqueue Txn reads right after our put, when every other key under `prefix` is
+/// older than ours: the line ahead of us, keys only.
+///
+/// An exclusive key needs only the newest keys ahead: with more than [`front`] of them it
+/// waits at the back, on one of those it read (`line/behind.rs`), and reads again when that
+/// one goes. So it reads at most [`front`] + 1 keys besides its own, newest first, and a
+/// long line costs the answer a few keys, not one per waiting process (etcd reads the whole
+/// line either way). Not when another waiter of the client waits at the front
+/// (`whole_line`): then it waits there too, and to take its turn on an event, with no read,
+/// it must know every key ahead. A reader or a permit needs to know which keys ahead block
+/// it, so it reads every key (up to [`TRACKED`] + 1), unsorted.
+fn the_line(prefix: &[u8], mode: Mode, whole_line: bool) -> Range {
+    match mode {
+        Mode::Exclusive if !whole_line => Range {
+            limit: front() as i64 + 2,
+            by_create_revision: Some(false),
+            keys_only: true,
+            ..Range::prefix(prefix)
+        },
+        _ => Range {
+            limit: TRACKED + 1,
+            keys_only: true,
+            ..Range::prefix(prefix)
+        },
     }
 }
 
-/// The position of `key`, just put, from [`the_line`] read in the same Txn; `None` if
-/// older keys beyond the ones returned must be read to tell.
-fn ahead_of_new(kvs: Vec<KeyValue>, ours: Ours<'_>) -> Option<Position> {
-    let complete = (kvs.len() as i64) <= TRACKED;
+/// The position of `key`, just put, from `line` (read with the limit `limit` in the same
+/// Txn, see [`the_line`]; etcd counted `counted` keys in it, ours included); `None` if older
+/// keys beyond the ones returned must be read to tell.
+fn ahead_of_new(
+    kvs: Vec<KeyValue>,
+    (limit, counted): (i64, i64),
+    ours: Ours<'_>,
+) -> Option<Position> {
+    let complete = (kvs.len() as i64) < limit;
     let before = kvs
         .into_iter()
         .filter(|kv| kv.key != ours.key)
         .map(|kv| (kv.key, kv.create_revision))
         .collect();
-    judge(ours.mode, ours.prefix, before, complete)
+    let mut position = judge(ours.mode, ours.prefix, before, complete);
+    // An exclusive key read only the newest keys ahead: its lookout is as far as every key
+    // etcd counted says, less those it leaves ahead.
+    if let Some(Position::Behind(Ahead {
+        lookout: Some(lookout),
+        complete: false,
+        ..
+    })) = &mut position
+        && ours.mode == Mode::Exclusive
+    {
+        let ahead = usize::try_from(counted.saturating_sub(1)).unwrap_or(0);
+        lookout.away = lookout.away.max(ahead.saturating_sub(widths().1));
+    }
+    position
 }
 
 /// Range over `prefix` oldest-first, one key: the owner (Go's `WithFirstCreate`).
@@ -289,19 +323,21 @@ pub(crate) async fn enqueue(
     ours: Ours<'_>,
     value: &[u8],
     lease: i64,
+    whole_line: bool,
 ) -> Result<Enqueued> {
-    let Ours { prefix, key, .. } = ours;
+    let Ours {
+        prefix, key, mode, ..
+    } = ours;
+    let line = the_line(prefix, mode, whole_line);
+    let limit = line.limit;
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-        .and_then([
-            TxnOp::put_with_lease(key, value, lease),
-            TxnOp::range(the_line(prefix)),
-        ])
+        .and_then([TxnOp::put_with_lease(key, value, lease), TxnOp::range(line)])
         .or_else([
             TxnOp::range(Range::key(key)),
             TxnOp::range(first_created(prefix)),
         ]);
-    let resp = rpc.txn(&txn, Retry::Never).await?;
+    let (resp, counts) = rpc.txn_counted(&txn, Retry::Never).await?;
     let txn_revision = resp.revision;
     tracing::debug!(
         key = %text(key),
@@ -319,7 +355,8 @@ pub(crate) async fn enqueue(
             rev: txn_revision,
             ..ours
         };
-        let (position, seen_at) = match ahead_of_new(line, ours) {
+        let counted = counts.first().copied().unwrap_or(0);
+        let (position, seen_at) = match ahead_of_new(line, (limit, counted), ours) {
             Some(position) => (position, txn_revision),
             // A reader or permit behind a very long line: the Txn's answer cannot tell.
             None => read_position_at(rpc, ours).await?,

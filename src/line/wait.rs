@@ -2,34 +2,20 @@
 //! (`line/behind.rs`), then at the front on the name's shared watcher, where the last key
 //! ahead crossed off is the proof of ownership (`line/crossing.rs`), with no read.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::client::lease::LeaseState;
-use crate::line::behind::{self, Woken};
+use crate::line::behind::{self, UNSYNCED_POLL, Woken, still_there};
 use crate::line::crossing::{Awaited, Crossed};
 use crate::line::queue::{
     Ahead, Ours, Position, key_gone_error, read_position_at, warn_of_foreign_keys,
 };
 use crate::support::error::{Error, Result};
-use crate::support::kv::{Range, text};
+use crate::support::kv::text;
 use crate::transport::Rpc;
 use crate::transport::watch::Only;
 use crate::transport::watches::waiting::{Waiting, Wake};
 use crate::transport::watches::{Spec, UNSYNCED_WINDOW, Watches};
-
-/// Read interval inside [`UNSYNCED_WINDOW`].
-const UNSYNCED_POLL: Duration = Duration::from_millis(15);
-
-/// Whether `key` still exists with create revision `created` (one single-key read, retried
-/// while the session lives).
-async fn still_there(rpc: &Rpc, session: &LeaseState, key: &[u8], created: i64) -> Result<bool> {
-    let range = Range::key(key);
-    let read = session.retry_while_alive(|| rpc.read(&range)).await?;
-    Ok(read
-        .kvs
-        .first()
-        .is_some_and(|kv| kv.create_revision == created))
-}
 
 /// Blocks (asynchronously) until no key ahead keeps ours from holding (for an exclusive
 /// key: until it is the oldest under `prefix`), and returns the revision that proves it.
@@ -62,13 +48,12 @@ pub(crate) async fn wait_turn(
             Position::Behind(ahead) => ahead,
         };
         let lookout = ahead.lookout.take();
-        if let Some((lookout, created)) = lookout.filter(|_| !front_is_watched(watches, ours)) {
+        if let Some(lookout) = lookout.filter(|_| !front_is_watched(watches, ours)) {
             // Far from our turn: watch the lookout only. When it goes, wait at the front
             // with what we know (exact at `seen_at`): the front's watcher starts later, so
             // its one read tells where we stand now.
-            tracing::debug!(key = %text(key), lookout = %text(&lookout), "waiting at the back");
-            let woken =
-                behind::wait_for_lookout(rpc, watches, session, key, (&lookout, created), seen_at);
+            tracing::debug!(key = %text(key), lookout = %text(&lookout.key), away = lookout.away, "waiting at the back");
+            let woken = behind::wait_for_lookout(rpc, watches, session, key, &lookout, seen_at);
             if woken.await? == Woken::OwnDeleted {
                 return Err(key_gone_error(rpc, session).await);
             }
@@ -88,7 +73,9 @@ pub(crate) fn starts_far(watches: &Watches, ours: Ours<'_>, position: &Position)
         && !front_is_watched(watches, ours)
 }
 
-fn front_is_watched(watches: &Watches, ours: Ours<'_>) -> bool {
+/// Whether a waiter of this name on this client waits at the front: then the client hears
+/// of every release of the name anyway, and another waiter of it waits there too.
+pub(crate) fn front_is_watched(watches: &Watches, ours: Ours<'_>) -> bool {
     watches.has_waiters(&Spec::prefix(ours.prefix, Only::Deletes))
 }
 
@@ -123,12 +110,15 @@ async fn wait_at_front(
     );
     let mut known = seen_at;
     // Until then, etcd may have registered a just-created watcher as unsynced: read now and
-    // then, so a handoff in that window does not wait for etcd's 100 ms sync loop.
+    // then, so a handoff in that window does not wait for etcd's 100 ms sync loop. Not once
+    // the watcher has delivered an event at or after our last read: then it has delivered
+    // everything up to there, and what comes later it delivers as it happens.
     let mut poll_until: Option<Instant> = None;
 
     loop {
         session.check()?;
-        let poll = poll_until.filter(|until| Instant::now() < *until);
+        let poll =
+            poll_until.filter(|until| Instant::now() < *until && deletes.seen_through() < known);
         let delivery = tokio::select! {
             delivery = deletes.next() => delivery,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),

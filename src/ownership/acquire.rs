@@ -298,7 +298,8 @@ async fn enqueue_once_or_sweep(
     let mut attempts = rpc.endpoints().len();
     let mut backoff = Backoff::quick();
     loop {
-        match queue::enqueue(rpc, line.ours(0), value, lease).await {
+        let whole_line = wait::front_is_watched(line.session.client().watches(), line.ours(0));
+        match queue::enqueue(rpc, line.ours(0), value, lease, whole_line).await {
             Err(e) if patient && e.is_refused_unhandled() => {
                 tracing::debug!(error = %e, "enqueue refused by every member; retrying");
                 backoff.sleep().await;

@@ -69,6 +69,30 @@ impl Rpc {
         Ok(resp.into())
     }
 
+    /// [`txn`](Self::txn), also returning how many keys each range of the branch that ran
+    /// found (etcd counts them before its limit applies), in order: how long a line is,
+    /// from a read that returns only its newest keys.
+    pub(crate) async fn txn_counted(
+        &self,
+        txn: &Txn,
+        retry: Retry,
+    ) -> Result<(TxnResponse, Vec<i64>)> {
+        let resp = self
+            .unary(retry, txn_request(txn), |ch, r| async move {
+                KvClient::new(ch).txn(r).await
+            })
+            .await?;
+        let counts = resp
+            .responses
+            .iter()
+            .filter_map(|op| match &op.response {
+                Some(pb::response_op::Response::ResponseRange(r)) => Some(r.count),
+                _ => None,
+            })
+            .collect();
+        Ok((resp.into(), counts))
+    }
+
     /// Compacts the history up to `revision` (physical: returns once it is done).
     pub(crate) async fn compact(&self, revision: i64) -> Result<()> {
         let req = pb::CompactionRequest {

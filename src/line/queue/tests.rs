@@ -106,11 +106,16 @@ fn readers_and_permits_need_older_keys_when_the_newest_let_them_hold() {
 #[test]
 fn a_new_key_has_every_other_key_of_the_line_ahead() {
     let a = ours(b"p/a", Mode::Exclusive, 5);
+    let limit = the_line(b"p/", Mode::Exclusive, false).limit;
     assert!(matches!(
-        ahead_of_new(vec![kv(b"p/a", 5)], a),
+        ahead_of_new(vec![kv(b"p/a", 5)], (limit, 1), a),
         Some(Position::Owner)
     ));
-    match ahead_of_new(vec![kv(b"p/0", 2), kv(b"p/a", 5), kv(b"p/data", 3)], a) {
+    match ahead_of_new(
+        vec![kv(b"p/0", 2), kv(b"p/a", 5), kv(b"p/data", 3)],
+        (limit, 3),
+        a,
+    ) {
         Some(Position::Behind(ahead)) => {
             assert_eq!(ahead.len(), 2);
             assert!(ahead.complete);
@@ -118,17 +123,54 @@ fn a_new_key_has_every_other_key_of_the_line_ahead() {
         other => panic!("expected Behind, got {other:?}"),
     }
     // As many keys as the limit: there may be more.
-    let full: Vec<KeyValue> = (0..=TRACKED)
+    let full: Vec<KeyValue> = (0..limit)
         .map(|i| kv(format!("p/k{i}").as_bytes(), i + 1))
         .collect();
-    match ahead_of_new(full, a) {
+    match ahead_of_new(full, (limit, 5000), a) {
         Some(Position::Behind(ahead)) => assert!(!ahead.complete),
         other => panic!("expected Behind, got {other:?}"),
     }
     // A reader behind readers holds with them.
     let readers = vec![kv(b"p/1.shared", 2), kv(b"p/a.shared", 5)];
+    let limit = the_line(b"p/", Mode::Shared, false).limit;
     assert!(matches!(
-        ahead_of_new(readers, ours(b"p/a.shared", Mode::Shared, 5)),
+        ahead_of_new(readers, (limit, 2), ours(b"p/a.shared", Mode::Shared, 5)),
         Some(Position::Owner)
     ));
+}
+
+#[test]
+fn an_exclusive_key_reads_only_the_newest_keys_ahead_and_a_reader_reads_the_line() {
+    // The newest keys first: its own, the front, and the lookout beyond it.
+    let exclusive = the_line(b"p/", Mode::Exclusive, false);
+    assert_eq!(exclusive.limit, front() as i64 + 2);
+    assert_eq!(exclusive.by_create_revision, Some(false));
+    // Which keys block a reader depends on every key ahead.
+    let shared = the_line(b"p/", Mode::Shared, false);
+    // An exclusive key joining a client's waiters at the front reads the whole line too.
+    assert_eq!(the_line(b"p/", Mode::Exclusive, true), shared);
+    assert_eq!(shared.limit, TRACKED + 1);
+    assert_eq!(shared.by_create_revision, None);
+    // A long line read in part: the waiter watches the oldest key it read.
+    let mut newest: Vec<KeyValue> = vec![kv(b"p/a", 500)];
+    newest.extend((0..=front() as i64).map(|i| kv(format!("p/k{i}").as_bytes(), 400 - i)));
+    // etcd counted 100 keys, ours included.
+    match ahead_of_new(
+        newest,
+        (exclusive.limit, 100),
+        ours(b"p/a", Mode::Exclusive, 500),
+    ) {
+        Some(Position::Behind(ahead)) => {
+            assert!(!ahead.complete);
+            // The keys read are the newest `front() + 1` ahead; the lookout leaves
+            // `leaves` of them.
+            let (_, leaves) = crate::line::behind::widths();
+            let lookout = ahead.lookout.expect("far from its turn");
+            assert_eq!(lookout.key, format!("p/k{leaves}").into_bytes());
+            assert_eq!(lookout.created, 400 - leaves as i64);
+            // 99 keys ahead: it goes when all but `leaves` of them have gone.
+            assert_eq!(lookout.away, 99 - leaves);
+        }
+        other => panic!("expected Behind, got {other:?}"),
+    }
 }

@@ -4,6 +4,9 @@
 //! the name on the client. What the condition means is the waiter's business (the waiting
 //! line's is in `line/crossing.rs`); the task only feeds it events in revision order.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use tokio::sync::mpsc::{
     UnboundedReceiver, UnboundedSender, WeakUnboundedSender, unbounded_channel,
 };
@@ -36,10 +39,12 @@ pub(crate) enum Wake<V> {
     Failed(Error),
 }
 
-/// The task's side of a waiter: its condition until decided, and its channel.
+/// The task's side of a waiter: its condition until decided, its channel, and the newest
+/// revision of an event its watcher delivered.
 struct Judged<C: Condition> {
     condition: Option<C>,
     sender: UnboundedSender<Wake<C::Verdict>>,
+    seen: Arc<AtomicI64>,
 }
 
 impl<C: Condition> Receiver for Judged<C> {
@@ -53,6 +58,9 @@ impl<C: Condition> Receiver for Judged<C> {
     }
 
     fn events(&mut self, batch: &Batch) -> bool {
+        if let Some(newest) = batch.iter().map(|event| event.kv.mod_revision).max() {
+            self.seen.fetch_max(newest, Ordering::Relaxed);
+        }
         let Some(condition) = &mut self.condition else {
             // Decided: later events are nothing to the waiter.
             return !self.sender.is_closed();
@@ -80,15 +88,18 @@ impl Watches {
     ) -> Waiting<C> {
         let (sender, receiver) = unbounded_channel();
         let weak = sender.downgrade();
+        let seen = Arc::new(AtomicI64::new(0));
         let judged = Judged {
             condition: Some(condition),
             sender,
+            seen: seen.clone(),
         };
         let handle = self.subscribe_with(spec, known, Box::new(judged), Some(&self.waiters));
         Waiting {
             handle,
             sender: weak,
             receiver,
+            seen,
         }
     }
 }
@@ -99,12 +110,21 @@ pub(crate) struct Waiting<C: Condition> {
     /// Weak, so that the channel closes when the task is gone (`next` then fails).
     sender: WeakUnboundedSender<Wake<C::Verdict>>,
     receiver: UnboundedReceiver<Wake<C::Verdict>>,
+    seen: Arc<AtomicI64>,
 }
 
 impl<C: Condition> Waiting<C> {
     /// Whether this is the only subscription to its spec now.
     pub(crate) fn is_alone(&self) -> bool {
         self.handle.is_alone()
+    }
+
+    /// The newest revision of an event the watcher has delivered to this waiter (0 before
+    /// the first). etcd sends a watcher's events in revision order, and a watcher it
+    /// registered *unsynced* gets none until its sync loop catches it up: once this is at or
+    /// past a revision, the watcher has delivered every event up to it.
+    pub(crate) fn seen_through(&self) -> i64 {
+        self.seen.load(Ordering::Relaxed)
     }
 
     /// Replaces what this waiter waits for (after it read the state again, at revision
@@ -117,6 +137,7 @@ impl<C: Condition> Waiting<C> {
         let judged = Judged {
             condition: Some(condition),
             sender,
+            seen: self.seen.clone(),
         };
         let _ = self.handle.commands.send(Command::Replace {
             spec: self.handle.spec.clone(),
@@ -140,7 +161,6 @@ mod tests {
     use super::*;
     use crate::support::kv::KeyValue;
     use crate::transport::watch::EventKind;
-    use std::sync::Arc;
 
     /// Decided at the first event at or after `at`.
     struct Reaches(i64);
@@ -171,9 +191,11 @@ mod tests {
     #[test]
     fn a_waiter_is_told_where_the_watcher_stands_and_its_verdict_once() {
         let (sender, mut receiver) = unbounded_channel();
+        let seen = Arc::new(AtomicI64::new(0));
         let mut judged = Judged {
             condition: Some(Reaches(12)),
             sender,
+            seen: seen.clone(),
         };
         assert!(judged.tell(Delivery::From {
             after: 10,
@@ -190,6 +212,8 @@ mod tests {
             })
         ));
         assert!(matches!(receiver.try_recv(), Ok(Wake::Verdict(12))));
+        // Every event counts for how far the watcher has delivered, also after the verdict.
+        assert_eq!(seen.load(Ordering::Relaxed), 14);
         // Events are never passed on, nor anything after the verdict.
         assert!(receiver.try_recv().is_err());
         // A waiter that is gone stops listening once decided.
