@@ -24,10 +24,10 @@ use tokio::sync::mpsc::unbounded_channel;
 use crate::client::lease::LeaseState;
 use crate::line::mode::Sorted;
 use crate::support::error::{Error, Result};
-use crate::support::kv::Range;
-use crate::transport::Rpc;
+use crate::support::kv::{Range, Txn, TxnOp, TxnOpResponse};
 use crate::transport::watch::{EventKind, Only};
 use crate::transport::watches::{Delivery, Sink, Spec, UNSYNCED_WINDOW, Watches};
+use crate::transport::{Retry, Rpc};
 
 /// How many keys ahead may still have to go for a waiter to wait at the front, on the
 /// shared prefix watcher, however long the line. A line of up to `FRONT + 1` keys waits
@@ -90,13 +90,14 @@ pub(crate) fn distance(keys: &Sorted) -> usize {
     keys.blocking.len() + (keys.counted.len() + 1).saturating_sub(keys.room)
 }
 
-/// The key a waiter far from its turn watches (see the module's documentation).
+/// The keys a waiter far from its turn watches (see the module's documentation): one of
+/// them must go before its turn comes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Lookout {
-    pub(crate) key: Vec<u8>,
-    /// Its create revision: a key of that name created anew is another key.
-    pub(crate) created: i64,
-    /// How many keys must go, oldest first, for it to go: itself and those before it.
+    /// Each with its create revision: a key of that name created anew is another key.
+    pub(crate) keys: Vec<(Vec<u8>, i64)>,
+    /// How many keys must go, oldest first, for the first of them to go: itself and those
+    /// before it (for permits: how far the waiter is from its turn).
     pub(crate) away: usize,
 }
 
@@ -113,10 +114,8 @@ fn lookout_within(
     keys: &Sorted,
     created: &HashMap<Vec<u8>, i64>,
 ) -> Option<Lookout> {
-    // A permit's turn comes when enough of the permits ahead go, whichever they are:
-    // holders release in any order, so no one key's delete can tell a permit it is near.
-    // Permits wait at the front (issue 28 leaves the semaphore's herd for a later step).
-    if !keys.counted.is_empty() || distance(keys) <= front {
+    let distance = distance(keys);
+    if distance <= front {
         return None;
     }
     let mut order: Vec<(&Vec<u8>, i64)> = keys
@@ -124,23 +123,40 @@ fn lookout_within(
         .map(|key| (key, created.get(key).copied().unwrap_or(i64::MAX)))
         .collect();
     order.sort_by_key(|&(key, rev)| (rev, key.clone()));
-    let mut blocking = keys.blocking.len();
-    let mut counted = keys.counted.len();
-    for (away, (key, rev)) in order.into_iter().enumerate() {
-        if keys.blocking.contains(key) {
-            blocking -= 1;
-        } else {
-            counted -= 1;
-        }
-        if blocking + (counted + 1).saturating_sub(keys.room) <= leaves {
+    if !keys.counted.is_empty() {
+        return permit_lookout(keys, &order, distance);
+    }
+    for (away, (key, rev)) in order.iter().enumerate() {
+        if keys.blocking.len() - (away + 1) <= leaves {
             return Some(Lookout {
-                key: key.clone(),
-                created: rev,
+                keys: vec![((*key).clone(), *rev)],
                 away: away + 1,
             });
         }
     }
     None
+}
+
+/// The lookout of a permit `distance` from its turn, behind the permits `order` (oldest
+/// first). A permit holds once fewer than `room` permits are ahead, and holders release in
+/// any order, so no one key's delete must come before its turn. But `room` of them together
+/// do: while all `room` newest permits ahead exist, `room` are ahead. So it watches those:
+/// the first of them goes only once it was admitted (fewer than `room` older ones left),
+/// which leaves the waiter at most `room - 1` from its turn (earlier if a waiter ahead
+/// gives up), and it reads its place then. A permit behind keys of another mode (a Go
+/// mutex on the same name) waits at the front.
+fn permit_lookout(keys: &Sorted, order: &[(&Vec<u8>, i64)], distance: usize) -> Option<Lookout> {
+    if !keys.blocking.is_empty() || order.len() < keys.room {
+        return None;
+    }
+    let newest = order[order.len() - keys.room..]
+        .iter()
+        .map(|&(key, rev)| (key.clone(), rev))
+        .collect();
+    Some(Lookout {
+        keys: newest,
+        away: distance,
+    })
 }
 
 /// Whether `key` still exists with create revision `created` (one single-key read, retried
@@ -168,16 +184,38 @@ pub(crate) enum Woken {
     OwnDeleted,
 }
 
-/// Waits until `lookout` is deleted after revision `known` (when it surely still existed),
-/// or our `own` key is, or the session is lost. Both watches are single keys, so this
-/// waiter hears of no other release of the name.
+/// Whether every one of `keys` still exists with its create revision: one read for all of
+/// them (a Txn of single-key ranges, with no compare), retried while the session lives.
+async fn all_there(rpc: &Rpc, session: &LeaseState, keys: &[(Vec<u8>, i64)]) -> Result<bool> {
+    let txn = Txn::new().and_then(keys.iter().map(|(key, _)| TxnOp::range(Range::key(key))));
+    let read = session
+        .retry_while_alive(|| rpc.txn(&txn, Retry::Safe))
+        .await?;
+    let found: Vec<Option<i64>> = read
+        .responses
+        .iter()
+        .map(|op| match op {
+            TxnOpResponse::Get(kvs) => kvs.first().map(|kv| kv.create_revision),
+            _ => None,
+        })
+        .collect();
+    Ok(found.len() == keys.len()
+        && keys
+            .iter()
+            .zip(found)
+            .all(|((_, created), found)| found == Some(*created)))
+}
+
+/// Waits until a key of `lookout` is deleted after revision `known` (when they surely still
+/// existed), or our `own` key is, or the session is lost. Every watch is a single key, so
+/// this waiter hears of no other release of the name.
 ///
 /// A watcher that starts after `known` (a new one starts from etcd's "now"; one restarted
-/// after compaction too) does not cover the revisions in between: one read of the lookout
-/// key tells whether it went meanwhile. A read at or after the watcher's start that still
-/// finds it, with the create revision it had, leaves nothing uncovered. And a new watcher
-/// may be unsynced for a while (etcd delivers its events up to 100 ms late): a near lookout
-/// is read again now and then until that window has passed.
+/// after compaction too) does not cover the revisions in between: one read of its key tells
+/// whether it went meanwhile. A read at or after the watcher's start that still finds it,
+/// with the create revision it had, leaves nothing uncovered. And a new watcher may be
+/// unsynced for a while (etcd delivers its events up to 100 ms late): a near lookout of one
+/// key is read again now and then until that window has passed.
 pub(crate) async fn wait_for_lookout(
     rpc: &Rpc,
     watches: &Watches,
@@ -186,16 +224,27 @@ pub(crate) async fn wait_for_lookout(
     lookout: &Lookout,
     known: i64,
 ) -> Result<Woken> {
-    const LOOKOUT: u64 = 0;
-    const OWN: u64 = 1;
+    const OWN: u64 = u64::MAX;
     let (sender, mut deliveries) = unbounded_channel();
-    let _lookout = watches.subscribe_to(
-        Spec::key(&lookout.key, Only::Deletes),
-        known,
-        Sink::new(LOOKOUT, sender.clone()),
-    );
+    let _watching: Vec<_> = lookout
+        .keys
+        .iter()
+        .zip(0u64..)
+        .map(|((key, _), tag)| {
+            watches.subscribe_to(
+                Spec::key(key, Only::Deletes),
+                known,
+                Sink::new(tag, sender.clone()),
+            )
+        })
+        .collect();
     let _own = watches.subscribe_to(Spec::key(own, Only::Deletes), known, Sink::new(OWN, sender));
+    let near = lookout.keys.len() == 1 && lookout.away <= POLL_NEAR;
     let mut poll_until: Option<Instant> = None;
+    // Several lookouts (a permit's): their watchers start one by one, and once all have,
+    // one read covers what each missed before its start.
+    let mut starting = lookout.keys.len();
+    let mut latest_start = known;
     loop {
         session.check()?;
         let poll = poll_until.filter(|until| Instant::now() < *until);
@@ -203,8 +252,10 @@ pub(crate) async fn wait_for_lookout(
             delivery = deliveries.recv() => delivery.ok_or(Error::Closed)?,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
             _ = tokio::time::sleep(LOOKOUT_POLL), if poll.is_some() => {
-                if !still_there(rpc, session, &lookout.key, lookout.created).await? {
-                    return Ok(Woken::LookoutGone);
+                for (key, created) in &lookout.keys {
+                    if !still_there(rpc, session, key, *created).await? {
+                        return Ok(Woken::LookoutGone);
+                    }
                 }
                 continue;
             }
@@ -220,19 +271,37 @@ pub(crate) async fn wait_for_lookout(
                     (false, _) => {}
                 }
             }
-            Delivery::From { after, fresh } if tag == LOOKOUT => {
-                if fresh && lookout.away <= POLL_NEAR {
+            Delivery::From { after, fresh } if tag != OWN => {
+                if fresh && near {
                     // The first of these reads, one interval from now, also covers the
                     // revisions before the watcher started.
                     poll_until = Some(Instant::now() + UNSYNCED_WINDOW);
                     continue;
                 }
-                // Deletes in (known, after] are not on this watcher: read the key once. A
-                // key of that name created anew (its session queued again) is another key:
-                // the lookout went.
-                if after > known
-                    && !still_there(rpc, session, &lookout.key, lookout.created).await?
-                {
+                // Deletes in (known, after] are not on this watcher: read its key once (a
+                // key of that name created anew, its session queuing again, is another
+                // key: the lookout went). Several lookouts: all at once, when the last
+                // watcher has started; a watcher that starts again later (after
+                // compaction) has its key read alone.
+                let Some((key, created)) =
+                    usize::try_from(tag).ok().and_then(|i| lookout.keys.get(i))
+                else {
+                    continue;
+                };
+                if starting > 1 {
+                    starting -= 1;
+                    latest_start = latest_start.max(after);
+                    continue;
+                }
+                let gone = if starting == 1 && lookout.keys.len() > 1 {
+                    starting = 0;
+                    latest_start.max(after) > known
+                        && !all_there(rpc, session, &lookout.keys).await?
+                } else {
+                    starting = 0;
+                    after > known && !still_there(rpc, session, key, *created).await?
+                };
+                if gone {
                     return Ok(Woken::LookoutGone);
                 }
             }
@@ -270,8 +339,7 @@ mod tests {
 
     fn lookout_at(line: &[String], i: usize, away: usize) -> Option<Lookout> {
         Some(Lookout {
-            key: line[i].clone().into_bytes(),
-            created: i as i64 + 10,
+            keys: vec![(line[i].clone().into_bytes(), i as i64 + 10)],
             away,
         })
     }
@@ -306,16 +374,36 @@ mod tests {
     }
 
     #[test]
-    fn a_permit_waits_at_the_front_however_far_it_is() {
+    fn a_far_permit_watches_as_many_of_the_newest_permits_ahead_as_there_are_permits() {
         // A semaphore of 2 with FRONT + 4 older permits: FRONT + 3 must go before we hold,
-        // but any of them may, so no lookout could tell (a lookout on the oldest once
+        // but any of them may, so no one key must go first (a lookout on the oldest once
         // waited forever while a younger permit was released: tests/semaphore.rs with
-        // ETCD_SYNC_FRONT=0).
+        // ETCD_SYNC_FRONT=0). While the two newest exist, two are ahead: one of them goes
+        // before our turn.
         let line = names(FRONT + 4, ".permits-2");
         let (keys, created) = sorted(Mode::Permits(2), &line);
         assert_eq!(distance(&keys), FRONT + 3);
+        let newest = |n: usize| {
+            (line.len() - n..line.len())
+                .map(|i| (line[i].clone().into_bytes(), i as i64 + 10))
+                .collect::<Vec<_>>()
+        };
+        let expected = |away| {
+            Some(Lookout {
+                keys: newest(2),
+                away,
+            })
+        };
+        assert_eq!(lookout_within(WIDTHS, &keys, &created), expected(FRONT + 3));
+        assert_eq!(lookout_within((0, 0), &keys, &created), expected(FRONT + 3));
+        // Near its turn: at the front.
+        let (keys, created) = sorted(Mode::Permits(2), &names(FRONT + 1, ".permits-2"));
         assert_eq!(lookout_within(WIDTHS, &keys, &created), None);
-        assert_eq!(lookout_within((0, 0), &keys, &created), None);
+        // Behind a key of another mode (a Go mutex on the same name): at the front.
+        let mut mixed = line.clone();
+        mixed.push("p/fff".into());
+        let (keys, created) = sorted(Mode::Permits(2), &mixed);
+        assert_eq!(lookout_within(WIDTHS, &keys, &created), None);
     }
 
     #[test]
@@ -339,10 +427,9 @@ mod tests {
         // The writer that leaves LOOKOUT_LEAVES writers ahead: writer w is key 2w, and only
         // the writers before it count as keys to go.
         let writer = FRONT + 3 - LOOKOUT_LEAVES - 1;
-        let mut expected = lookout_at(&line, 2 * writer, writer + 1);
-        if let Some(lookout) = &mut expected {
-            lookout.created = 2 * writer as i64 + 10;
-        }
-        assert_eq!(lookout_within(WIDTHS, &keys, &created), expected);
+        assert_eq!(
+            lookout_within(WIDTHS, &keys, &created),
+            lookout_at(&line, 2 * writer, writer + 1)
+        );
     }
 }

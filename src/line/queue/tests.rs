@@ -166,8 +166,10 @@ fn an_exclusive_key_reads_only_the_newest_keys_ahead_and_a_reader_reads_the_line
             // `leaves` of them.
             let (_, leaves) = crate::line::behind::widths();
             let lookout = ahead.lookout.expect("far from its turn");
-            assert_eq!(lookout.key, format!("p/k{leaves}").into_bytes());
-            assert_eq!(lookout.created, 400 - leaves as i64);
+            assert_eq!(
+                lookout.keys,
+                vec![(format!("p/k{leaves}").into_bytes(), 400 - leaves as i64)]
+            );
             // 99 keys ahead: it goes when all but `leaves` of them have gone.
             assert_eq!(lookout.away, 99 - leaves);
         }
