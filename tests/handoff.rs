@@ -409,3 +409,57 @@ fn processes_that_queue_again_after_their_turn_wait_at_the_back() {
         "{per_acquisition:.1} watch events per acquisition with {PROCESSES} processes"
     );
 }
+
+/// A semaphore's waiting processes far from their turn watch the newest permits ahead of
+/// them, as many as there are permits (one of those must go before their turn), not the
+/// name: a release reaches the few near their turn, not every waiting process. Never more
+/// holders than permits, and every process gets its turns.
+#[test]
+fn a_semaphore_release_reaches_few_of_many_waiting_processes() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let server = etcd();
+    let endpoints = server.endpoints();
+    const PROCESSES: usize = 24;
+    const ROUNDS: usize = 4;
+    const PERMITS: u32 = 2;
+    let start = Arc::new(std::sync::Barrier::new(PROCESSES + 1));
+    let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut threads = Vec::new();
+    for _ in 0..PROCESSES {
+        let own = client(&endpoints);
+        let s = session(&own, 30);
+        let sem = s.semaphore("permits", PERMITS).unwrap();
+        let (start, inside, most) = (start.clone(), inside.clone(), most.clone());
+        threads.push(std::thread::spawn(move || {
+            start.wait();
+            for _ in 0..ROUNDS {
+                let p = sem.acquire().unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(2));
+                inside.fetch_sub(1, Ordering::SeqCst);
+                drop(p);
+            }
+            drop((s, own));
+        }));
+    }
+    let events = || events_delivered(&server.metrics().unwrap());
+    let before = events();
+    start.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(most.load(Ordering::SeqCst) <= PERMITS as usize);
+    let per_acquisition = (events() - before) as f64 / (PROCESSES * ROUNDS) as f64;
+    eprintln!(
+        "semaphore of {PERMITS}, {PROCESSES} processes x {ROUNDS} rounds: \
+         {per_acquisition:.1} events per acquisition"
+    );
+    // The front (up to 8 waiters), the permits' holders, and the few waiters whose lookouts
+    // a release was: well below the 24 processes that each release reached before.
+    assert!(
+        per_acquisition <= (FRONT + 2 * PERMITS as usize + 2) as f64,
+        "{per_acquisition:.1} watch events per acquisition with {PROCESSES} processes"
+    );
+}
