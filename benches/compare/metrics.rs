@@ -156,7 +156,20 @@ impl PerOp {
 
 /// One read of etcd's /metrics: its counters, delivered watch events and CPU seconds.
 pub fn snapshot(endpoint: &str) -> Res<Snapshot> {
-    let m = metrics::fetch(endpoint)?;
+    // etcd can be slow to serve /metrics while it delivers a storm of events (the rwlock
+    // row's release to 1,024 readers once timed out): a few attempts before giving up.
+    let mut attempts = 5;
+    let m = loop {
+        match metrics::fetch(endpoint) {
+            Ok(m) => break m,
+            Err(e) if attempts > 1 => {
+                attempts -= 1;
+                eprintln!("compare: etcd's /metrics: {e}; again");
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     Ok(Snapshot {
         counters: parse_counters(&m),
         events: m
