@@ -51,6 +51,12 @@ pub(crate) const LOOKOUT_LEAVES: usize = 2;
 /// may go before etcd would deliver its delete. A far one cannot, and is not read.
 const POLL_NEAR: usize = 32;
 
+/// How far a lookout must be (keys to go) for its watcher to start right after the revision
+/// at which the waiter read it, with no read (`Watches::subscribe_from`): etcd serves such a
+/// watcher unsynced at first and may deliver its events up to 100 ms late, but 200 handoffs
+/// take longer than that (at 0.6 ms each, faster than any line measured).
+const FAR_START: usize = 200;
+
 /// Read interval inside [`UNSYNCED_WINDOW`], at the front (where a late delete may be our
 /// turn).
 pub(crate) const UNSYNCED_POLL: Duration = Duration::from_millis(15);
@@ -77,6 +83,26 @@ pub(crate) fn widths() -> (usize, usize) {
         }
     }
     (FRONT, LOOKOUT_LEAVES)
+}
+
+/// [`FAR_START`] in force; with the `testing` feature, the environment variable
+/// `ETCD_SYNC_FAR_START` if set, read once (the randomized checker sets 0 in some worker
+/// processes, so that their lookouts' watchers start from the revision they read, under
+/// every fault it injects, compaction included).
+fn far_start() -> usize {
+    #[cfg(feature = "testing")]
+    {
+        static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        let far = OVERRIDE.get_or_init(|| {
+            std::env::var("ETCD_SYNC_FAR_START")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        });
+        if let Some(far) = *far {
+            return far;
+        }
+    }
+    FAR_START
 }
 
 /// [`widths`]' front: how many keys ahead a waiter at the front may have.
@@ -210,9 +236,10 @@ async fn all_there(rpc: &Rpc, session: &LeaseState, keys: &[(Vec<u8>, i64)]) -> 
 /// existed), or our `own` key is, or the session is lost. Every watch is a single key, so
 /// this waiter hears of no other release of the name.
 ///
-/// A watcher that starts after `known` (a new one starts from etcd's "now"; one restarted
-/// after compaction too) does not cover the revisions in between: one read of its key tells
-/// whether it went meanwhile. A read at or after the watcher's start that still finds it,
+/// A far lookout's watcher starts right after `known` (unless one of its key runs already):
+/// it covers everything. Otherwise a watcher that starts after `known` (a new one starts
+/// from etcd's "now"; one restarted after compaction too) does not cover the revisions in
+/// between: one read of its key tells whether it went meanwhile. A read at or after the watcher's start that still finds it,
 /// with the create revision it had, leaves nothing uncovered. And a new watcher may be
 /// unsynced for a while (etcd delivers its events up to 100 ms late): a near lookout of one
 /// key is read again now and then until that window has passed.
@@ -226,16 +253,21 @@ pub(crate) async fn wait_for_lookout(
 ) -> Result<Woken> {
     const OWN: u64 = u64::MAX;
     let (sender, mut deliveries) = unbounded_channel();
+    let far = lookout.away >= far_start();
     let _watching: Vec<_> = lookout
         .keys
         .iter()
         .zip(0u64..)
         .map(|((key, _), tag)| {
-            watches.subscribe_to(
+            let (spec, sink) = (
                 Spec::key(key, Only::Deletes),
-                known,
                 Sink::new(tag, sender.clone()),
-            )
+            );
+            if far {
+                watches.subscribe_from(spec, known, sink)
+            } else {
+                watches.subscribe_to(spec, known, sink)
+            }
         })
         .collect();
     let _own = watches.subscribe_to(Spec::key(own, Only::Deletes), known, Sink::new(OWN, sender));

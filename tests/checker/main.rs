@@ -243,6 +243,13 @@ impl Children {
                     "ETCD_SYNC_FRONT",
                     ["0", "1", "2", "8"][rng.below(4) as usize].to_string(),
                 ),
+                // Half of them start every lookout's watcher from the revision the waiter
+                // read (the library does so only 200 keys from the front), so that such
+                // watchers meet compaction and restarts too.
+                (
+                    "ETCD_SYNC_FAR_START",
+                    ["0", "200"][rng.below(2) as usize].to_string(),
+                ),
                 (
                     "LOG",
                     self.dir.join(format!("log-{n}")).display().to_string(),

@@ -105,9 +105,13 @@ impl Hub {
                 spec,
                 id,
                 known,
+                from_known,
                 mut receiver,
             } => {
                 let watcher = self.watchers.entry(spec.clone()).or_default();
+                if from_known && watcher.is_new() {
+                    watcher.start_at(known);
+                }
                 // A watcher that started once covers everything after `through`, also
                 // between streams (it is re-created from there); one that has not started
                 // yet tells its subscribers where it starts when etcd confirms it.

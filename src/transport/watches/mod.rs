@@ -121,6 +121,8 @@ enum Command {
         spec: Spec,
         id: u64,
         known: i64,
+        /// A new watcher starts right after `known`, not from etcd's "now".
+        from_known: bool,
         receiver: Box<dyn Receiver>,
     },
     /// Replaces a subscriber's receiver (a waiter's new condition), replaying the history
@@ -190,7 +192,7 @@ impl Watches {
     /// replayed to it.
     pub(crate) fn subscribe(&self, spec: Spec, known: i64) -> Subscription {
         let (sender, receiver) = unbounded_channel();
-        let handle = self.subscribe_with(spec, known, Box::new(Sink::new(0, sender)), None);
+        let handle = self.subscribe_with(spec, known, Box::new(Sink::new(0, sender)), None, false);
         Subscription {
             _handle: handle,
             receiver,
@@ -200,16 +202,27 @@ impl Watches {
     /// Subscribes to `spec`, delivering into `sink`; the subscription lasts as long as the
     /// returned handle.
     pub(crate) fn subscribe_to(&self, spec: Spec, known: i64, sink: Sink) -> Subscribed {
-        self.subscribe_with(spec, known, Box::new(sink), None)
+        self.subscribe_with(spec, known, Box::new(sink), None, false)
     }
 
-    /// `waiter`: the counts to count this subscription in (waiters only).
+    /// [`subscribe_to`](Self::subscribe_to), but a watcher created for it starts right
+    /// after `known` (a revision the subscriber read), so that it covers everything since,
+    /// with no read. etcd serves such a watcher *unsynced* at first: its events arrive up to
+    /// 100 ms late, for a subscriber that can wait that long. A watcher that exists already
+    /// serves the subscriber as usual (it is told to read if the watcher started later).
+    pub(crate) fn subscribe_from(&self, spec: Spec, known: i64, sink: Sink) -> Subscribed {
+        self.subscribe_with(spec, known, Box::new(sink), None, known > 0)
+    }
+
+    /// `waiter`: the counts to count this subscription in (waiters only); `from_known`: see
+    /// [`subscribe_from`](Self::subscribe_from).
     fn subscribe_with(
         &self,
         spec: Spec,
         known: i64,
         receiver: Box<dyn Receiver>,
         waiter: Option<&Counts>,
+        from_known: bool,
     ) -> Subscribed {
         let id = self.next_subscriber.fetch_add(1, Ordering::Relaxed);
         if let Some(counts) = waiter {
@@ -220,6 +233,7 @@ impl Watches {
             spec: spec.clone(),
             id,
             known,
+            from_known,
             receiver,
         });
         Subscribed {

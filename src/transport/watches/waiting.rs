@@ -94,7 +94,7 @@ impl Watches {
             sender,
             seen: seen.clone(),
         };
-        let handle = self.subscribe_with(spec, known, Box::new(judged), Some(&self.waiters));
+        let handle = self.subscribe_with(spec, known, Box::new(judged), Some(&self.waiters), false);
         Waiting {
             handle,
             sender: weak,

@@ -72,6 +72,23 @@ impl Watcher {
         }
     }
 
+    /// Whether it has never been created, nor asked for by anyone (just made for its first
+    /// subscriber).
+    pub(super) fn is_new(&self) -> bool {
+        self.through.is_none() && self.id.is_none() && self.subscribers.is_empty() && self.pins == 0
+    }
+
+    /// Starts right after `revision` (one its first subscriber read): its create asks etcd
+    /// for every event since, and the history it keeps begins there. Nothing is broadcast:
+    /// the first subscriber is welcomed as it joins.
+    pub(super) fn start_at(&mut self, revision: i64) {
+        self.through = Some(revision);
+        self.started_at = None;
+        self.history.clear();
+        self.history_events = 0;
+        self.history_from = revision;
+    }
+
     /// Starts over from etcd's "now" at `revision`: history is gone, subscribers re-read.
     pub(super) fn start_fresh(&mut self, revision: i64) {
         tracing::debug!(
