@@ -33,7 +33,7 @@ use crate::transport::{Retry, Rpc};
 /// shared prefix watcher, however long the line. A line of up to `FRONT + 1` keys waits
 /// there whole: each release then reaches every waiting process of it, and each takes its
 /// turn on the event, with no read and no watcher of its own to set up. Chosen by
-/// measurement (BENCHMARKS.md, "Handoff cost and the length of the line"): waiters at the
+/// measurement (BENCHMARKS.md, "Second step: a narrow front for long lines"): waiters at the
 /// back of a line of 8 processes lost three quarters of its throughput (1,400 → 360
 /// acquisitions/s), because etcd registers some new watchers *unsynced*, and a lookout's
 /// delete then arrives up to 100 ms late, when the whole line may have waited for it.
@@ -43,12 +43,13 @@ pub(crate) const FRONT: usize = 8;
 /// drains in order: it then joins the front with that many handoffs to spare. With 2, a
 /// release reaches 4 processes whatever the length of the line (the 2 at the front, the
 /// waiter whose lookout it was, and the holder), and lines of 64 and 256 processes handed
-/// off 20 % and 30 % faster than with 8 (BENCHMARKS.md).
+/// off 20 % and 30 % faster than with 8 (BENCHMARKS.md, same section).
 pub(crate) const LOOKOUT_LEAVES: usize = 2;
 
 /// How far a lookout may be (keys to go, itself included) for its waiter to read it now and
 /// then while etcd may still be syncing its watcher ([`UNSYNCED_WINDOW`]): a near lookout
-/// may go before etcd would deliver its delete. A far one cannot, and is not read.
+/// may go before etcd would deliver its delete. A farther one is read only once, if its
+/// watcher started after the revision at which the waiter read it.
 const POLL_NEAR: usize = 32;
 
 /// How far a lookout must be (keys to go) for its watcher to start right after the revision
