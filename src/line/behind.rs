@@ -74,16 +74,18 @@ pub(crate) fn widths() -> (usize, usize) {
     #[cfg(feature = "testing")]
     {
         static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-        let front = OVERRIDE.get_or_init(|| {
-            std::env::var("ETCD_SYNC_FRONT")
-                .ok()
-                .and_then(|v| v.parse().ok())
-        });
-        if let Some(front) = *front {
+        if let Some(front) = test_hook(&OVERRIDE, "ETCD_SYNC_FRONT") {
             return (front, front.min(LOOKOUT_LEAVES));
         }
     }
     (FRONT, LOOKOUT_LEAVES)
+}
+
+/// With the `testing` feature: the number in the environment variable `name`, if set, read
+/// once into `cell` (the test hooks above).
+#[cfg(feature = "testing")]
+fn test_hook(cell: &'static std::sync::OnceLock<Option<usize>>, name: &str) -> Option<usize> {
+    *cell.get_or_init(|| std::env::var(name).ok().and_then(|v| v.parse().ok()))
 }
 
 /// [`FAR_START`] in force; with the `testing` feature, the environment variable
@@ -94,12 +96,7 @@ fn far_start() -> usize {
     #[cfg(feature = "testing")]
     {
         static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-        let far = OVERRIDE.get_or_init(|| {
-            std::env::var("ETCD_SYNC_FAR_START")
-                .ok()
-                .and_then(|v| v.parse().ok())
-        });
-        if let Some(far) = *far {
+        if let Some(far) = test_hook(&OVERRIDE, "ETCD_SYNC_FAR_START") {
             return far;
         }
     }
