@@ -96,6 +96,8 @@ pub mod metrics;
 mod process;
 mod scratch;
 mod server;
+#[cfg(feature = "simulation")]
+pub mod sim;
 mod start;
 mod version;
 mod watch;

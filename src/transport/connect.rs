@@ -107,7 +107,7 @@ pub(super) async fn connect(config: &RpcConfig) -> Result<Connected> {
         .enumerate()
         .map(|(i, endpoint)| match &first_live {
             Some((live, channel)) if *live == i => channel.clone(),
-            _ => endpoint.connect_lazy(),
+            _ => dial_lazy(endpoint),
         })
         .collect();
     let first_live = first_live.map(|(i, _)| i);
@@ -128,6 +128,27 @@ pub(super) async fn connect(config: &RpcConfig) -> Result<Connected> {
         current,
         token,
     })
+}
+
+/// Connects a channel to `endpoint`: over TCP, or, with the `simulation` feature, through
+/// an in-memory pipe to a simulated member (`transport/memory.rs`).
+async fn dial(endpoint: &Endpoint) -> std::result::Result<Channel, tonic::transport::Error> {
+    #[cfg(feature = "simulation")]
+    if super::memory::is_memory(&endpoint.uri().to_string()) {
+        return endpoint
+            .connect_with_connector(super::memory::Connector)
+            .await;
+    }
+    endpoint.connect().await
+}
+
+/// [`dial`], connecting on first use.
+fn dial_lazy(endpoint: &Endpoint) -> Channel {
+    #[cfg(feature = "simulation")]
+    if super::memory::is_memory(&endpoint.uri().to_string()) {
+        return endpoint.connect_with_connector_lazy(super::memory::Connector);
+    }
+    endpoint.connect_lazy()
 }
 
 /// The first pause between connect rounds, and the longest.
@@ -231,7 +252,7 @@ async fn probe(
     credentials: Option<&(String, String)>,
     token: &mut Option<MetadataValue<Ascii>>,
 ) -> std::result::Result<Channel, ProbeError> {
-    let channel = endpoint.connect().await.map_err(|e| ProbeFailure {
+    let channel = dial(endpoint).await.map_err(|e| ProbeFailure {
         text: error_chain(&e),
         cause: wire_cause(&e),
         after_handshake: false,

@@ -10,6 +10,8 @@ pub(crate) mod fault;
 pub(crate) mod generated;
 pub(crate) mod kv;
 pub(crate) mod lease;
+#[cfg(feature = "simulation")]
+pub(crate) mod memory;
 #[cfg(feature = "tls")]
 mod tls;
 pub(crate) mod watch;

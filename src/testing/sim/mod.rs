@@ -1,0 +1,520 @@
+//! A simulated etcd cluster in this process (feature `simulation`, issue 29).
+//!
+//! [`SimCluster`] serves etcd's KV, Watch, Lease and Maintenance gRPC services from one
+//! in-memory store (an MVCC store with revisions, compaction, leases on the runtime's
+//! clock, and watchers served as etcd 3.4 serves them, unsynced ones included), through
+//! members that can be stopped, frozen, made learners, left without a leader, or made to
+//! apply writes without answering. The crate's client connects to it unchanged: its
+//! endpoints dial in-memory pipes instead of TCP, and everything above the socket (HTTP/2,
+//! gRPC, the client's retries and failover) is the code that speaks to real etcd.
+//!
+//! What the simulation is faithful to is measured, not assumed: `tests/sim_fidelity.rs`
+//! runs the same scripted requests against a real etcd and a simulated one and compares
+//! the answers. What it does not model: auth, TLS, membership changes, members that lag
+//! behind the others (all members serve one store), and message loss other than what the
+//! faults above give.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use etcd_sync::testing::sim::SimCluster;
+//!
+//! let cluster = SimCluster::start(3)?;
+//! let client = etcd_sync::Client::connect(cluster.endpoints())?;
+//! let session = client.session()?;
+//! let guard = session.mutex("jobs")?.lock()?;
+//! assert_eq!(cluster.keys("jobs/").len(), 1);
+//! drop(guard);
+//! assert!(cluster.keys("jobs/").is_empty());
+//! # Ok(()) }
+//! ```
+
+mod leases;
+mod serve;
+mod services;
+mod store;
+mod watchers;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::task::AbortHandle;
+
+use crate::transport::memory;
+use serve::Connections;
+use services::{Member, MemberState, Shared, State};
+
+/// The etcd version a simulated member reports.
+pub const SIMULATED_VERSION: &str = "3.4.99-sim";
+
+/// A simulated etcd cluster served in this process. Dropping it stops every member.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+/// assert_eq!(cluster.endpoints().len(), 1);
+/// # Ok(()) }
+/// ```
+pub struct SimCluster {
+    shared: Arc<Shared>,
+    endpoints: Vec<String>,
+    connections: Vec<Connections>,
+    /// Accept loops (one per member, while it runs) and the cluster's own loops.
+    tasks: Mutex<Vec<Option<AbortHandle>>>,
+    background: Vec<AbortHandle>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster")
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Distinguishes the clusters of one process (their endpoints must differ).
+static NEXT_CLUSTER: AtomicU64 = AtomicU64::new(1);
+
+impl SimCluster {
+    /// Starts a cluster of `members` members (at least 1) with a leader, served by a
+    /// runtime thread of its own.
+    ///
+    /// # Errors
+    ///
+    /// The runtime thread could not be started, or `members` is 0.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(3)?;
+    /// assert_eq!(cluster.leader(), Some(0));
+    /// # Ok(()) }
+    /// ```
+    pub fn start(members: usize) -> std::io::Result<SimCluster> {
+        if members == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a cluster needs at least one member",
+            ));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("etcd-sim")
+            .enable_all()
+            .build()?;
+        let number = NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                store: store::Store::new(),
+                leases: leases::Leases::new(),
+                watchers: watchers::Watchers::default(),
+                members: (0..members)
+                    .map(|i| MemberState {
+                        id: 0x8e9e_05c5_2164_6940 + i as u64,
+                        up: true,
+                        frozen: false,
+                        learner: false,
+                        swallow_writes: false,
+                    })
+                    .collect(),
+                leader: Some(0),
+                raft_term: 2,
+                unsynced_every: 0,
+                from_now: 0,
+            }),
+            cluster_id: 0xcdf8_1819_4e3a_8c32 ^ number,
+            version: SIMULATED_VERSION.to_string(),
+            thawed: tokio::sync::Notify::new(),
+        });
+        let endpoints = (0..members)
+            .map(|i| format!("http://m{i}.c{number}.sim.invalid:2379"))
+            .collect();
+        let background = {
+            let _inside = runtime.enter();
+            vec![
+                tokio::spawn(sync_loop(shared.clone())).abort_handle(),
+                tokio::spawn(expiry_loop(shared.clone())).abort_handle(),
+            ]
+        };
+        let cluster = SimCluster {
+            shared,
+            endpoints,
+            connections: (0..members).map(|_| Connections::default()).collect(),
+            tasks: Mutex::new(vec![None; members]),
+            background,
+            runtime: Some(runtime),
+        };
+        for i in 0..members {
+            cluster.serve(i);
+        }
+        Ok(cluster)
+    }
+
+    /// Starts member `i`'s accept loop.
+    fn serve(&self, i: usize) {
+        let Some(runtime) = &self.runtime else {
+            return;
+        };
+        let accepted = memory::listen(authority(&self.endpoints[i]));
+        let member = Member {
+            shared: self.shared.clone(),
+            index: i,
+        };
+        let task = runtime.spawn(serve::accept(member, accepted, self.connections[i].clone()));
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = tasks[i].replace(task.abort_handle()) {
+            old.abort();
+        }
+    }
+
+    /// The members' endpoints, for [`Client::connect`](crate::Client::connect).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(2)?;
+    /// assert!(cluster.endpoints()[1].starts_with("http://m1."));
+    /// # Ok(()) }
+    /// ```
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints.clone()
+    }
+
+    /// The store's newest revision.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// assert_eq!(cluster.revision(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn revision(&self) -> i64 {
+        self.shared.lock().store.revision()
+    }
+
+    /// The live keys starting with `prefix`, with their create revisions, in key order
+    /// (what a test checks its verdicts against, without a request).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// assert!(cluster.keys("").is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn keys(&self, prefix: &str) -> Vec<(String, i64)> {
+        let state = self.shared.lock();
+        let end = prefix_end(prefix.as_bytes());
+        let range = crate::transport::generated::etcdserverpb::RangeRequest {
+            key: if prefix.is_empty() {
+                vec![0]
+            } else {
+                prefix.as_bytes().to_vec()
+            },
+            range_end: end,
+            ..Default::default()
+        };
+        state
+            .store
+            .range(&range)
+            .map(|r| {
+                r.kvs
+                    .into_iter()
+                    .map(|kv| {
+                        (
+                            String::from_utf8_lossy(&kv.key).into_owned(),
+                            kv.create_revision,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Compacts the history up to the newest revision, as an operator or etcd's
+    /// auto-compaction does; returns that revision.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// let client = etcd_sync::Client::connect(cluster.endpoints())?;
+    /// client.put("k", "v")?;
+    /// assert_eq!(cluster.compact(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn compact(&self) -> i64 {
+        let mut state = self.shared.lock();
+        let revision = state.store.revision();
+        let _ = state.store.compact(revision);
+        revision
+    }
+
+    /// Deletes every key starting with `prefix`, as an operator's `etcdctl del --prefix`
+    /// does; returns how many were deleted.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// assert_eq!(cluster.delete_prefix("jobs/"), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn delete_prefix(&self, prefix: &str) -> usize {
+        let mut state = self.shared.lock();
+        let keys: Vec<Vec<u8>> = self
+            .keys_locked(&state, prefix)
+            .into_iter()
+            .map(String::into_bytes)
+            .collect();
+        let changes = state.store.delete_keys(&keys);
+        let revision = state.store.revision();
+        state.watchers.notify(&changes, revision);
+        keys.len()
+    }
+
+    fn keys_locked(&self, state: &State, prefix: &str) -> Vec<String> {
+        let range = crate::transport::generated::etcdserverpb::RangeRequest {
+            key: prefix.as_bytes().to_vec(),
+            range_end: prefix_end(prefix.as_bytes()),
+            keys_only: true,
+            ..Default::default()
+        };
+        state
+            .store
+            .range(&range)
+            .map(|r| {
+                r.kvs
+                    .into_iter()
+                    .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Revokes a lease now, as `etcdctl lease revoke` does (its keys go in one revision);
+    /// false if there was none.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// assert!(!cluster.revoke(42));
+    /// # Ok(()) }
+    /// ```
+    pub fn revoke(&self, lease: i64) -> bool {
+        services::revoke(&mut self.shared.lock(), lease)
+    }
+
+    /// The member that leads, if any.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// assert_eq!(cluster.leader(), Some(0));
+    /// # Ok(()) }
+    /// ```
+    pub fn leader(&self) -> Option<usize> {
+        self.shared.lock().leader
+    }
+
+    /// Sets the leader (`None`: the cluster has lost its quorum, and every member refuses
+    /// with "etcdserver: no leader"). A new leader starts a new term and restarts every
+    /// lease's TTL, as etcd's does.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(3)?;
+    /// cluster.set_leader(None);
+    /// cluster.set_leader(Some(2));
+    /// assert_eq!(cluster.leader(), Some(2));
+    /// # Ok(()) }
+    /// ```
+    pub fn set_leader(&self, leader: Option<usize>) {
+        let mut state = self.shared.lock();
+        if leader.is_some() && leader != state.leader {
+            state.raft_term += 1;
+            state.leases.restart_all(tokio::time::Instant::now());
+        }
+        state.leader = leader;
+    }
+
+    /// Stops member `i` (`false`): its connections are cut and new ones refused, as for a
+    /// killed process; or starts it again (`true`).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(3)?;
+    /// cluster.set_up(1, false);
+    /// cluster.set_up(1, true);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_up(&self, i: usize, up: bool) {
+        if i >= self.endpoints.len() {
+            return;
+        }
+        self.shared.lock().members[i].up = up;
+        if up {
+            self.serve(i);
+        } else {
+            memory::unlisten(authority(&self.endpoints[i]));
+            if let Some(task) = self.tasks.lock().unwrap_or_else(|e| e.into_inner())[i].take() {
+                task.abort();
+            }
+            serve::cut(&self.connections[i]);
+        }
+    }
+
+    /// Cuts member `i`'s connections (its watch and keep-alive streams break); it goes on
+    /// accepting new ones.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// cluster.break_connections(0);
+    /// # Ok(()) }
+    /// ```
+    pub fn break_connections(&self, i: usize) {
+        if let Some(connections) = self.connections.get(i) {
+            serve::cut(connections);
+        }
+    }
+
+    /// Freezes member `i` (`true`): it takes requests and answers none until thawed.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// cluster.set_frozen(0, true);
+    /// cluster.set_frozen(0, false);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_frozen(&self, i: usize, frozen: bool) {
+        self.member(i, |m| m.frozen = frozen);
+        if !frozen {
+            self.shared.thawed.notify_waiters();
+        }
+    }
+
+    /// Makes member `i` a learner (`true`): it answers Status and refuses the rest.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(2)?;
+    /// cluster.set_learner(1, true);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_learner(&self, i: usize, learner: bool) {
+        self.member(i, |m| m.learner = learner);
+    }
+
+    /// Makes member `i` apply writes without ever answering them (`true`): the client's
+    /// request times out although its write happened.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// cluster.set_swallow_writes(0, true);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_swallow_writes(&self, i: usize, swallow: bool) {
+        self.member(i, |m| m.swallow_writes = swallow);
+    }
+
+    /// Registers every `n`-th new watcher from "now" as unsynced (0: none), as etcd does
+    /// when a write lands while it registers one: its events then come on the next
+    /// catch-up round, up to 100 ms late.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// cluster.set_unsynced_every(3);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_unsynced_every(&self, n: u64) {
+        self.shared.lock().unsynced_every = n;
+    }
+
+    /// How many watchers the members serve, and how many of them are unsynced.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// assert_eq!(cluster.watchers(), (0, 0));
+    /// # Ok(()) }
+    /// ```
+    pub fn watchers(&self) -> (usize, usize) {
+        self.shared.lock().watchers.count()
+    }
+
+    fn member(&self, i: usize, change: impl FnOnce(&mut MemberState)) {
+        if let Some(member) = self.shared.lock().members.get_mut(i) {
+            change(member);
+        }
+    }
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        for endpoint in &self.endpoints {
+            memory::unlisten(authority(endpoint));
+        }
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flatten()
+        {
+            task.abort();
+        }
+        for task in &self.background {
+            task.abort();
+        }
+        for connections in &self.connections {
+            serve::cut(connections);
+        }
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// The authority part of one of our endpoints.
+fn authority(url: &str) -> &str {
+    url.trim_start_matches("http://")
+}
+
+/// The end of the range of keys starting with `prefix` (etcd's `GetPrefixRangeEnd`).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Unsynced watchers catch up every [`watchers::SYNC_INTERVAL`].
+async fn sync_loop(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(watchers::SYNC_INTERVAL);
+    loop {
+        tick.tick().await;
+        let mut state = shared.lock();
+        let State {
+            store, watchers, ..
+        } = &mut *state;
+        watchers.sync(store);
+    }
+}
+
+/// The leader revokes expired leases every [`leases::EXPIRY_CHECK`].
+async fn expiry_loop(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(leases::EXPIRY_CHECK);
+    loop {
+        tick.tick().await;
+        let mut state = shared.lock();
+        if state.leader.is_none() {
+            continue;
+        }
+        for id in state.leases.expired(tokio::time::Instant::now()) {
+            services::revoke(&mut state, id);
+        }
+    }
+}
