@@ -28,6 +28,7 @@
 //! # Ok(()) }
 //! ```
 
+mod fidelity;
 mod leases;
 mod serve;
 mod services;
@@ -38,6 +39,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::task::AbortHandle;
+
+pub use fidelity::transcript;
 
 use crate::transport::memory;
 use serve::Connections;

@@ -310,7 +310,10 @@ impl Store {
                     Response::ResponseDeleteRange(self.delete(delete, batch))
                 }
                 Some(Request::RequestTxn(inner)) => {
-                    Response::ResponseTxn(self.run_txn(inner, batch))
+                    // etcd leaves a nested transaction's answer without a header.
+                    let mut nested = self.run_txn(inner, batch);
+                    nested.header = None;
+                    Response::ResponseTxn(nested)
                 }
                 None => continue,
             };

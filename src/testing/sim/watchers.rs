@@ -236,7 +236,8 @@ impl Watchers {
                 };
                 match store.changes_since(w.next, &w.key, &end) {
                     Err(compact) => {
-                        let mut a = answer(now, *id);
+                        // etcd's compaction answer carries no revision in its header.
+                        let mut a = answer(0, *id);
                         a.compact_revision = compact;
                         a.canceled = true;
                         let _ = s.out.send(a);
