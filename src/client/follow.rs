@@ -156,20 +156,21 @@ impl Deferred {
     /// Queues a guard that subscribes after [`DEFER`] (every one waits as long, so the queue
     /// stays in order of due time).
     fn push(&mut self, what: Follow) {
-        self.0.push_back((Instant::now() + DEFER, what));
+        self.0
+            .push_back((crate::support::clock::now() + DEFER, what));
     }
 
     /// When the next one is due (far away when there is none).
     fn next_due(&self) -> Instant {
         self.0.front().map_or_else(
-            || Instant::now() + Duration::from_secs(3600),
+            || crate::support::clock::now() + Duration::from_secs(3600),
             |(due, _)| *due,
         )
     }
 
     /// The due ones that still have something to follow.
     fn take_due(&mut self) -> Vec<Follow> {
-        let now = Instant::now();
+        let now = crate::support::clock::now();
         let mut due = Vec::new();
         while let Some((at, _)) = self.0.front()
             && *at <= now

@@ -62,6 +62,17 @@ impl KeepAlive {
         })
     }
 
+    /// The keep-alive loop as a task of `handle`'s runtime, not a thread of its own (a
+    /// simulated run: `client/simulated.rs`).
+    pub(crate) fn start_task(handle: &tokio::runtime::Handle, rpc: Rpc) -> KeepAlive {
+        let (commands, mut receiver) = unbounded_channel();
+        drop(handle.spawn(async move { Renewals::new(rpc).run(&mut receiver).await }));
+        KeepAlive {
+            commands,
+            thread: None,
+        }
+    }
+
     /// Starts renewing a session's lease: the first keep-alive goes out at once.
     pub(crate) fn register(&self, session: Arc<LeaseState>) -> Result<()> {
         self.commands
@@ -125,7 +136,7 @@ impl Renewals {
             rpc,
             leases: HashMap::new(),
             stream: None,
-            retry_at: Instant::now(),
+            retry_at: crate::support::clock::now(),
             backoff: Backoff::new(Duration::from_millis(50), Duration::from_secs(1)),
             reauthenticate: false,
         }
@@ -151,7 +162,7 @@ impl Renewals {
                         Lease {
                             session,
                             ttl,
-                            next_send: Instant::now(),
+                            next_send: crate::support::clock::now(),
                             in_flight: VecDeque::new(),
                         },
                     );
@@ -180,7 +191,7 @@ impl Renewals {
     /// Drops sessions that ended (closed, orphaned) and declares lost those whose deadline
     /// passed without an acknowledged keep-alive.
     fn expire_and_prune(&mut self) {
-        let now = Instant::now();
+        let now = crate::support::clock::now();
         self.leases.retain(|_, lease| {
             if lease.session.loss_reason().is_some() {
                 return false;
@@ -198,7 +209,7 @@ impl Renewals {
     }
 
     fn detect_stall(&mut self) {
-        let now = Instant::now();
+        let now = crate::support::clock::now();
         let stalled = self.leases.values().any(|lease| {
             lease
                 .in_flight
@@ -217,7 +228,7 @@ impl Renewals {
         if let Some(stream) = self.stream.take() {
             stream.sender.fail_over();
         }
-        let now = Instant::now();
+        let now = crate::support::clock::now();
         let mut wait = self.backoff.next_pause();
         for lease in self.leases.values_mut() {
             lease.in_flight.clear();
@@ -229,7 +240,7 @@ impl Renewals {
     }
 
     fn send_due(&mut self) {
-        let now = Instant::now();
+        let now = crate::support::clock::now();
         let due: Vec<i64> = self
             .leases
             .iter()
@@ -281,14 +292,14 @@ impl Renewals {
         lease.session.extend(deadline, ttl);
         tracing::trace!(
             lease = %LeaseHex(response.id),
-            margin = ?deadline.saturating_duration_since(Instant::now()),
+            margin = ?deadline.saturating_duration_since(crate::support::clock::now()),
             "lease renewed"
         );
         lease.next_send = sent + ttl / 3;
     }
 
     fn next_wake(&self) -> Instant {
-        let now = Instant::now();
+        let now = crate::support::clock::now();
         let mut wake = now + Duration::from_secs(3600);
         for lease in self.leases.values() {
             wake = wake.min(lease.session.deadline());

@@ -161,7 +161,7 @@ impl LeaseState {
             return Some(reason.clone());
         }
         // Either clock: the monotonic one stops while the host is suspended.
-        if Instant::now() >= state.deadline
+        if crate::support::clock::now() >= state.deadline
             || crate::support::clock::boot_now() >= state.boot_deadline
         {
             drop(state);
@@ -260,7 +260,7 @@ mod tests {
         let shared = LeaseState::new(
             1,
             Duration::from_secs(5),
-            Instant::now() + Duration::from_secs(5),
+            crate::support::clock::now() + Duration::from_secs(5),
         );
         let rx = shared.lost_receiver();
         assert!(rx.try_recv().is_err());
@@ -271,7 +271,7 @@ mod tests {
         assert!(shared.mark_lost(LossReason::Orphaned));
         assert!(!shared.mark_lost(LossReason::Expired));
         shared.extend(
-            Instant::now() + Duration::from_secs(60),
+            crate::support::clock::now() + Duration::from_secs(60),
             Duration::from_secs(60),
         );
         assert_eq!(shared.loss_reason(), Some(LossReason::Orphaned));
@@ -288,7 +288,7 @@ mod tests {
         let shared = LeaseState::new(
             1,
             Duration::from_secs(5),
-            Instant::now() + Duration::from_secs(5),
+            crate::support::clock::now() + Duration::from_secs(5),
         );
         assert_eq!(shared.loss_reason(), None);
         shared.state().boot_deadline = crate::support::clock::boot_now() - Duration::from_millis(1);
@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn passed_deadline_means_lost() {
-        let shared = LeaseState::new(1, Duration::from_secs(2), Instant::now());
+        let shared = LeaseState::new(1, Duration::from_secs(2), crate::support::clock::now());
         assert_eq!(shared.loss_reason(), Some(LossReason::Expired));
     }
 }

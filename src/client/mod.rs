@@ -6,6 +6,8 @@ pub(crate) mod keepalive;
 pub(crate) mod lease;
 pub(crate) mod removal;
 pub(crate) mod runtime;
+#[cfg(feature = "simulation")]
+pub(crate) mod simulated;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -284,9 +286,9 @@ impl Client {
     }
 
     /// Runs `fut` on the calling thread through the runtime's blocking seam.
-    pub(crate) fn block_on<T, E: From<Error>>(
+    pub(crate) fn block_on<T: Send, E: From<Error> + Send>(
         &self,
-        fut: impl Future<Output = std::result::Result<T, E>>,
+        fut: impl Future<Output = std::result::Result<T, E>> + Send,
     ) -> std::result::Result<T, E> {
         self.inner.runtime.block_on(fut)
     }
@@ -339,9 +341,21 @@ impl Client {
     /// Starts what a client owns (the runtime, the connection, the keep-alive thread, the
     /// watch and follow tasks) for a validated configuration.
     pub(crate) fn start(config: &RpcConfig) -> Result<Client> {
-        let runtime = Runtime::new()?;
+        // On a simulated process's thread: the run's runtime, and the keep-alive loop as
+        // one of its tasks (`client/simulated.rs`).
+        #[cfg(feature = "simulation")]
+        let (runtime, simulated) = match simulated::current() {
+            Some(sim) => (Runtime::simulated(sim), true),
+            None => (Runtime::new()?, false),
+        };
+        #[cfg(not(feature = "simulation"))]
+        let (runtime, simulated) = (Runtime::new()?, false);
         let rpc = runtime.block_on(Rpc::connect(config))?;
-        let keepalive = KeepAlive::start(runtime.handle()?.clone(), rpc.clone())?;
+        let keepalive = if simulated {
+            KeepAlive::start_task(runtime.handle()?, rpc.clone())
+        } else {
+            KeepAlive::start(runtime.handle()?.clone(), rpc.clone())?
+        };
         let watches = Watches::start(runtime.handle()?, rpc.clone());
         let follower = Follower::start(runtime.handle()?, rpc.clone(), watches.clone());
         Ok(Client {

@@ -70,6 +70,10 @@ fn install_quiet_probe_hook() {
 /// context, where joining would panic: there it is shut down in the background.
 pub(crate) struct Runtime {
     rt: Option<tokio::runtime::Runtime>,
+    /// In a simulated run (feature `simulation`): its scheduler, whose runtime this client
+    /// shares instead of owning one.
+    #[cfg(feature = "simulation")]
+    sim: Option<Arc<super::simulated::Simulation>>,
     /// Background work started with [`Runtime::spawn`] (revokes, releases).
     tasks: TaskTracker,
 }
@@ -95,21 +99,41 @@ impl Runtime {
             })?;
         Ok(Runtime {
             rt: Some(rt),
+            #[cfg(feature = "simulation")]
+            sim: None,
             tasks: TaskTracker::new(),
         })
     }
 
+    /// The runtime of the simulated run `sim` (see `client/simulated.rs`).
+    #[cfg(feature = "simulation")]
+    pub(crate) fn simulated(sim: Arc<super::simulated::Simulation>) -> Runtime {
+        Runtime {
+            rt: None,
+            sim: Some(sim),
+            tasks: TaskTracker::new(),
+        }
+    }
+
     pub(crate) fn handle(&self) -> Result<&tokio::runtime::Handle> {
+        #[cfg(feature = "simulation")]
+        if let Some(sim) = &self.sim {
+            return Ok(sim.handle());
+        }
         self.rt.as_ref().map(|rt| rt.handle()).ok_or(Error::Closed)
     }
 
     /// The blocking seam: every blocking call of the crate ends here. Runs `fut` to
     /// completion on the calling thread (refusing on a thread that drives async tasks) and
     /// returns its result.
-    pub(crate) fn block_on<T, E: From<Error>>(
+    pub(crate) fn block_on<T: Send, E: From<Error> + Send>(
         &self,
-        fut: impl Future<Output = std::result::Result<T, E>>,
+        fut: impl Future<Output = std::result::Result<T, E>> + Send,
     ) -> std::result::Result<T, E> {
+        #[cfg(feature = "simulation")]
+        if let Some(sim) = &self.sim {
+            return sim.block_on(fut)?;
+        }
         ensure_blocking_allowed()?;
         self.handle()?.block_on(fut)
     }
@@ -119,8 +143,8 @@ impl Runtime {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        if let Some(rt) = &self.rt {
-            drop(self.tasks.spawn_on(fut, rt.handle()));
+        if let Ok(handle) = self.handle() {
+            drop(self.tasks.spawn_on(fut, handle));
         }
     }
 }

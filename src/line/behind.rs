@@ -277,7 +277,7 @@ pub(crate) async fn wait_for_lookout(
     let mut latest_start = known;
     loop {
         session.check()?;
-        let poll = poll_until.filter(|until| Instant::now() < *until);
+        let poll = poll_until.filter(|until| crate::support::clock::now() < *until);
         let (tag, delivery) = tokio::select! {
             delivery = deliveries.recv() => delivery.ok_or(Error::Closed)?,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
@@ -305,7 +305,7 @@ pub(crate) async fn wait_for_lookout(
                 if fresh && near {
                     // The first of these reads, one interval from now, also covers the
                     // revisions before the watcher started.
-                    poll_until = Some(Instant::now() + UNSYNCED_WINDOW);
+                    poll_until = Some(crate::support::clock::now() + UNSYNCED_WINDOW);
                     continue;
                 }
                 // Deletes in (known, after] are not on this watcher: read its key once (a

@@ -117,8 +117,9 @@ async fn wait_at_front(
 
     loop {
         session.check()?;
-        let poll =
-            poll_until.filter(|until| Instant::now() < *until && deletes.seen_through() < known);
+        let poll = poll_until.filter(|until| {
+            crate::support::clock::now() < *until && deletes.seen_through() < known
+        });
         let delivery = tokio::select! {
             delivery = deletes.next() => delivery,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
@@ -153,7 +154,7 @@ async fn wait_at_front(
                     Reread::Waiting(at, newest) => {
                         (known, last) = (at, newest);
                         if fresh && at > after {
-                            poll_until = Some(Instant::now() + UNSYNCED_WINDOW);
+                            poll_until = Some(crate::support::clock::now() + UNSYNCED_WINDOW);
                         }
                     }
                 }

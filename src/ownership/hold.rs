@@ -198,7 +198,7 @@ impl Held {
     /// etcd answers, keeping the turn until then.
     fn release(&mut self, wait: Option<Duration>) -> Result<Released> {
         if let Some(pending) = self.pending.take() {
-            return self.await_release(pending, wait, Instant::now());
+            return self.await_release(pending, wait, crate::support::clock::now());
         }
         let turn = {
             let mut state = self.hold.state();
@@ -228,7 +228,7 @@ impl Held {
         // The first attempt runs on the caller's thread (no hand-over to the runtime on
         // the fast path); only an unanswered one moves to the background, turn in hand.
         let rpc = line.session.client().rpc().clone();
-        let started = Instant::now();
+        let started = crate::support::clock::now();
         let first = line.session.client().block_on(async {
             Ok(tokio::time::timeout(limit, removal::remove(&rpc, &line.key, owned)).await)
         })?;

@@ -150,7 +150,7 @@ impl Wait {
     }
 
     fn limit(timeout: Option<Duration>) -> Limit {
-        match timeout.and_then(|t| Some((Instant::now().checked_add(t)?, t))) {
+        match timeout.and_then(|t| Some((crate::support::clock::now().checked_add(t)?, t))) {
             Some((deadline, timeout)) => Limit::Until(deadline, timeout),
             None => Limit::Forever,
         }

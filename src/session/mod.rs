@@ -249,7 +249,7 @@ impl Session {
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// if let Some(until) = session.valid_until() {
-    ///     println!("safe for another {:?}", until - std::time::Instant::now());
+    ///     println!("safe for another {:?}", until - std::time::crate::support::clock::now());
     /// }
     /// # Ok(()) }
     /// ```
@@ -270,7 +270,7 @@ impl Session {
     /// ```
     pub fn remaining(&self) -> Duration {
         self.valid_until().map_or(Duration::ZERO, |until| {
-            until.saturating_duration_since(Instant::now())
+            until.saturating_duration_since(crate::support::clock::now())
         })
     }
 
@@ -502,7 +502,7 @@ impl SessionBuilder {
         let shared = match self.resume {
             None => {
                 let ttl_secs = validate_ttl(self.ttl)?;
-                let sent = Instant::now();
+                let sent = crate::support::clock::now();
                 let granted = self
                     .client
                     .block_on(async move { rpc.lease_grant(ttl_secs).await })?;
@@ -521,7 +521,7 @@ impl SessionBuilder {
                         "lease id {id} cannot be resumed: etcd-assigned lease ids are positive"
                     )));
                 }
-                let sent = Instant::now();
+                let sent = crate::support::clock::now();
                 let live = self
                     .client
                     .block_on(async move { rpc.lease_time_to_live(id).await })?;

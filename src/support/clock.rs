@@ -7,9 +7,37 @@
 
 use std::time::{Duration, Instant};
 
-/// Time since boot, suspended time included (CLOCK_BOOTTIME); elsewhere than Linux, the
-/// monotonic clock's reading since first use.
+/// Now, on the clock every deadline and wait of the crate is measured on: the monotonic
+/// clock. With the `simulation` feature it is read through tokio's clock, which is the
+/// same but in a simulated run (`testing::sim`), whose paused runtime makes it virtual for
+/// every thread that entered it.
+pub(crate) fn now() -> Instant {
+    #[cfg(feature = "simulation")]
+    return tokio::time::Instant::now().into_std();
+    #[cfg(not(feature = "simulation"))]
+    Instant::now()
+}
+
+/// How long ago `earlier` was, on [`now`]'s clock.
+pub(crate) fn since(earlier: Instant) -> Duration {
+    now().saturating_duration_since(earlier)
+}
+
+/// How far [`now`]'s clock runs ahead of the monotonic one: zero but in a simulated run.
+fn virtual_lead() -> Duration {
+    #[cfg(feature = "simulation")]
+    return now().saturating_duration_since(Instant::now());
+    #[cfg(not(feature = "simulation"))]
+    Duration::ZERO
+}
+
+/// Time since boot, suspended time included (CLOCK_BOOTTIME), plus a simulated run's
+/// virtual time; elsewhere than Linux, the monotonic clock's reading since first use.
 pub(crate) fn boot_now() -> Duration {
+    real_boot_now() + virtual_lead()
+}
+
+fn real_boot_now() -> Duration {
     #[cfg(target_os = "linux")]
     {
         let mut ts = libc::timespec {
@@ -27,7 +55,7 @@ pub(crate) fn boot_now() -> Duration {
 
 /// The boot-clock reading at which `deadline` (a monotonic instant) falls, measured now.
 pub(crate) fn boot_deadline(deadline: Instant) -> Duration {
-    boot_now() + deadline.saturating_duration_since(Instant::now())
+    boot_now() + deadline.saturating_duration_since(now())
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ impl Stopwatch {
     pub(crate) fn start() -> Stopwatch {
         Stopwatch {
             #[cfg(feature = "metrics")]
-            started: Instant::now(),
+            started: crate::support::clock::now(),
         }
     }
 }
@@ -168,7 +168,7 @@ pub(crate) fn keepalive_acknowledged(deadline: std::time::Instant) {
     #[cfg(feature = "metrics")]
     {
         describe();
-        let margin = deadline.saturating_duration_since(Instant::now());
+        let margin = deadline.saturating_duration_since(crate::support::clock::now());
         metrics::gauge!(KEEPALIVE_MARGIN_SECONDS).set(margin.as_secs_f64());
     }
 }

@@ -105,7 +105,7 @@ impl LoopHealth {
         LoopHealth {
             inner: Arc::new(StdMutex::new(Health {
                 state: LoopState::Idle,
-                since: Instant::now(),
+                since: crate::support::clock::now(),
                 idle_since: None,
                 lost_at: None,
                 wedged_after,
@@ -119,13 +119,15 @@ impl LoopHealth {
 
     pub(super) fn set(&self, state: LoopState) {
         let mut h = self.lock();
-        let now = Instant::now();
+        let now = crate::support::clock::now();
         match state {
             LoopState::Leading | LoopState::Stopped | LoopState::Idle => h.idle_since = None,
             // The idle clock keeps running: only a campaign that lasts (or wins) resets it.
             LoopState::Campaigning => {}
             LoopState::Starting | LoopState::Resigning | LoopState::BackingOff => {
-                if h.state == LoopState::Campaigning && h.since.elapsed() > h.wedged_after {
+                if h.state == LoopState::Campaigning
+                    && crate::support::clock::since(h.since) > h.wedged_after
+                {
                     // It waited in line for a while before failing: that was not idle.
                     h.idle_since = Some(now);
                 } else if h.idle_since.is_none() {
@@ -163,7 +165,7 @@ impl LoopHealth {
     /// # Ok(()) }
     /// ```
     pub fn in_state_for(&self) -> Duration {
-        self.lock().since.elapsed()
+        crate::support::clock::since(self.lock().since)
     }
 
     /// Whether the loop is wedged (see [`LoopHealth`]).
@@ -179,10 +181,12 @@ impl LoopHealth {
         let h = self.lock();
         match h.state {
             LoopState::Idle | LoopState::Stopped | LoopState::Campaigning => false,
-            LoopState::Leading => h.lost_at.is_some_and(|at| at.elapsed() > h.wedged_after),
+            LoopState::Leading => h
+                .lost_at
+                .is_some_and(|at| crate::support::clock::since(at) > h.wedged_after),
             LoopState::Starting | LoopState::Resigning | LoopState::BackingOff => h
                 .idle_since
-                .is_some_and(|since| since.elapsed() > h.wedged_after),
+                .is_some_and(|since| crate::support::clock::since(since) > h.wedged_after),
         }
     }
 }

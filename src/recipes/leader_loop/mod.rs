@@ -13,7 +13,7 @@ pub(crate) mod health;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::recipes::election::{Election, Leadership};
 use crate::recipes::leader_loop::health::{LoopHealth, LoopState, TermEnd};
@@ -398,7 +398,7 @@ impl<'a> LeaderLoop<'a> {
                     recv(lost) -> _ => {
                         let mut h = health.lock();
                         if h.state == LoopState::Leading {
-                            h.lost_at = Some(Instant::now());
+                            h.lost_at = Some(crate::support::clock::now());
                         }
                     }
                     recv(done) -> _ => {}

@@ -30,6 +30,7 @@
 
 mod fidelity;
 mod leases;
+mod run;
 mod serve;
 mod services;
 mod store;
@@ -41,6 +42,7 @@ use std::sync::{Arc, Mutex};
 use tokio::task::AbortHandle;
 
 pub use fidelity::transcript;
+pub use run::{LOSS_BOUND, Outcome, RunConfig, run, sleep};
 
 use crate::transport::memory;
 use serve::Connections;
@@ -64,6 +66,8 @@ pub struct SimCluster {
     /// Accept loops (one per member, while it runs) and the cluster's own loops.
     tasks: Mutex<Vec<Option<AbortHandle>>>,
     background: Vec<AbortHandle>,
+    handle: tokio::runtime::Handle,
+    /// The runtime thread of a cluster that serves itself ([`SimCluster::start`]).
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -93,17 +97,32 @@ impl SimCluster {
     /// # Ok(()) }
     /// ```
     pub fn start(members: usize) -> std::io::Result<SimCluster> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("etcd-sim")
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        SimCluster::build(members, handle, Some(runtime))
+    }
+
+    /// A cluster served by the runtime of the calling task (a simulated run's: see
+    /// [`run`]).
+    pub(crate) fn start_here(members: usize) -> std::io::Result<SimCluster> {
+        SimCluster::build(members, tokio::runtime::Handle::current(), None)
+    }
+
+    fn build(
+        members: usize,
+        handle: tokio::runtime::Handle,
+        runtime: Option<tokio::runtime::Runtime>,
+    ) -> std::io::Result<SimCluster> {
         if members == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "a cluster needs at least one member",
             ));
         }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("etcd-sim")
-            .enable_all()
-            .build()?;
         let number = NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -131,20 +150,18 @@ impl SimCluster {
         let endpoints = (0..members)
             .map(|i| format!("http://m{i}.c{number}.sim.invalid:2379"))
             .collect();
-        let background = {
-            let _inside = runtime.enter();
-            vec![
-                tokio::spawn(sync_loop(shared.clone())).abort_handle(),
-                tokio::spawn(expiry_loop(shared.clone())).abort_handle(),
-            ]
-        };
+        let background = vec![
+            handle.spawn(sync_loop(shared.clone())).abort_handle(),
+            handle.spawn(expiry_loop(shared.clone())).abort_handle(),
+        ];
         let cluster = SimCluster {
             shared,
             endpoints,
             connections: (0..members).map(|_| Connections::default()).collect(),
             tasks: Mutex::new(vec![None; members]),
             background,
-            runtime: Some(runtime),
+            handle,
+            runtime,
         };
         for i in 0..members {
             cluster.serve(i);
@@ -154,15 +171,14 @@ impl SimCluster {
 
     /// Starts member `i`'s accept loop.
     fn serve(&self, i: usize) {
-        let Some(runtime) = &self.runtime else {
-            return;
-        };
         let accepted = memory::listen(authority(&self.endpoints[i]));
         let member = Member {
             shared: self.shared.clone(),
             index: i,
         };
-        let task = runtime.spawn(serve::accept(member, accepted, self.connections[i].clone()));
+        let task = self
+            .handle
+            .spawn(serve::accept(member, accepted, self.connections[i].clone()));
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = tasks[i].replace(task.abort_handle()) {
             old.abort();

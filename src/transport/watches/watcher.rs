@@ -97,7 +97,7 @@ impl Watcher {
             "watcher started"
         );
         self.through = Some(revision);
-        self.started_at = Some(Instant::now());
+        self.started_at = Some(crate::support::clock::now());
         self.history.clear();
         self.history_events = 0;
         self.history_from = revision;

@@ -1,0 +1,238 @@
+//! A deterministic simulated run: a [`SimCluster`] and simulated processes using the
+//! crate's blocking API, on one current-thread runtime with paused (virtual) time, every
+//! choice (workload, fault timing, tokio's `select!` order) drawn from one seed, and the
+//! processes taking turns with the runtime (`client/simulated.rs`). The same seed gives the
+//! same trace, line for line; [`Outcome::trace_hash`] says so in one number.
+//!
+//! The invariants are checked at the exact moments they concern, which only a run where
+//! nothing moves unseen allows: when `lock` returns a guard, the store must hold its key,
+//! with its fencing token, as the oldest key of the name (rule 4), and no other live guard
+//! may have its key there (rule 1); while a process holds, a guard whose key is gone must
+//! say so within [`LOSS_BOUND`] of virtual time (rule 2).
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::SimCluster;
+use crate::client::simulated::{self, Simulation};
+
+/// How long a guard may go on saying it holds after its key is gone (rule 2).
+pub const LOSS_BOUND: Duration = Duration::from_secs(1);
+
+/// The lock name every process contends for.
+const NAME: &str = "m";
+
+/// What a run does.
+///
+/// ```
+/// let config = etcd_sync::testing::sim::RunConfig { seed: 7, ..Default::default() };
+/// assert_eq!(config.processes, 3);
+/// ```
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Every random choice of the run comes from it.
+    pub seed: u64,
+    /// Simulated processes contending for one mutex, each with its own client.
+    pub processes: usize,
+    /// Members of the simulated cluster.
+    pub members: usize,
+    /// Virtual time the workload runs (processes then finish their current step).
+    pub duration: Duration,
+    /// Inject faults (compaction, broken connections, stopped, frozen and leaderless
+    /// members, lost answers, operator deletes and revokes, unsynced watchers).
+    pub faults: bool,
+}
+
+impl Default for RunConfig {
+    fn default() -> RunConfig {
+        RunConfig {
+            seed: 1,
+            processes: 3,
+            members: 3,
+            duration: Duration::from_secs(10),
+            faults: true,
+        }
+    }
+}
+
+/// What a run saw.
+///
+/// ```no_run
+/// let outcome = etcd_sync::testing::sim::run(&Default::default())?;
+/// assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The run's trace: one line per acquisition, release, loss, error and fault, with its
+    /// virtual time.
+    pub trace: Vec<String>,
+    /// A hash of `trace` (equal for two runs of one seed).
+    pub trace_hash: u64,
+    /// Broken invariants, each with its virtual time (empty: none).
+    pub violations: Vec<String>,
+    /// Guards that `lock` returned.
+    pub acquisitions: u64,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Virtual time the run took.
+    pub virtual_time: Duration,
+}
+
+/// splitmix64: small, fast, and the same everywhere.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to.saturating_sub(from) + 1))
+    }
+}
+
+/// The run's shared record.
+#[derive(Debug, Default)]
+struct Log {
+    outcome: Outcome,
+    /// Processes that hold now: process -> (key, fencing token).
+    holders: BTreeMap<usize, (String, i64)>,
+}
+
+struct World {
+    cluster: SimCluster,
+    log: Mutex<Log>,
+    start: Instant,
+    stop: AtomicBool,
+    running: AtomicUsize,
+}
+
+impl World {
+    fn now_ms(&self) -> u128 {
+        Instant::now().duration_since(self.start).as_millis()
+    }
+
+    fn note(&self, who: &str, what: String) {
+        let line = format!("{:>7} {who} {what}", self.now_ms());
+        self.log().outcome.trace.push(line);
+    }
+
+    fn violation(&self, who: &str, what: String) {
+        let line = format!("{:>7} {who} {what}", self.now_ms());
+        let mut log = self.log();
+        log.outcome.trace.push(format!("VIOLATION {line}"));
+        log.outcome.violations.push(line);
+    }
+
+    fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Sleeps `duration` of the run's virtual time, on a simulated process's thread (a real
+/// sleep anywhere else).
+///
+/// ```
+/// etcd_sync::testing::sim::sleep(std::time::Duration::from_millis(1));
+/// ```
+pub fn sleep(duration: Duration) {
+    match simulated::current() {
+        Some(sim) => {
+            let _ = sim.block_on(tokio::time::sleep(duration));
+        }
+        None => std::thread::sleep(duration),
+    }
+}
+
+/// Runs one simulated schedule.
+///
+/// # Errors
+///
+/// The runtime or a process thread could not be started.
+///
+/// ```no_run
+/// use etcd_sync::testing::sim::{run, RunConfig};
+/// let a = run(&RunConfig { seed: 42, ..Default::default() })?;
+/// let b = run(&RunConfig { seed: 42, ..Default::default() })?;
+/// assert_eq!(a.trace_hash, b.trace_hash);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all().start_paused(true);
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(
+        &config.seed.to_le_bytes(),
+    ));
+    let runtime = builder.build()?;
+    let config = config.clone();
+    let outcome = runtime.block_on(async move {
+        let sim = Simulation::new(tokio::runtime::Handle::current());
+        let world = Arc::new(World {
+            cluster: SimCluster::start_here(config.members)?,
+            log: Mutex::new(Log::default()),
+            start: Instant::now(),
+            stop: AtomicBool::new(false),
+            running: AtomicUsize::new(config.processes),
+        });
+        let mut rng = Rng(config.seed);
+        for p in 0..config.processes {
+            let world = world.clone();
+            let seed = rng.next();
+            sim.spawn_process(format!("sim-p{p}"), move || {
+                process(&world, p, seed);
+                world.running.fetch_sub(1, Ordering::SeqCst);
+            })?;
+        }
+        let until = world.start + config.duration;
+        if config.faults {
+            nemesis(&world, &mut rng, until).await;
+        } else {
+            tokio::time::sleep_until(until).await;
+        }
+        world.stop.store(true, Ordering::SeqCst);
+        // Every process ends its step: waits are bounded, so this takes bounded time.
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while world.running.load(Ordering::SeqCst) > 0 && Instant::now() < give_up {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let stuck = world.running.load(Ordering::SeqCst);
+        if stuck > 0 {
+            world.violation(
+                "run",
+                format!("{stuck} process(es) still busy 60 s after the end"),
+            );
+        }
+        sim.close();
+        let mut log = world.log();
+        log.outcome.virtual_time = Instant::now().duration_since(world.start);
+        let outcome = std::mem::take(&mut log.outcome);
+        Ok::<Outcome, std::io::Error>(outcome)
+    })?;
+    drop(runtime);
+    let mut outcome = outcome;
+    let mut hasher = std::hash::DefaultHasher::new();
+    outcome.trace.hash(&mut hasher);
+    outcome.trace_hash = hasher.finish();
+    Ok(outcome)
+}
+
+mod nemesis;
+mod process;
+use nemesis::nemesis;
+use process::process;
