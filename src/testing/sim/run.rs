@@ -48,6 +48,26 @@ pub struct RunConfig {
     pub faults: bool,
 }
 
+impl RunConfig {
+    /// The run a seed alone names: 2 to 5 processes, 1 to 3 members, 3 to 8 s of virtual
+    /// time, faults on. A sweep prints only seeds; this gives back the rest.
+    ///
+    /// ```
+    /// let config = etcd_sync::testing::sim::RunConfig::from_seed(17);
+    /// assert_eq!(config.seed, 17);
+    /// ```
+    pub fn from_seed(seed: u64) -> RunConfig {
+        let mut rng = Rng(seed ^ 0x5eed);
+        RunConfig {
+            seed,
+            processes: 2 + rng.below(4) as usize,
+            members: 1 + rng.below(3) as usize,
+            duration: Duration::from_secs(3 + rng.below(6)),
+            faults: true,
+        }
+    }
+}
+
 impl Default for RunConfig {
     fn default() -> RunConfig {
         RunConfig {
@@ -112,6 +132,8 @@ struct Log {
     outcome: Outcome,
     /// Processes that hold now: process -> (key, fencing token).
     holders: BTreeMap<usize, (String, i64)>,
+    /// Processes inside `lock_timeout` now: process -> (its lease, since, limit).
+    waiting: BTreeMap<usize, (i64, Instant, Duration)>,
 }
 
 struct World {
@@ -120,6 +142,9 @@ struct World {
     start: Instant,
     stop: AtomicBool,
     running: AtomicUsize,
+    /// Since when no fault has been in progress (`None`: one is). Liveness is owed only
+    /// from there on.
+    calm_since: Mutex<Option<Instant>>,
 }
 
 impl World {
@@ -137,6 +162,15 @@ impl World {
         let mut log = self.log();
         log.outcome.trace.push(format!("VIOLATION {line}"));
         log.outcome.violations.push(line);
+    }
+
+    /// A fault begins (`false`) or ends (`true`).
+    fn calm(&self, calm: bool) {
+        *self.calm_since.lock().unwrap_or_else(|e| e.into_inner()) = calm.then(Instant::now);
+    }
+
+    fn calm_since(&self) -> Option<Instant> {
+        *self.calm_since.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn log(&self) -> std::sync::MutexGuard<'_, Log> {
@@ -189,6 +223,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             start: Instant::now(),
             stop: AtomicBool::new(false),
             running: AtomicUsize::new(config.processes),
+            calm_since: Mutex::new(Some(Instant::now())),
         });
         let mut rng = Rng(config.seed);
         for p in 0..config.processes {
@@ -199,6 +234,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
                 world.running.fetch_sub(1, Ordering::SeqCst);
             })?;
         }
+        let watching = tokio::spawn(liveness(world.clone()));
         let until = world.start + config.duration;
         if config.faults {
             nemesis(&world, &mut rng, until).await;
@@ -218,6 +254,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
                 format!("{stuck} process(es) still busy 60 s after the end"),
             );
         }
+        watching.abort();
         sim.close();
         let mut log = world.log();
         log.outcome.virtual_time = Instant::now().duration_since(world.start);
@@ -232,7 +269,9 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     Ok(outcome)
 }
 
+mod liveness;
 mod nemesis;
 mod process;
+use liveness::liveness;
 use nemesis::nemesis;
 use process::process;

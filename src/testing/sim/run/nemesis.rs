@@ -7,8 +7,10 @@ use super::{Rng, World};
 pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
     let members = world.cluster.endpoints().len() as u64;
     while Instant::now() < until {
-        tokio::time::sleep(rng.millis(100, 1500)).await;
+        // Quiet spells of up to 4 s: long enough for liveness to be owed and checked.
+        tokio::time::sleep(rng.millis(100, 4000)).await;
         let member = rng.below(members) as usize;
+        world.calm(false);
         let pause = rng.millis(100, 1500);
         let fault = match rng.below(9) {
             0 => {
@@ -63,6 +65,7 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 "unsynced watchers"
             }
         };
+        world.calm(true);
         world.note("nemesis", fault.to_string());
         *world.log().outcome.faults.entry(fault).or_default() += 1;
     }

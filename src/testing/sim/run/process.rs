@@ -62,7 +62,14 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
             Ok(mutex) => mutex,
             Err(e) => return world.violation(&me, format!("mutex: {e}")),
         };
-        match mutex.lock_timeout(rng.millis(100, 3000)) {
+        let limit = rng.millis(100, 3000);
+        world
+            .log()
+            .waiting
+            .insert(p, (live.lease_id(), Instant::now(), limit));
+        let locked = mutex.lock_timeout(limit);
+        world.log().waiting.remove(&p);
+        match locked {
             Ok(guard) => hold(world, &me, p, guard, &mut rng),
             Err(e) => {
                 world.note(&me, format!("lock: {}", kind(&e)));
