@@ -52,7 +52,18 @@ fn seeded_schedules_under_faults_break_no_invariant() {
                 .with_test_writer()
                 .try_init();
         }
-        let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
+        // A mutation's seed replays with it: ETCD_SYNC_SIM_MUTATION=<its name>.
+        let mutation = std::env::var("ETCD_SYNC_SIM_MUTATION").ok().map(|name| {
+            *etcd_sync::testing::sim::Mutation::ALL
+                .iter()
+                .find(|m| format!("{m:?}") == name)
+                .expect("ETCD_SYNC_SIM_MUTATION names a Mutation")
+        });
+        let outcome = run(&RunConfig {
+            mutation,
+            ..RunConfig::from_seed(seed)
+        })
+        .expect("a run");
         for line in &outcome.trace {
             println!("{line}");
         }
@@ -73,6 +84,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     println!("sweeping from seed {base} for {secs} s (replay one: ETCD_SYNC_SIM_SEED=<seed>)");
     let started = Instant::now();
     let (mut schedules, mut virtual_time, mut acquisitions) = (0u64, Duration::ZERO, 0u64);
+    let mut compacted_watchers = 0;
     let mut failed = Vec::new();
     let mut faults = std::collections::BTreeMap::new();
     while started.elapsed() < Duration::from_secs(secs) {
@@ -81,6 +93,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
         schedules += 1;
         virtual_time += outcome.virtual_time;
         acquisitions += outcome.acquisitions;
+        compacted_watchers += outcome.compacted_watchers;
         for (kind, n) in &outcome.faults {
             *faults.entry(*kind).or_insert(0u64) += n;
         }
@@ -91,7 +104,8 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     let per_minute = schedules as f64 * 60.0 / started.elapsed().as_secs_f64();
     println!(
         "{schedules} schedules ({per_minute:.0} per minute), {acquisitions} acquisitions, \
-         {:.1} s of virtual time per schedule, faults {faults:?}",
+         {:.1} s of virtual time per schedule, {compacted_watchers} watchers resumed from \
+         compacted history, faults {faults:?}",
         virtual_time.as_secs_f64() / schedules.max(1) as f64
     );
     assert!(
@@ -100,4 +114,5 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     );
     assert!(acquisitions > schedules, "the schedules did acquire");
     assert!(faults.len() >= 9, "every kind of fault ran: {faults:?}");
+    assert!(compacted_watchers > 0, "some watchers met compaction");
 }

@@ -330,8 +330,17 @@ pub(crate) async fn enqueue(
     } = ours;
     let line = the_line(prefix, mode, whole_line);
     let limit = line.limit;
+    let absent = [Compare::create_revision(key, CompareOp::Equal, 0)];
+    #[cfg(feature = "simulation")]
+    let absent: &[Compare] = if crate::support::mutation::active(
+        crate::support::mutation::Mutation::EnqueueWithoutCondition,
+    ) {
+        &[]
+    } else {
+        &absent
+    };
     let txn = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .when(absent.iter().cloned())
         .and_then([TxnOp::put_with_lease(key, value, lease), TxnOp::range(line)])
         .or_else([
             TxnOp::range(Range::key(key)),

@@ -92,6 +92,16 @@ pub(crate) fn acquire(
                             delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, delay);
                         let watches = line.session.client().watches();
                         let ours = line.ours(enqueued.rev);
+                        #[cfg(feature = "simulation")]
+                        if crate::support::mutation::active(
+                            crate::support::mutation::Mutation::DelayIgnoresDeletion,
+                        ) {
+                            let unwatched = Box::pin(wait.bound_alive(op, &session, held_off));
+                            return match unwatched.await {
+                                Ok(()) => Ok((enqueued, turn, seen_at)),
+                                Err(e) => Err(TryLockError::from(e)),
+                            };
+                        }
                         let kept =
                             proof::while_ours(&rpc, watches, &session, ours, seen_at, held_off);
                         // Boxed: a rare path, kept out of every acquire's future (in a
@@ -343,6 +353,10 @@ fn clean_up_ambiguous(
     let session = line.session.lease().clone();
     let key = line.key.clone();
     let line = line.clone();
+    #[cfg(feature = "simulation")]
+    let turn =
+        (!crate::support::mutation::active(crate::support::mutation::Mutation::CleanupWithoutTurn))
+            .then_some(turn);
     line.session.client().clone().spawn(async move {
         let removed = loop {
             match removal::remove_at(&rpc, &key, Owned::Lease(session.id())).await {

@@ -9,6 +9,8 @@ pub(crate) mod error;
 pub(crate) mod etcd_text;
 pub(crate) mod identity;
 pub(crate) mod kv;
+#[cfg(feature = "simulation")]
+pub(crate) mod mutation;
 pub(crate) mod signal;
 pub(crate) mod telemetry;
 #[cfg(feature = "tls")]

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use tokio::task::AbortHandle;
 
 pub use fidelity::transcript;
-pub use run::{LOSS_BOUND, Outcome, RunConfig, run, sleep};
+pub use run::{LOSS_BOUND, Mutation, Outcome, RunConfig, run, sleep};
 
 use crate::transport::memory;
 use serve::Connections;
@@ -458,6 +458,18 @@ impl SimCluster {
     /// ```
     pub fn watchers(&self) -> (usize, usize) {
         self.shared.lock().watchers.count()
+    }
+
+    /// How many watchers were told their start revision was compacted.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// assert_eq!(cluster.compacted_watchers(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn compacted_watchers(&self) -> u64 {
+        self.shared.lock().watchers.compacted
     }
 
     fn member(&self, i: usize, change: impl FnOnce(&mut MemberState)) {

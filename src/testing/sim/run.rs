@@ -8,7 +8,9 @@
 //! nothing moves unseen allows: when `lock` returns a guard, the store must hold its key,
 //! with its fencing token, as the oldest key of the name (rule 4), and no other live guard
 //! may have its key there (rule 1); while a process holds, a guard whose key is gone must
-//! say so within [`LOSS_BOUND`] of virtual time (rule 2).
+//! say so within [`LOSS_BOUND`] of virtual time (rule 2); and a key is lost (a guard's, or
+//! a waiter's: `LockLost`) only when something outside the process deleted it: the
+//! nemesis, or the end of its session.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -20,9 +22,15 @@ use tokio::time::Instant;
 
 use super::SimCluster;
 use crate::client::simulated::{self, Simulation};
+use crate::support::mutation;
+pub use crate::support::mutation::Mutation;
 
 /// How long a guard may go on saying it holds after its key is gone (rule 2).
 pub const LOSS_BOUND: Duration = Duration::from_secs(1);
+
+/// How long after the nemesis deleted lock keys a loss may be blamed on it: a guard hears
+/// of its key's deletion within [`LOSS_BOUND`], and a waiter within a request timeout.
+const CAUSE_WINDOW: Duration = Duration::from_secs(3);
 
 /// The lock name every process contends for.
 const NAME: &str = "m";
@@ -46,6 +54,8 @@ pub struct RunConfig {
     /// Inject faults (compaction, broken connections, stopped, frozen and leaderless
     /// members, lost answers, operator deletes and revokes, unsynced watchers).
     pub faults: bool,
+    /// A defect to re-introduce for the run (process-wide: see [`Mutation`]).
+    pub mutation: Option<Mutation>,
 }
 
 impl RunConfig {
@@ -64,6 +74,7 @@ impl RunConfig {
             members: 1 + rng.below(3) as usize,
             duration: Duration::from_secs(3 + rng.below(6)),
             faults: true,
+            mutation: None,
         }
     }
 }
@@ -76,6 +87,7 @@ impl Default for RunConfig {
             members: 3,
             duration: Duration::from_secs(10),
             faults: true,
+            mutation: None,
         }
     }
 }
@@ -102,6 +114,9 @@ pub struct Outcome {
     pub faults: BTreeMap<&'static str, u64>,
     /// Virtual time the run took.
     pub virtual_time: Duration,
+    /// Watchers of the processes' clients that were told their resume revision was
+    /// compacted.
+    pub compacted_watchers: u64,
 }
 
 /// splitmix64: small, fast, and the same everywhere.
@@ -145,6 +160,8 @@ struct World {
     /// Since when no fault has been in progress (`None`: one is). Liveness is owed only
     /// from there on.
     calm_since: Mutex<Option<Instant>>,
+    /// When the nemesis last deleted lock keys (an operator delete, a revoked lease).
+    deleted_at: Mutex<Option<Instant>>,
 }
 
 impl World {
@@ -167,6 +184,20 @@ impl World {
     /// A fault begins (`false`) or ends (`true`).
     fn calm(&self, calm: bool) {
         *self.calm_since.lock().unwrap_or_else(|e| e.into_inner()) = calm.then(Instant::now);
+    }
+
+    /// The nemesis deleted lock keys just now.
+    fn deleted(&self) {
+        *self.deleted_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether a lock key going now has a cause outside the processes: the nemesis deleted
+    /// keys within [`CAUSE_WINDOW`].
+    fn deletion_explained(&self) -> bool {
+        self.deleted_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| Instant::now().duration_since(at) <= CAUSE_WINDOW)
     }
 
     fn calm_since(&self) -> Option<Instant> {
@@ -215,6 +246,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     ));
     let runtime = builder.build()?;
     let config = config.clone();
+    mutation::set(config.mutation);
     let outcome = runtime.block_on(async move {
         let sim = Simulation::new(tokio::runtime::Handle::current());
         let world = Arc::new(World {
@@ -224,6 +256,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             stop: AtomicBool::new(false),
             running: AtomicUsize::new(config.processes),
             calm_since: Mutex::new(Some(Instant::now())),
+            deleted_at: Mutex::new(None),
         });
         let mut rng = Rng(config.seed);
         for p in 0..config.processes {
@@ -258,10 +291,12 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
         sim.close();
         let mut log = world.log();
         log.outcome.virtual_time = Instant::now().duration_since(world.start);
+        log.outcome.compacted_watchers = world.cluster.compacted_watchers();
         let outcome = std::mem::take(&mut log.outcome);
         Ok::<Outcome, std::io::Error>(outcome)
     })?;
     drop(runtime);
+    mutation::set(None);
     let mut outcome = outcome;
     let mut hasher = std::hash::DefaultHasher::new();
     outcome.trace.hash(&mut hasher);

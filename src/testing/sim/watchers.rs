@@ -78,6 +78,8 @@ struct Stream {
 pub(crate) struct Watchers {
     streams: BTreeMap<u64, Stream>,
     next_stream: u64,
+    /// Compaction answers sent (watchers whose start was compacted).
+    pub(crate) compacted: u64,
 }
 
 fn answer(revision: i64, watch_id: i64) -> Answer {
@@ -242,6 +244,7 @@ impl Watchers {
                         a.canceled = true;
                         let _ = s.out.send(a);
                         compacted.push(*id);
+                        self.compacted += 1;
                     }
                     Ok(changes) => {
                         let events = w.select(&changes);

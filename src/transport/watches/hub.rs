@@ -349,6 +349,16 @@ impl Hub {
             // are ignored: the id is no longer ours).
             let _ = stream.send_cancel(id);
         }
+        #[cfg(feature = "simulation")]
+        if compacted > 0
+            && crate::support::mutation::active(crate::support::mutation::Mutation::ResumeCompacted)
+        {
+            watcher.id = None;
+            watcher.created = false;
+            watcher.through = Some(compacted);
+            self.ensure_created(spec, Some(stream));
+            return;
+        }
         watcher.forget();
         self.ensure_created(spec, Some(stream));
     }

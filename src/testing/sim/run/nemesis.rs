@@ -19,13 +19,33 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
             }
             1 => {
                 world.cluster.break_connections(member);
-                "broken connections"
+                // Half the time the history is compacted while its clients' watchers are
+                // resuming elsewhere (etcd serves a resumed watcher unsynced, for up to
+                // 100 ms): they resume from a compacted revision.
+                if rng.below(2) == 0 {
+                    tokio::time::sleep(rng.millis(0, 150)).await;
+                    world.cluster.compact();
+                    "broken connections, compaction meanwhile"
+                } else {
+                    "broken connections"
+                }
             }
             2 => {
+                // Half the time the history is compacted while the member is down: its
+                // clients' watchers then resume from a compacted revision.
+                let compact = rng.below(2) == 0;
                 world.cluster.set_up(member, false);
-                tokio::time::sleep(pause).await;
+                tokio::time::sleep(pause / 2).await;
+                if compact {
+                    world.cluster.compact();
+                }
+                tokio::time::sleep(pause / 2).await;
                 world.cluster.set_up(member, true);
-                "member restart"
+                if compact {
+                    "member restart, compaction meanwhile"
+                } else {
+                    "member restart"
+                }
             }
             3 => {
                 world.cluster.set_frozen(member, true);
@@ -47,6 +67,7 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
             }
             6 => {
                 world.cluster.delete_prefix(&format!("{}/", super::NAME));
+                world.deleted();
                 "operator delete"
             }
             7 => {
@@ -57,6 +78,7 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 });
                 if let Some(lease) = lease {
                     world.cluster.revoke(lease);
+                    world.deleted();
                 }
                 "holder's lease revoked"
             }

@@ -58,11 +58,22 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
                 }
             },
         };
-        let mutex = match live.mutex(NAME) {
+        // Half the processes take over from an ended holder only after a lock-delay.
+        let delay = if p % 2 == 1 {
+            rng.millis(0, 2000)
+        } else {
+            Duration::ZERO
+        };
+        let mutex = match live.mutex(NAME).and_then(|m| m.lock_delay(delay)) {
             Ok(mutex) => mutex,
             Err(e) => return world.violation(&me, format!("mutex: {e}")),
         };
-        let limit = rng.millis(100, 3000);
+        // Short waits give up and queue again; long ones must be served (liveness).
+        let limit = if rng.below(2) == 0 {
+            rng.millis(100, 3000)
+        } else {
+            rng.millis(5000, 15000)
+        };
         world
             .log()
             .waiting
@@ -70,9 +81,12 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
         let locked = mutex.lock_timeout(limit);
         world.log().waiting.remove(&p);
         match locked {
-            Ok(guard) => hold(world, &me, p, guard, &mut rng),
+            Ok(guard) => hold(world, &me, p, (guard, &live), &mut rng),
             Err(e) => {
                 world.note(&me, format!("lock: {}", kind(&e)));
+                if kind(&e) == "lock lost" && live.is_alive() && !world.deletion_explained() {
+                    world.violation(&me, "a wait lost its key, and nobody deleted it".into());
+                }
                 sleep(rng.millis(0, 200));
             }
         }
@@ -88,7 +102,13 @@ fn present(world: &World, key: &str, token: i64) -> bool {
         .any(|(k, rev)| k == key && *rev == token)
 }
 
-fn hold(world: &World, me: &str, p: usize, guard: MutexGuard, rng: &mut Rng) {
+fn hold(
+    world: &World,
+    me: &str,
+    p: usize,
+    (guard, session): (MutexGuard, &Session),
+    rng: &mut Rng,
+) {
     let key = guard.key_str().into_owned();
     let token = guard.fencing_token();
     // Rule 4: the proof is still true when the guard is returned.
@@ -126,6 +146,9 @@ fn hold(world: &World, me: &str, p: usize, guard: MutexGuard, rng: &mut Rng) {
     loop {
         if !guard.is_held() {
             world.note(me, "lost".into());
+            if session.is_alive() && !world.deletion_explained() {
+                world.violation(me, format!("lost {key}, and nobody deleted it"));
+            }
             break;
         }
         if !present(world, &key, token) {

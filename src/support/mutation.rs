@@ -1,0 +1,66 @@
+//! Defects this project once fixed, re-introduced on demand (feature `simulation`): the
+//! deterministic simulation must find each one (`tests/simulation_mutations.rs`), which is
+//! how it shows it has teeth. One at a time, process-wide: only a test binary that runs
+//! nothing else may switch one on.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// A defect to re-introduce (see [`testing::sim::RunConfig::mutation`](crate::testing::sim::RunConfig::mutation)).
+///
+/// ```
+/// use etcd_sync::testing::sim::Mutation;
+/// assert_ne!(Mutation::ResumeCompacted, Mutation::EnqueueWithoutCondition);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mutation {
+    /// A watcher whose resume revision was compacted goes on from the compact revision as
+    /// if nothing was missed, instead of starting again and telling its subscribers to
+    /// read (the compaction wedge of issue 18).
+    ResumeCompacted,
+    /// The enqueue Txn puts our key without its "does not exist yet" compare, so a retry
+    /// after an ambiguous attempt takes an existing key for a new one (issue 10's
+    /// exactly-once rule).
+    EnqueueWithoutCondition,
+    /// A lock-delay runs to its end even when our key is deleted meanwhile, and the wait
+    /// returns a guard for a key that is gone (issue 25).
+    DelayIgnoresDeletion,
+    /// The cleanup after an ambiguous enqueue lets go of the line's turn before its
+    /// removal by lease is answered, so the next acquire of the session races it.
+    CleanupWithoutTurn,
+}
+
+impl Mutation {
+    /// Every mutation, in the order of the table in RELIABILITY.md.
+    ///
+    /// ```
+    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 4);
+    /// ```
+    pub const ALL: [Mutation; 4] = [
+        Mutation::ResumeCompacted,
+        Mutation::EnqueueWithoutCondition,
+        Mutation::DelayIgnoresDeletion,
+        Mutation::CleanupWithoutTurn,
+    ];
+
+    fn code(self) -> u8 {
+        match self {
+            Mutation::ResumeCompacted => 1,
+            Mutation::EnqueueWithoutCondition => 2,
+            Mutation::DelayIgnoresDeletion => 3,
+            Mutation::CleanupWithoutTurn => 4,
+        }
+    }
+}
+
+static ACTIVE: AtomicU8 = AtomicU8::new(0);
+
+/// Switches `mutation` on (or every one off).
+pub(crate) fn set(mutation: Option<Mutation>) {
+    ACTIVE.store(mutation.map_or(0, Mutation::code), Ordering::SeqCst);
+}
+
+/// Whether `mutation` is on.
+pub(crate) fn active(mutation: Mutation) -> bool {
+    ACTIVE.load(Ordering::Relaxed) == mutation.code()
+}
