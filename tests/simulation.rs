@@ -20,8 +20,9 @@ fn one_seed_replays_the_same_trace() {
         println!("{line}");
     }
     println!(
-        "{} lines, {} acquisitions, faults {:?}, virtual {:?}, real {took:?}",
+        "{} lines, hash {:x}, {} acquisitions, faults {:?}, virtual {:?}, real {took:?}",
         a.trace.len(),
+        a.trace_hash,
         a.acquisitions,
         a.faults,
         a.virtual_time
@@ -36,12 +37,12 @@ fn one_seed_replays_the_same_trace() {
     }
     assert!(a.violations.is_empty(), "{:?}", a.violations);
     assert!(a.acquisitions > 0);
-    let _ = Duration::ZERO;
 }
 
 /// Seeds to sweep: `ETCD_SYNC_SIM_SEED` replays one (with its full trace printed);
 /// otherwise a base from the clock, printed, and `ETCD_SYNC_SIM_SECS` of them (default 20).
 #[test]
+#[ignore = "a minute of schedules: scripts/test runs it optimized, with --include-ignored"]
 fn seeded_schedules_under_faults_break_no_invariant() {
     if let Ok(seed) = std::env::var("ETCD_SYNC_SIM_SEED") {
         let seed: u64 = seed.parse().expect("ETCD_SYNC_SIM_SEED is a number");

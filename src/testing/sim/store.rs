@@ -296,11 +296,7 @@ impl Store {
         for op in ops {
             let response = match &op.request {
                 Some(Request::RequestRange(range)) => {
-                    let now = if batch.changes.is_empty() {
-                        self.rev
-                    } else {
-                        batch.rev
-                    };
+                    let now = self.now(batch);
                     // Checked ranges inside a Txn cannot fail but for a bad revision,
                     // which etcd also answers with an empty response at this point.
                     Response::ResponseRange(self.range_at(range, now).unwrap_or_default())
@@ -322,11 +318,7 @@ impl Store {
             });
         }
         pb::TxnResponse {
-            header: Some(header(if batch.changes.is_empty() {
-                self.rev
-            } else {
-                batch.rev
-            })),
+            header: Some(header(self.now(batch))),
             succeeded,
             responses,
         }
@@ -371,13 +363,18 @@ impl Store {
         }
     }
 
-    /// A key's value as the batch has left it so far.
-    fn get_at(&self, key: &[u8], batch: &Batch) -> Option<mvccpb::KeyValue> {
-        let at = if batch.changes.is_empty() {
+    /// The revision a transaction's reads see: its own, once it has written.
+    fn now(&self, batch: &Batch) -> i64 {
+        if batch.changes.is_empty() {
             self.rev
         } else {
             batch.rev
-        };
+        }
+    }
+
+    /// A key's value as the batch has left it so far.
+    fn get_at(&self, key: &[u8], batch: &Batch) -> Option<mvccpb::KeyValue> {
+        let at = self.now(batch);
         self.live_at(key, &[], at).pop()
     }
 
@@ -386,11 +383,7 @@ impl Store {
         req: &pb::DeleteRangeRequest,
         batch: &mut Batch,
     ) -> pb::DeleteRangeResponse {
-        let at = if batch.changes.is_empty() {
-            self.rev
-        } else {
-            batch.rev
-        };
+        let at = self.now(batch);
         let gone = self.live_at(&req.key, &req.range_end, at);
         for kv in &gone {
             let sub = batch.changes.len() as i64;
@@ -414,11 +407,7 @@ impl Store {
             });
         }
         pb::DeleteRangeResponse {
-            header: Some(header(if batch.changes.is_empty() {
-                self.rev
-            } else {
-                batch.rev
-            })),
+            header: Some(header(self.now(batch))),
             deleted: gone.len() as i64,
             prev_kvs: if req.prev_kv { gone } else { Vec::new() },
         }
