@@ -31,6 +31,14 @@ fn the_simulation_finds_every_reintroduced_defect() {
             };
             let outcome = run(&config).expect("a run");
             if let Some(first) = outcome.violations.first() {
+                // The control: the same schedule without the defect breaks nothing, so the
+                // defect is what broke it.
+                let control = run(&RunConfig::from_seed(seed)).expect("a run");
+                assert!(
+                    control.violations.is_empty(),
+                    "seed {seed} breaks an invariant without {mutation:?} too: {:?}",
+                    control.violations
+                );
                 found = Some((seed, started.elapsed(), seed - base + 1, first.clone()));
                 break;
             }

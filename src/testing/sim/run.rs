@@ -32,9 +32,6 @@ pub const LOSS_BOUND: Duration = Duration::from_secs(1);
 /// of its key's deletion within [`LOSS_BOUND`], and a waiter within a request timeout.
 const CAUSE_WINDOW: Duration = Duration::from_secs(3);
 
-/// The lock name every process contends for.
-const NAME: &str = "m";
-
 /// What a run does.
 ///
 /// ```
@@ -141,14 +138,37 @@ impl Rng {
     }
 }
 
+/// A process that holds.
+#[derive(Debug, Clone)]
+struct Held {
+    name: &'static str,
+    key: String,
+    token: i64,
+    kind: process::Kind,
+}
+
+/// A process inside a wait.
+#[derive(Debug, Clone)]
+struct Waiting {
+    lease: i64,
+    kind: process::Kind,
+    since: Instant,
+    limit: Duration,
+    /// Its lock-delay: after a holder's lease ended, the wait holds off that long.
+    delay: Duration,
+    /// Since when its key holds in the store (its turn has come), as the liveness monitor
+    /// last saw.
+    admitted_since: Option<Instant>,
+}
+
 /// The run's shared record.
 #[derive(Debug, Default)]
 struct Log {
     outcome: Outcome,
-    /// Processes that hold now: process -> (key, fencing token).
-    holders: BTreeMap<usize, (String, i64)>,
-    /// Processes inside `lock_timeout` now: process -> (its lease, since, limit).
-    waiting: BTreeMap<usize, (i64, Instant, Duration)>,
+    holders: BTreeMap<usize, Held>,
+    waiting: BTreeMap<usize, Waiting>,
+    /// The last fencing token of each name whose holders exclude each other.
+    last_token: BTreeMap<&'static str, i64>,
 }
 
 struct World {
@@ -171,6 +191,8 @@ impl World {
 
     fn note(&self, who: &str, what: String) {
         let line = format!("{:>7} {who} {what}", self.now_ms());
+        // In the crate's debug log too (ETCD_SYNC_SIM_LOG), among what caused it.
+        tracing::debug!(target: "etcd_sync::sim", "{line}");
         self.log().outcome.trace.push(line);
     }
 

@@ -1,13 +1,14 @@
 //! Liveness, checked every 100 ms of virtual time (rule 5): a wait ends within its limit
-//! and [`WAIT_SLACK`]; a waiting process whose key has been the oldest of the name (its
-//! turn has come) for [`TURN_BOUND`], with no fault in progress or just over, has returned
-//! with a guard.
+//! and [`WAIT_SLACK`]; a waiting process whose key holds in the store (its turn has come)
+//! for [`TURN_BOUND`] and its lock-delay, with no fault in progress or just over, has
+//! returned with a guard.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{NAME, World};
+use super::World;
+use super::process::{admitted, line};
 
 /// How long past its limit a wait may take to return (a request timeout, a failover).
 pub(crate) const WAIT_SLACK: Duration = Duration::from_secs(3);
@@ -18,40 +19,60 @@ pub(crate) const WAIT_SLACK: Duration = Duration::from_secs(3);
 pub(crate) const TURN_BOUND: Duration = Duration::from_millis(2500);
 
 pub(super) async fn liveness(world: std::sync::Arc<World>) {
-    let mut oldest: Option<((String, i64), Instant)> = None;
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let now = Instant::now();
-        let keys = world.cluster.keys(&format!("{NAME}/"));
-        let first = keys.iter().min_by_key(|(_, rev)| *rev).cloned();
-        oldest = match (oldest, first) {
-            (Some((key, since)), Some(first)) if key == first => Some((key, since)),
-            (_, first) => first.map(|key| (key, now)),
-        };
-        let log = world.log();
+        let calm = world.calm_since();
         let mut broken = Vec::new();
-        for (p, (lease, since, limit)) in &log.waiting {
-            if now.duration_since(*since) > *limit + WAIT_SLACK {
+        let waiting: Vec<(usize, super::Waiting)> = world
+            .log()
+            .waiting
+            .iter()
+            .map(|(p, w)| (*p, w.clone()))
+            .collect();
+        for (p, w) in waiting {
+            if now.duration_since(w.since) > w.limit + WAIT_SLACK {
                 broken.push((
-                    *p,
+                    p,
                     format!(
-                        "still waiting {limit:?} + {WAIT_SLACK:?} after lock_timeout({limit:?})"
+                        "still waiting {:?} after a wait of {:?}",
+                        WAIT_SLACK, w.limit
                     ),
                 ));
+                continue;
             }
-            if let (Some(((key, _), turn)), Some(calm)) = (&oldest, world.calm_since())
-                && key.ends_with(&format!("/{lease:x}"))
-                && now.duration_since((*turn).max(calm)) > TURN_BOUND
+            let name = w.kind.name();
+            let keys = line(&world, name);
+            let ours = keys
+                .iter()
+                .find(|(k, _)| {
+                    k.strip_prefix(&format!("{name}/{:x}", w.lease))
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+                })
+                .map(|(k, _)| k.clone());
+            let holds = ours.and_then(|key| admitted(&keys, &key, w.kind)) == Some(true);
+            let mut log = world.log();
+            let Some(entry) = log.waiting.get_mut(&p) else {
+                continue;
+            };
+            entry.admitted_since = match (holds, entry.admitted_since) {
+                (true, Some(since)) => Some(since),
+                (true, None) => Some(now),
+                (false, _) => None,
+            };
+            if let (Some(turn), Some(calm)) = (entry.admitted_since, calm)
+                && now.duration_since(turn.max(calm)) > TURN_BOUND + w.delay
             {
                 broken.push((
-                    *p,
+                    p,
                     format!(
-                        "its key {key} has been the oldest for {TURN_BOUND:?}, and it still waits"
+                        "its {:?} key has held in the store for {TURN_BOUND:?} (+ its lock-delay \
+                         of {:?}), and it still waits",
+                        w.kind, w.delay
                     ),
                 ));
             }
         }
-        drop(log);
         for (p, what) in broken {
             world.violation(&format!("p{p}"), what);
             // Once per wait: forget it.

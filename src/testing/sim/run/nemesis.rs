@@ -66,14 +66,22 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 "lost answers"
             }
             6 => {
-                world.cluster.delete_prefix(&format!("{}/", super::NAME));
+                for name in ["m", "s", "r", "e"] {
+                    world.cluster.delete_prefix(&format!("{name}/"));
+                }
                 world.deleted();
                 "operator delete"
             }
             7 => {
-                let holder = world.log().holders.values().next().cloned();
-                let lease = holder.and_then(|(key, _)| {
-                    let hex = key.rsplit('/').next()?;
+                let holders: Vec<String> = world
+                    .log()
+                    .holders
+                    .values()
+                    .map(|h| h.key.clone())
+                    .collect();
+                let holder = holders.get(rng.below(holders.len().max(1) as u64) as usize);
+                let lease = holder.and_then(|key| {
+                    let hex = key.rsplit('/').next()?.split('.').next()?;
                     i64::from_str_radix(hex, 16).ok()
                 });
                 if let Some(lease) = lease {

@@ -1,15 +1,73 @@
-//! A simulated process: one client and session, contending for one mutex in a loop, and
-//! checking the invariants of its own acquisitions and holds.
+//! A simulated process: one client and session, taking a mutex, a permit of a semaphore,
+//! a read or a write lock, or leadership, in a loop, and checking the invariants of its own
+//! acquisitions and holds.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{LOSS_BOUND, NAME, Rng, World, sleep};
+use super::{Held, LOSS_BOUND, Rng, Waiting, World, sleep};
 use crate::client::Client;
-use crate::recipes::mutex::MutexGuard;
+use crate::recipes::guard::{Guard, GuardKind};
 use crate::session::Session;
-use crate::support::error::Error;
+use crate::support::error::{Error, Result};
+
+/// How many permits the simulated semaphore has.
+const PERMITS: usize = 2;
+
+/// What a process takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Mutex,
+    Permit,
+    Read,
+    Write,
+    Lead,
+}
+
+impl Kind {
+    const ALL: [Kind; 5] = [
+        Kind::Mutex,
+        Kind::Permit,
+        Kind::Read,
+        Kind::Write,
+        Kind::Lead,
+    ];
+
+    /// The name it is taken under (reads and writes share one).
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "m",
+            Kind::Permit => "s",
+            Kind::Read | Kind::Write => "r",
+            Kind::Lead => "e",
+        }
+    }
+
+    /// Whether a key of this kind holds with `older` (the keys created before it).
+    pub(super) fn admits(self, older: &[&str]) -> bool {
+        match self {
+            Kind::Mutex | Kind::Write | Kind::Lead => older.is_empty(),
+            Kind::Read => older.iter().all(|k| k.ends_with(".shared")),
+            Kind::Permit => older.len() < PERMITS,
+        }
+    }
+
+    /// Whether these holders (their kinds) may hold one name together.
+    fn may_share(holders: &[Kind]) -> bool {
+        let writers = holders
+            .iter()
+            .filter(|k| matches!(k, Kind::Mutex | Kind::Write | Kind::Lead))
+            .count();
+        let permits = holders.iter().filter(|k| **k == Kind::Permit).count();
+        (writers == 0 || holders.len() == 1) && permits <= PERMITS
+    }
+
+    /// Whether successive holders of the name have growing fencing tokens.
+    fn exclusive_name(self) -> bool {
+        matches!(self, Kind::Mutex | Kind::Lead)
+    }
+}
 
 /// An error's kind for the trace (its text names endpoints, which differ between runs).
 fn kind(e: &Error) -> &'static str {
@@ -28,6 +86,20 @@ fn kind(e: &Error) -> &'static str {
     } else {
         "other"
     }
+}
+
+/// The keys under `name` with their create revisions, oldest first.
+pub(super) fn line(world: &World, name: &str) -> Vec<(String, i64)> {
+    let mut keys = world.cluster.keys(&format!("{name}/"));
+    keys.sort_by_key(|(_, rev)| *rev);
+    keys
+}
+
+/// Whether `key` holds in `line` for `kind`; `None` if it is not there.
+pub(super) fn admitted(line: &[(String, i64)], key: &str, kind: Kind) -> Option<bool> {
+    let at = line.iter().position(|(k, _)| k == key)?;
+    let older: Vec<&str> = line[..at].iter().map(|(k, _)| k.as_str()).collect();
+    Some(kind.admits(&older))
 }
 
 pub(super) fn process(world: &World, p: usize, seed: u64) {
@@ -58,89 +130,169 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
                 }
             },
         };
-        // Half the processes take over from an ended holder only after a lock-delay.
-        let delay = if p % 2 == 1 {
-            rng.millis(0, 2000)
-        } else {
-            Duration::ZERO
-        };
-        let mutex = match live.mutex(NAME).and_then(|m| m.lock_delay(delay)) {
-            Ok(mutex) => mutex,
-            Err(e) => return world.violation(&me, format!("mutex: {e}")),
-        };
+        let what = Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize];
         // Short waits give up and queue again; long ones must be served (liveness).
         let limit = if rng.below(2) == 0 {
             rng.millis(100, 3000)
         } else {
             rng.millis(5000, 15000)
         };
-        world
-            .log()
-            .waiting
-            .insert(p, (live.lease_id(), Instant::now(), limit));
-        let locked = mutex.lock_timeout(limit);
-        world.log().waiting.remove(&p);
-        match locked {
-            Ok(guard) => hold(world, &me, p, (guard, &live), &mut rng),
-            Err(e) => {
-                world.note(&me, format!("lock: {}", kind(&e)));
-                if kind(&e) == "lock lost" && live.is_alive() && !world.deletion_explained() {
-                    world.violation(&me, "a wait lost its key, and nobody deleted it".into());
-                }
-                sleep(rng.millis(0, 200));
+        // Half the processes take a lock or permit over from an ended holder only after a
+        // lock-delay.
+        let delay = if p % 2 == 1 {
+            rng.millis(0, 2000)
+        } else {
+            Duration::ZERO
+        };
+        world.log().waiting.insert(
+            p,
+            Waiting {
+                lease: live.lease_id(),
+                kind: what,
+                since: Instant::now(),
+                limit,
+                delay: if what == Kind::Lead {
+                    Duration::ZERO
+                } else {
+                    delay
+                },
+                admitted_since: None,
+            },
+        );
+        let attempt = take_and_hold(world, (&me, p), &live, (what, limit, delay), &mut rng);
+        if let Err(e) = attempt {
+            world.log().waiting.remove(&p);
+            world.note(&me, format!("{what:?}: {}", kind(&e)));
+            if kind(&e) == "lock lost" && live.is_alive() && !world.deletion_explained() {
+                world.violation(&me, "a wait lost its key, and nobody deleted it".into());
             }
+            sleep(rng.millis(0, 200));
         }
     }
 }
 
+/// Takes `what` within `limit` and holds it a while (see [`hold`]).
+fn take_and_hold(
+    world: &World,
+    (me, p): (&str, usize),
+    session: &Session,
+    (what, limit, delay): (Kind, Duration, Duration),
+    rng: &mut Rng,
+) -> Result<()> {
+    let name = what.name();
+    let got = |world: &World| drop(world.log().waiting.remove(&p));
+    match what {
+        Kind::Mutex => {
+            let guard = session
+                .mutex(name)?
+                .lock_delay(delay)?
+                .lock_timeout(limit)?;
+            got(world);
+            hold(world, (me, p), (what, guard, session), rng);
+        }
+        Kind::Permit => {
+            let guard = session
+                .semaphore(name, PERMITS as u32)?
+                .lock_delay(delay)?
+                .acquire_timeout(limit)?;
+            got(world);
+            hold(world, (me, p), (what, guard, session), rng);
+        }
+        Kind::Read => {
+            let guard = session
+                .rwlock(name)?
+                .lock_delay(delay)?
+                .read_timeout(limit)?;
+            got(world);
+            hold(world, (me, p), (what, guard, session), rng);
+        }
+        Kind::Write => {
+            let guard = session
+                .rwlock(name)?
+                .lock_delay(delay)?
+                .write_timeout(limit)?;
+            got(world);
+            hold(world, (me, p), (what, guard, session), rng);
+        }
+        Kind::Lead => {
+            let guard = session.election(name)?.campaign_timeout(me, limit)?;
+            got(world);
+            hold(world, (me, p), (what, guard, session), rng);
+        }
+    }
+    Ok(())
+}
+
 /// Whether the store holds `key` with create revision `token`.
-fn present(world: &World, key: &str, token: i64) -> bool {
-    world
-        .cluster
-        .keys(&format!("{NAME}/"))
+fn present(world: &World, name: &str, key: &str, token: i64) -> bool {
+    line(world, name)
         .iter()
         .any(|(k, rev)| k == key && *rev == token)
 }
 
-fn hold(
+fn hold<K: GuardKind>(
     world: &World,
-    me: &str,
-    p: usize,
-    (guard, session): (MutexGuard, &Session),
+    (me, p): (&str, usize),
+    (what, guard, session): (Kind, Guard<K>, &Session),
     rng: &mut Rng,
 ) {
+    let name = what.name();
     let key = guard.key_str().into_owned();
     let token = guard.fencing_token();
     // Rule 4: the proof is still true when the guard is returned.
-    let keys = world.cluster.keys(&format!("{NAME}/"));
-    match keys.iter().min_by_key(|(_, rev)| *rev) {
-        Some((oldest, rev)) if *oldest == key && *rev == token => {}
+    let keys = line(world, name);
+    let created = keys.iter().find(|(k, _)| *k == key).map(|(_, rev)| *rev);
+    match admitted(&keys, &key, what) {
+        Some(true) if created == Some(token) => {}
         other => world.violation(
             me,
-            format!("lock returned {key} token {token}, but the oldest key is {other:?}"),
+            format!(
+                "{what:?} returned {key} token {token}, but the store has it at {created:?} \
+                 (admitted: {other:?}); the line is {keys:?}"
+            ),
         ),
     }
     {
-        let mut log = world.log();
-        // Rule 1: no other live guard has its key in the store.
-        let others: Vec<String> = log
-            .holders
-            .iter()
-            .filter(|(other, (k, t))| **other != p && keys.iter().any(|(kk, r)| kk == k && r == t))
-            .map(|(other, (k, _))| format!("p{other} ({k})"))
-            .collect();
-        if !others.is_empty() {
-            drop(log);
+        let log = world.log();
+        // Rule 1: the holders whose keys are in the store may hold together.
+        let mut together = vec![what];
+        let mut others = Vec::new();
+        for (other, held) in &log.holders {
+            if *other != p
+                && held.name == name
+                && keys.iter().any(|(k, r)| *k == held.key && *r == held.token)
+            {
+                together.push(held.kind);
+                others.push(format!("p{other} {:?} ({})", held.kind, held.key));
+            }
+        }
+        let last = log.last_token.get(name).copied();
+        drop(log);
+        if !Kind::may_share(&together) {
             world.violation(
                 me,
-                format!("holds {key} while {} hold too", others.join(", ")),
+                format!("{what:?} {key} held with {}", others.join(", ")),
             );
-            log = world.log();
         }
-        log.holders.insert(p, (key.clone(), token));
+        if what.exclusive_name() && last.is_some_and(|last| token <= last) {
+            world.violation(me, format!("fencing token {token} after {last:?}"));
+        }
+        let mut log = world.log();
+        log.holders.insert(
+            p,
+            Held {
+                name,
+                key: key.clone(),
+                token,
+                kind: what,
+            },
+        );
+        if what.exclusive_name() {
+            log.last_token.insert(name, token);
+        }
         log.outcome.acquisitions += 1;
     }
-    world.note(me, format!("acquired {key} token {token}"));
+    world.note(me, format!("{what:?} {key} token {token}"));
     let until = Instant::now() + rng.millis(0, 500);
     let mut gone_since: Option<Instant> = None;
     loop {
@@ -151,7 +303,7 @@ fn hold(
             }
             break;
         }
-        if !present(world, &key, token) {
+        if !present(world, name, &key, token) {
             let since = *gone_since.get_or_insert_with(Instant::now);
             // Rule 2: a guard follows its key within the bound.
             if Instant::now().duration_since(since) > LOSS_BOUND {
