@@ -180,7 +180,9 @@ fn take_and_hold(
     rng: &mut Rng,
 ) -> Result<()> {
     let name = what.name();
-    let got = |world: &World| drop(world.log().waiting.remove(&p));
+    let got = |world: &World| {
+        world.log().waiting.remove(&p);
+    };
     match what {
         Kind::Mutex => {
             let guard = session
