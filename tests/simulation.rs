@@ -117,3 +117,28 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     assert!(faults.len() >= 9, "every kind of fault ran: {faults:?}");
     assert!(compacted_watchers > 0, "some watchers met compaction");
 }
+
+/// Seeds that found defects, pinned (each failed before its fix):
+/// - 1795498751495566: a cleanup after an ambiguous enqueue deleted "our lease's key", and
+///   a copy applied late deleted the session's next key (a wait lost its key to nobody);
+///   fixed in `removal::remove_if_leased`.
+/// - 1795498917515773, 1795499020361835, 1795499020361239: the follow task gave up on a gap
+///   whose read failed (no leader, a learner), so a deletion in it went unseen and the
+///   guard said "held" until its release; fixed in `client/follow.rs` (`Entry::unread`).
+#[test]
+fn seeds_that_found_defects_stay_clean() {
+    for seed in [
+        1_795_498_751_495_566,
+        1_795_498_917_515_773,
+        1_795_499_020_361_835,
+        1_795_499_020_361_239,
+    ] {
+        let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed}: {:?}",
+            outcome.violations
+        );
+        assert!(outcome.acquisitions > 0, "seed {seed} acquired nothing");
+    }
+}

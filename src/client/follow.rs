@@ -137,6 +137,11 @@ struct Entry {
     what: Follow,
     /// Everything up to this revision is settled: events at or before it are old news.
     known: i64,
+    /// A gap before the subscription's start that a read must still close (the read failed:
+    /// no leader, a learner, every member down): read again every [`TICK`] until one
+    /// answers. Giving up on it once lost a deletion in the gap, and the guard said "held"
+    /// until its release (found by the simulation, issue 29).
+    unread: bool,
     _subscribed: Subscribed,
 }
 
@@ -217,7 +222,36 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
                     entries.remove(&tag);
                 }
             }
-            _ = prune.tick() => entries.retain(|_, entry| entry.what.is_live()),
+            _ = prune.tick() => {
+                entries.retain(|_, entry| entry.what.is_live());
+                read_unread(&rpc, &mut entries).await;
+            }
+        }
+    }
+}
+
+/// Reads the keys whose gap is still unread (see [`Entry::unread`]), until the first read
+/// that fails (the cluster still cannot answer: the next tick tries again).
+async fn read_unread(rpc: &Rpc, entries: &mut HashMap<u64, Entry>) {
+    let mut tags: Vec<u64> = entries
+        .iter()
+        .filter(|(_, e)| e.unread)
+        .map(|(tag, _)| *tag)
+        .collect();
+    tags.sort_unstable();
+    for tag in tags {
+        let Some(entry) = entries.get_mut(&tag) else {
+            continue;
+        };
+        match settle_by_reading(rpc, &entry.what).await {
+            Ok(Some(revision)) => {
+                entry.known = entry.known.max(revision);
+                entry.unread = false;
+            }
+            Ok(None) => {
+                entries.remove(&tag);
+            }
+            Err(_) => return,
         }
     }
 }
@@ -229,6 +263,7 @@ fn subscribe(watches: &Watches, what: Follow, sink: Sink) -> Entry {
     Entry {
         known,
         what,
+        unread: false,
         _subscribed: subscribed,
     }
 }
@@ -268,9 +303,10 @@ async fn deliver(rpc: &Rpc, entry: &mut Entry, delivery: Delivery) -> bool {
                 }
                 Ok(None) => false,
                 Err(e) => {
-                    // The key is still followed from `after` on; only the gap is unread.
-                    tracing::warn!(key = %text(entry.what.key()), error = %e, "could not read a followed key");
+                    // The key is followed from `after` on; the gap is read again later.
+                    tracing::warn!(key = %text(entry.what.key()), error = %e, "could not read a followed key; reading again");
                     entry.known = after;
+                    entry.unread = true;
                     true
                 }
             }
@@ -311,18 +347,20 @@ fn handle_event(rpc: &Rpc, what: &Follow, event: &Event) -> bool {
             key, turn, session, ..
         } => {
             if !is_delete && kv.lease == session.id() {
-                spawn_sweep(rpc.clone(), key.clone(), turn.clone(), session.clone());
+                let late = (key.clone(), kv.create_revision);
+                spawn_sweep(rpc.clone(), late, turn.clone(), session.clone());
             }
         }
     }
     true
 }
 
-/// Takes the line's turn (so no guard or waiter of ours uses the key) and deletes whatever
-/// key of our lease is there: the late-applied attempt.
+/// Takes the line's turn (so no guard or waiter of ours uses the key) and deletes the
+/// late-applied attempt: the key of our lease with the create revision it was seen with
+/// (a copy of this delete applied late can then never take a newer key of ours).
 fn spawn_sweep(
     rpc: Rpc,
-    key: Vec<u8>,
+    (key, created): (Vec<u8>, i64),
     turn: Arc<tokio::sync::Mutex<()>>,
     session: Arc<LeaseState>,
 ) {
@@ -331,7 +369,7 @@ fn spawn_sweep(
         if session.loss_reason().is_some() {
             return;
         }
-        if let Ok(true) = removal::remove(&rpc, &key, Owned::Lease(session.id())).await {
+        if let Ok(true) = removal::remove(&rpc, &key, Owned::Revision(created)).await {
             tracing::warn!(key = %text(&key), "removed a late-applied enqueue");
         }
     }));
@@ -358,8 +396,9 @@ async fn settle_by_reading(rpc: &Rpc, what: &Follow) -> Result<Option<i64>> {
         Follow::Sweep {
             key, turn, session, ..
         } => {
-            if current.is_some_and(|kv| kv.lease == session.id()) {
-                spawn_sweep(rpc.clone(), key.clone(), turn.clone(), session.clone());
+            if let Some(kv) = current.filter(|kv| kv.lease == session.id()) {
+                let late = (key.clone(), kv.create_revision);
+                spawn_sweep(rpc.clone(), late, turn.clone(), session.clone());
             }
         }
     }

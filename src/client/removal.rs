@@ -2,18 +2,45 @@
 //! cleanup after a wait, and the follow task's sweep of late-applied joins.
 
 use crate::support::error::Result;
-use crate::support::kv::{Compare, CompareOp, Txn, TxnOp};
+use crate::support::kv::{Compare, CompareOp, Range, Txn, TxnOp};
 use crate::transport::{Retry, Rpc};
 
 /// What proves a key is ours when removing it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Owned {
     /// The key still has this create revision: a stale or retried release can never delete
-    /// a newer holder's key (upstream #22082).
+    /// a newer holder's key (upstream #22082), and neither can a copy of the request that
+    /// etcd applies late.
     Revision(i64),
-    /// The key is bound to this lease: the cleanup after an ambiguous join, when we do not
-    /// know our revision. Only this session's holder uses this key, so it is ours.
-    Lease(i64),
+}
+
+/// After a join whose outcome is unknown: reads `key` and, if it is bound to `lease`,
+/// removes it by its create revision. Returns the revision of the read: a late-applied
+/// join can only appear after it (the follow task sweeps from there).
+///
+/// Not "delete if bound to our lease": a copy of that request applied late (a member that
+/// had it in its log when our request timed out) would delete the session's *next* key
+/// under the name, and a wait or guard of ours would lose its key to nobody (found by the
+/// simulation, issue 29).
+pub(crate) async fn remove_if_leased(rpc: &Rpc, key: &[u8], lease: i64) -> Result<i64> {
+    let read = rpc.read(&Range::key(key)).await?;
+    if let Some(kv) = read.kvs.first()
+        && kv.lease == lease
+    {
+        remove(rpc, key, Owned::Revision(kv.create_revision)).await?;
+    }
+    Ok(read.revision)
+}
+
+/// The defect [`remove_if_leased`] fixes, for the simulation's teeth
+/// (`Mutation::CleanupByLease`): delete `key` if it is bound to `lease`, whatever its
+/// revision; returns the revision of the answer.
+#[cfg(feature = "simulation")]
+pub(crate) async fn remove_by_lease(rpc: &Rpc, key: &[u8], lease: i64) -> Result<i64> {
+    let txn = Txn::new()
+        .when([Compare::lease(key, CompareOp::Equal, lease)])
+        .and_then([TxnOp::delete(key)]);
+    Ok(rpc.txn(&txn, Retry::Safe).await?.revision)
 }
 
 /// Deletes `key` if it is still ours; returns whether it was.
@@ -23,10 +50,8 @@ pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> 
 
 /// [`remove`], with the store revision of the answer.
 pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bool, i64)> {
-    let ours = match owned {
-        Owned::Revision(rev) => Compare::create_revision(key, CompareOp::Equal, rev),
-        Owned::Lease(lease) => Compare::lease(key, CompareOp::Equal, lease),
-    };
+    let Owned::Revision(rev) = owned;
+    let ours = Compare::create_revision(key, CompareOp::Equal, rev);
     let txn = Txn::new().when([ours]).and_then([TxnOp::delete(key)]);
     let resp = rpc.txn(&txn, Retry::Safe).await?;
     Ok((resp.succeeded, resp.revision))

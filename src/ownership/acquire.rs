@@ -339,9 +339,10 @@ fn sweep(line: &Line, from: i64) {
     });
 }
 
-/// After an ambiguous enqueue: remove whatever key of our lease exists under the name,
-/// owning the turn, then have the client's follow task sweep the line for the same
-/// attempt applied late by a member that held it (see `client/follow.rs`). The receiver hears
+/// After an ambiguous enqueue: remove the key of our lease under the name if there is one
+/// (by its revision, read first: `removal::remove_if_leased`), owning the turn, then have
+/// the client's follow task sweep the line for the same attempt applied late by a member
+/// that held it (see `client/follow.rs`). The receiver hears
 /// when etcd has answered the removal (or the session ended); the caller waits for it
 /// within a bound, the removal goes on regardless.
 fn clean_up_ambiguous(
@@ -359,14 +360,24 @@ fn clean_up_ambiguous(
             .then_some(turn);
     line.session.client().clone().spawn(async move {
         let removed = loop {
-            match removal::remove_at(&rpc, &key, Owned::Lease(session.id())).await {
+            #[cfg(feature = "simulation")]
+            let attempt = if crate::support::mutation::active(
+                crate::support::mutation::Mutation::CleanupByLease,
+            ) {
+                removal::remove_by_lease(&rpc, &key, session.id()).await
+            } else {
+                removal::remove_if_leased(&rpc, &key, session.id()).await
+            };
+            #[cfg(not(feature = "simulation"))]
+            let attempt = removal::remove_if_leased(&rpc, &key, session.id()).await;
+            match attempt {
                 Err(e) if e.is_transient() && session.loss_reason().is_none() => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 other => break other,
             }
         };
-        if let Ok((_, revision)) = removed {
+        if let Ok(revision) = removed {
             sweep(&line, revision + 1);
         }
         drop(turn);

@@ -26,21 +26,26 @@ pub enum Mutation {
     /// returns a guard for a key that is gone (issue 25).
     DelayIgnoresDeletion,
     /// The cleanup after an ambiguous enqueue lets go of the line's turn before its
-    /// removal by lease is answered, so the next acquire of the session races it.
+    /// removal is answered, so the next acquire of the session races it.
     CleanupWithoutTurn,
+    /// The cleanup after an ambiguous enqueue deletes "our lease's key" whatever its
+    /// revision, so a copy of it that etcd applies late deletes the session's next key
+    /// (found by this simulation, and fixed: `removal::remove_if_leased`).
+    CleanupByLease,
 }
 
 impl Mutation {
     /// Every mutation, in the order of the table in RELIABILITY.md.
     ///
     /// ```
-    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 4);
+    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 5);
     /// ```
-    pub const ALL: [Mutation; 4] = [
+    pub const ALL: [Mutation; 5] = [
         Mutation::ResumeCompacted,
         Mutation::EnqueueWithoutCondition,
         Mutation::DelayIgnoresDeletion,
         Mutation::CleanupWithoutTurn,
+        Mutation::CleanupByLease,
     ];
 
     fn code(self) -> u8 {
@@ -49,6 +54,7 @@ impl Mutation {
             Mutation::EnqueueWithoutCondition => 2,
             Mutation::DelayIgnoresDeletion => 3,
             Mutation::CleanupWithoutTurn => 4,
+            Mutation::CleanupByLease => 5,
         }
     }
 }

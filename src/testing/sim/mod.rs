@@ -136,6 +136,7 @@ impl SimCluster {
                         frozen: false,
                         learner: false,
                         swallow_writes: false,
+                        late_writes: None,
                     })
                     .collect(),
                 leader: Some(0),
@@ -432,6 +433,21 @@ impl SimCluster {
     /// ```
     pub fn set_swallow_writes(&self, i: usize, swallow: bool) {
         self.member(i, |m| m.swallow_writes = swallow);
+    }
+
+    /// Makes member `i` apply each write `delay` after it arrives, and never answer it
+    /// (`None`: on time). With a delay past the client's request timeout, the client
+    /// retries elsewhere first, and the first attempt applies after: a late write.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// cluster.set_late_writes(0, Some(std::time::Duration::from_secs(2)));
+    /// cluster.set_late_writes(0, None);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_late_writes(&self, i: usize, delay: Option<std::time::Duration>) {
+        self.member(i, |m| m.late_writes = delay);
     }
 
     /// Registers every `n`-th new watcher from "now" as unsynced (0: none), as etcd does

@@ -28,6 +28,9 @@ pub(crate) struct MemberState {
     pub(crate) learner: bool,
     /// Applies writes but never answers them (the answer is lost): ambiguous writes.
     pub(crate) swallow_writes: bool,
+    /// Applies writes this long after they arrive, and never answers them: the client
+    /// times out and retries elsewhere first (a member that had the proposal in its log).
+    pub(crate) late_writes: Option<std::time::Duration>,
 }
 
 /// The cluster's state: the replicated store and leases, the watchers of every member's
@@ -120,6 +123,23 @@ impl Member {
         Ok(Response::new(answer))
     }
 
+    /// If this member applies writes late: applies `req` after the delay, in a task of
+    /// its own (the client's timeout does not cancel it), and never answers.
+    async fn late(&self, req: &pb::TxnRequest) {
+        let late = {
+            let state = self.shared.lock();
+            state.members.get(self.index).and_then(|m| m.late_writes)
+        };
+        if let Some(delay) = late {
+            let (member, req) = (self.clone(), req.clone());
+            drop(tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = member.apply(&req);
+            }));
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Applies a transaction and tells the watchers.
     fn apply(&self, req: &pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
         let mut state = self.shared.lock();
@@ -182,7 +202,9 @@ impl pb::kv_server::Kv for Member {
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
         self.admit().await?;
-        let resp = self.apply(&single(Op::RequestPut(request.into_inner())))?;
+        let txn = single(Op::RequestPut(request.into_inner()));
+        self.late(&txn).await;
+        let resp = self.apply(&txn)?;
         let header = resp.header;
         let mut put = match first_response(resp) {
             Some(pb::response_op::Response::ResponsePut(put)) => put,
@@ -201,7 +223,9 @@ impl pb::kv_server::Kv for Member {
         if req.key.is_empty() {
             return Err(Refusal::EMPTY_KEY.status());
         }
-        let resp = self.apply(&single(Op::RequestDeleteRange(req)))?;
+        let txn = single(Op::RequestDeleteRange(req));
+        self.late(&txn).await;
+        let resp = self.apply(&txn)?;
         let header = resp.header;
         let mut delete = match first_response(resp) {
             Some(pb::response_op::Response::ResponseDeleteRange(delete)) => delete,
@@ -216,6 +240,7 @@ impl pb::kv_server::Kv for Member {
         request: Request<pb::TxnRequest>,
     ) -> Result<Response<pb::TxnResponse>, Status> {
         self.admit().await?;
+        self.late(request.get_ref()).await;
         let resp = self.apply(request.get_ref())?;
         self.answer(resp).await
     }

@@ -12,7 +12,22 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
         let member = rng.below(members) as usize;
         world.calm(false);
         let pause = rng.millis(100, 1500);
-        let fault = match rng.below(9) {
+        let fault = match rng.below(11) {
+            9 => {
+                world.cluster.set_learner(member, true);
+                tokio::time::sleep(pause).await;
+                world.cluster.set_learner(member, false);
+                "learner"
+            }
+            10 => {
+                // Writes that apply after the client gave up on them and retried.
+                world
+                    .cluster
+                    .set_late_writes(member, Some(rng.millis(1200, 3000)));
+                tokio::time::sleep(pause).await;
+                world.cluster.set_late_writes(member, None);
+                "late writes"
+            }
             0 => {
                 world.cluster.compact();
                 "compaction"

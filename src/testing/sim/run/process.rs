@@ -307,8 +307,11 @@ fn hold<K: GuardKind>(
         }
         if !present(world, name, &key, token) {
             let since = *gone_since.get_or_insert_with(Instant::now);
-            // Rule 2: a guard follows its key within the bound.
-            if Instant::now().duration_since(since) > LOSS_BOUND {
+            // Rule 2: a guard follows its key within the bound, counted from when the
+            // cluster can tell it (no fault in progress: a cluster without a leader answers
+            // no read).
+            let owed = world.calm_since().map(|calm| since.max(calm));
+            if owed.is_some_and(|owed| Instant::now().duration_since(owed) > LOSS_BOUND) {
                 world.violation(me, format!("still held {LOSS_BOUND:?} after {key} went"));
                 break;
             }
