@@ -12,21 +12,36 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
         let member = rng.below(members) as usize;
         world.calm(false);
         let pause = rng.millis(100, 1500);
-        let fault = match rng.below(11) {
+        let fault = match rng.below(12) {
             9 => {
                 world.cluster.set_learner(member, true);
                 tokio::time::sleep(pause).await;
                 world.cluster.set_learner(member, false);
                 "learner"
             }
-            10 => {
-                // Writes that apply after the client gave up on them and retried.
-                world
-                    .cluster
-                    .set_late_writes(member, Some(rng.millis(1200, 3000)));
-                tokio::time::sleep(pause).await;
-                world.cluster.set_late_writes(member, None);
-                "late writes"
+            10 | 11 => {
+                // Writes that apply after the client gave up on them and retried: on one
+                // member, or on all (a leader whose disk stalls commits every write late).
+                let all = rng.below(2) == 0;
+                let late: Vec<usize> = if all {
+                    (0..members as usize).collect()
+                } else {
+                    vec![member]
+                };
+                for &m in &late {
+                    world
+                        .cluster
+                        .set_late_writes(m, Some(rng.millis(1100, 2500)));
+                }
+                tokio::time::sleep(pause * 2).await;
+                for &m in &late {
+                    world.cluster.set_late_writes(m, None);
+                }
+                if all {
+                    "late writes, every member"
+                } else {
+                    "late writes"
+                }
             }
             0 => {
                 world.cluster.compact();

@@ -114,6 +114,7 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
         Err(e) => return world.violation(&me, format!("cannot connect: {e}")),
     };
     let mut session: Option<Session> = None;
+    let mut what = Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize];
     while !world.stop.load(std::sync::atomic::Ordering::SeqCst) {
         let live = match &session {
             Some(s) if s.is_alive() => s.clone(),
@@ -130,7 +131,11 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
                 }
             },
         };
-        let what = Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize];
+        // Half the time the same again (a process that takes one name in a loop, whose
+        // next key has the name of its last one); else any.
+        if rng.below(2) == 0 {
+            what = Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize];
+        }
         // Short waits give up and queue again; long ones must be served (liveness).
         let limit = if rng.below(2) == 0 {
             rng.millis(100, 3000)
