@@ -249,7 +249,7 @@ impl Session {
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// if let Some(until) = session.valid_until() {
-    ///     println!("safe for another {:?}", until - std::time::crate::support::clock::now());
+    ///     println!("safe for another {:?}", until - std::time::Instant::now());
     /// }
     /// # Ok(()) }
     /// ```
