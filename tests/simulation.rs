@@ -125,6 +125,9 @@ fn seeded_schedules_under_faults_break_no_invariant() {
 /// - 1795498917515773, 1795499020361835, 1795499020361239: the follow task gave up on a gap
 ///   whose read failed (no leader, a learner), so a deletion in it went unseen and the
 ///   guard said "held" until its release; fixed in `client/follow.rs` (`Entry::unread`).
+/// - 1795502016563042: the sweep of a late-applied join let go of the line's turn when its
+///   removal was not answered; a re-campaign adopted the key, and the removal applied late
+///   under it; fixed in `client/follow.rs` (`spawn_sweep` holds the turn until answered).
 #[test]
 fn seeds_that_found_defects_stay_clean() {
     for seed in [
@@ -132,6 +135,7 @@ fn seeds_that_found_defects_stay_clean() {
         1_795_498_917_515_773,
         1_795_499_020_361_835,
         1_795_499_020_361_239,
+        1_795_502_016_563_042,
     ] {
         let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
         assert!(

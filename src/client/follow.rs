@@ -357,7 +357,10 @@ fn handle_event(rpc: &Rpc, what: &Follow, event: &Event) -> bool {
 
 /// Takes the line's turn (so no guard or waiter of ours uses the key) and deletes the
 /// late-applied attempt: the key of our lease with the create revision it was seen with
-/// (a copy of this delete applied late can then never take a newer key of ours).
+/// (a copy of this delete applied late can then never take a newer key of ours). The turn
+/// is held until a removal is answered: an unanswered one may still apply, and a campaign
+/// of ours that took the turn meanwhile would adopt the key it is about to delete (found
+/// by the simulation, issue 29).
 fn spawn_sweep(
     rpc: Rpc,
     (key, created): (Vec<u8>, i64),
@@ -366,14 +369,29 @@ fn spawn_sweep(
 ) {
     drop(tokio::spawn(async move {
         let _turn = turn.lock_owned().await;
-        if session.loss_reason().is_some() {
-            return;
-        }
-        if let Ok(true) = removal::remove(&rpc, &key, Owned::Revision(created)).await {
-            tracing::warn!(key = %text(&key), "removed a late-applied enqueue");
+        loop {
+            if session.loss_reason().is_some() {
+                return;
+            }
+            match removal::remove(&rpc, &key, Owned::Revision(created)).await {
+                Ok(removed) => {
+                    if removed {
+                        tracing::warn!(key = %text(&key), "removed a late-applied enqueue");
+                    }
+                    return;
+                }
+                Err(e) if e.is_transient() => {
+                    tracing::debug!(key = %text(&key), error = %e, "sweep not answered; retrying");
+                    tokio::time::sleep(SWEEP_RETRY).await;
+                }
+                Err(_) => return,
+            }
         }
     }));
 }
+
+/// The pause between attempts of a sweep's removal.
+const SWEEP_RETRY: Duration = Duration::from_millis(100);
 
 /// Reads the key once, for a watcher that cannot cover a stretch of history (compacted,
 /// or created after writes we did not see): a guard whose key is gone (or re-created) is
