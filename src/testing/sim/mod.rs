@@ -220,32 +220,7 @@ impl SimCluster {
     /// # Ok(()) }
     /// ```
     pub fn keys(&self, prefix: &str) -> Vec<(String, i64)> {
-        let state = self.shared.lock();
-        let end = prefix_end(prefix.as_bytes());
-        let range = crate::transport::generated::etcdserverpb::RangeRequest {
-            key: if prefix.is_empty() {
-                vec![0]
-            } else {
-                prefix.as_bytes().to_vec()
-            },
-            range_end: end,
-            ..Default::default()
-        };
-        state
-            .store
-            .range(&range)
-            .map(|r| {
-                r.kvs
-                    .into_iter()
-                    .map(|kv| {
-                        (
-                            String::from_utf8_lossy(&kv.key).into_owned(),
-                            kv.create_revision,
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        keys_under(&self.shared.lock(), prefix)
     }
 
     /// Compacts the history up to the newest revision, as an operator or etcd's
@@ -277,34 +252,14 @@ impl SimCluster {
     /// ```
     pub fn delete_prefix(&self, prefix: &str) -> usize {
         let mut state = self.shared.lock();
-        let keys: Vec<Vec<u8>> = self
-            .keys_locked(&state, prefix)
+        let keys: Vec<Vec<u8>> = keys_under(&state, prefix)
             .into_iter()
-            .map(String::into_bytes)
+            .map(|(key, _)| key.into_bytes())
             .collect();
         let changes = state.store.delete_keys(&keys);
         let revision = state.store.revision();
         state.watchers.notify(&changes, revision);
         keys.len()
-    }
-
-    fn keys_locked(&self, state: &State, prefix: &str) -> Vec<String> {
-        let range = crate::transport::generated::etcdserverpb::RangeRequest {
-            key: prefix.as_bytes().to_vec(),
-            range_end: prefix_end(prefix.as_bytes()),
-            keys_only: true,
-            ..Default::default()
-        };
-        state
-            .store
-            .range(&range)
-            .map(|r| {
-                r.kvs
-                    .into_iter()
-                    .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
-                    .collect()
-            })
-            .unwrap_or_default()
     }
 
     /// Revokes a lease now, as `etcdctl lease revoke` does (its keys go in one revision);
@@ -526,16 +481,34 @@ fn authority(url: &str) -> &str {
     url.trim_start_matches("http://")
 }
 
-/// The end of the range of keys starting with `prefix` (etcd's `GetPrefixRangeEnd`).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
+/// The live keys starting with `prefix` (every key for an empty one), with their create
+/// revisions, in key order.
+fn keys_under(state: &State, prefix: &str) -> Vec<(String, i64)> {
+    let range = crate::transport::generated::etcdserverpb::RangeRequest {
+        key: if prefix.is_empty() {
+            vec![0]
+        } else {
+            prefix.as_bytes().to_vec()
+        },
+        range_end: crate::support::kv::prefix_end(prefix.as_bytes()),
+        keys_only: true,
+        ..Default::default()
+    };
+    state
+        .store
+        .range(&range)
+        .map(|r| {
+            r.kvs
+                .into_iter()
+                .map(|kv| {
+                    (
+                        String::from_utf8_lossy(&kv.key).into_owned(),
+                        kv.create_revision,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Unsynced watchers catch up every [`watchers::SYNC_INTERVAL`].
