@@ -51,6 +51,15 @@ pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> 
 /// [`remove`], with the store revision of the answer.
 pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bool, i64)> {
     let Owned::Revision(rev) = owned;
+    #[cfg(feature = "simulation")]
+    if crate::support::mutation::active(crate::support::mutation::Mutation::UnguardedRelease) {
+        let resp = rpc.txn(&Txn::new().and_then([TxnOp::delete(key)]), Retry::Safe).await?;
+        let deleted = matches!(
+            resp.responses.first(),
+            Some(crate::support::kv::TxnOpResponse::Delete { deleted }) if *deleted > 0
+        );
+        return Ok((deleted, resp.revision));
+    }
     let ours = Compare::create_revision(key, CompareOp::Equal, rev);
     let txn = Txn::new().when([ours]).and_then([TxnOp::delete(key)]);
     let resp = rpc.txn(&txn, Retry::Safe).await?;

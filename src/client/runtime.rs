@@ -76,6 +76,10 @@ pub(crate) struct Runtime {
     sim: Option<Arc<super::simulated::Simulation>>,
     /// Background work started with [`Runtime::spawn`] (revokes, releases).
     tasks: TaskTracker,
+    /// In a simulated run: stops the background work of this client once it is dropped
+    /// and [`CLEANUP_GRACE`] has passed, as dropping a runtime of its own would.
+    #[cfg(feature = "simulation")]
+    stop: tokio_util::sync::CancellationToken,
 }
 
 /// How long dropping the client waits for background cleanup (a revoke from a dropped
@@ -102,6 +106,8 @@ impl Runtime {
             #[cfg(feature = "simulation")]
             sim: None,
             tasks: TaskTracker::new(),
+            #[cfg(feature = "simulation")]
+            stop: tokio_util::sync::CancellationToken::new(),
         })
     }
 
@@ -112,6 +118,7 @@ impl Runtime {
             rt: None,
             sim: Some(sim),
             tasks: TaskTracker::new(),
+            stop: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -143,6 +150,18 @@ impl Runtime {
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        #[cfg(feature = "simulation")]
+        if let Some(sim) = &self.sim {
+            let stop = self.stop.clone();
+            let fut = async move {
+                tokio::select! {
+                    () = fut => {}
+                    () = stop.cancelled() => {}
+                }
+            };
+            drop(self.tasks.spawn_on(fut, sim.handle()));
+            return;
+        }
         if let Ok(handle) = self.handle() {
             drop(self.tasks.spawn_on(fut, handle));
         }
@@ -151,6 +170,22 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
+        #[cfg(feature = "simulation")]
+        if let Some(sim) = self.sim.take() {
+            // As below, in virtual time: a grace for background cleanup, then it stops.
+            self.tasks.close();
+            let (tasks, stop) = (self.tasks.clone(), self.stop.clone());
+            let stopped = async move {
+                let _ = tokio::time::timeout(CLEANUP_GRACE, tasks.wait()).await;
+                stop.cancel();
+            };
+            if super::simulated::current().is_some() {
+                let _ = sim.block_on(stopped);
+            } else {
+                drop(sim.handle().spawn(stopped));
+            }
+            return;
+        }
         if let Some(rt) = self.rt.take() {
             if inside_async() {
                 rt.shutdown_background();

@@ -70,6 +70,9 @@ pub(crate) fn acquire(
             // Only a busy line is `WouldBlock`: a refusal is an error.
             Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
             position => {
+                if let Position::Behind(ahead) = position {
+                    super::leftover::remove_unused(line, ahead);
+                }
                 let watches = line.session.client().watches();
                 let far = wait::starts_far(watches, line.ours(enqueued.rev), position);
                 let turn_came = wait.bound(
@@ -126,6 +129,13 @@ pub(crate) fn acquire(
                     Some(turn),
                 );
                 // Bounded: the caller gets its error within one request timeout.
+                #[cfg(feature = "simulation")]
+                if crate::support::mutation::active(
+                    crate::support::mutation::Mutation::CancelReturnsEarly,
+                ) {
+                    drop(pending);
+                    return Err(e);
+                }
                 let _ = tokio::time::timeout(rpc.request_timeout(), pending).await;
                 Err(e)
             }

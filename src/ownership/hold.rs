@@ -304,6 +304,13 @@ impl Held {
             if state.ended {
                 return None;
             }
+            #[cfg(feature = "simulation")]
+            if crate::support::mutation::active(
+                crate::support::mutation::Mutation::ReCampaignAliases,
+            ) {
+                drop(state);
+                return Some(Held::new(hold.clone()));
+            }
             state.signal.fire();
             state.generation += 1;
             state.signal = Arc::new(Signal::new());

@@ -37,6 +37,7 @@ use crate::transport::watches::{Pin, Spec, Watches};
 mod acquire;
 mod delay;
 mod hold;
+mod leftover;
 mod proof;
 
 pub(crate) use acquire::acquire;

@@ -32,20 +32,34 @@ pub enum Mutation {
     /// revision, so a copy of it that etcd applies late deletes the session's next key
     /// (found by this simulation, and fixed: `removal::remove_if_leased`).
     CleanupByLease,
+    /// A re-campaign on the same session and name hands the hold to a new guard without
+    /// superseding the old one: two live guards over one key, and the first one dropped
+    /// deletes the key under the other.
+    ReCampaignAliases,
+    /// A release (and every removal behind it) deletes our key whatever its create
+    /// revision, so a retried or late-applied release deletes a newer key of that name
+    /// (upstream #22082).
+    UnguardedRelease,
+    /// A wait that ends on its limit or cancel token returns at once, before etcd answered
+    /// the removal of the key it queued: the caller sees the name still blocked by it.
+    CancelReturnsEarly,
 }
 
 impl Mutation {
     /// Every mutation, in the order of the table in RELIABILITY.md.
     ///
     /// ```
-    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 5);
+    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 8);
     /// ```
-    pub const ALL: [Mutation; 5] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::ResumeCompacted,
         Mutation::EnqueueWithoutCondition,
         Mutation::DelayIgnoresDeletion,
         Mutation::CleanupWithoutTurn,
         Mutation::CleanupByLease,
+        Mutation::ReCampaignAliases,
+        Mutation::UnguardedRelease,
+        Mutation::CancelReturnsEarly,
     ];
 
     fn code(self) -> u8 {
@@ -55,6 +69,9 @@ impl Mutation {
             Mutation::DelayIgnoresDeletion => 3,
             Mutation::CleanupWithoutTurn => 4,
             Mutation::CleanupByLease => 5,
+            Mutation::ReCampaignAliases => 6,
+            Mutation::UnguardedRelease => 7,
+            Mutation::CancelReturnsEarly => 8,
         }
     }
 }

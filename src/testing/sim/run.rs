@@ -32,6 +32,10 @@ pub const LOSS_BOUND: Duration = Duration::from_secs(1);
 /// of its key's deletion within [`LOSS_BOUND`], and a waiter within a request timeout.
 const CAUSE_WINDOW: Duration = Duration::from_secs(3);
 
+/// How long after every process ended its keys must be gone: the sessions' TTL (3 s) and
+/// some.
+const LEFT_BEHIND_AFTER: Duration = Duration::from_secs(5);
+
 /// What a run does.
 ///
 /// ```
@@ -308,6 +312,16 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
                 "run",
                 format!("{stuck} process(es) still busy 60 s after the end"),
             );
+        } else {
+            // Every process closed its session (or lost it): once a lease's TTL has run out
+            // too, nothing of theirs is left.
+            tokio::time::sleep(LEFT_BEHIND_AFTER).await;
+            for name in process::Kind::NAMES {
+                let left = world.cluster.keys(&format!("{name}/"));
+                if !left.is_empty() {
+                    world.violation("run", format!("left behind after every session ended: {left:?}"));
+                }
+            }
         }
         watching.abort();
         sim.close();

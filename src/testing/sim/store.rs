@@ -248,6 +248,7 @@ impl Store {
         self.check_leases(req, lease_exists)?;
         let mut resp = self.run_txn(req, &mut batch);
         let changes = batch.changes;
+        log_changes(&changes);
         if !changes.is_empty() {
             self.rev += 1;
         }
@@ -430,6 +431,7 @@ impl Store {
         if !batch.changes.is_empty() {
             self.rev += 1;
         }
+        log_changes(&batch.changes);
         batch.changes
     }
 
@@ -589,3 +591,18 @@ fn compare_kv(compare: &pb::Compare, target: CompareTarget, kv: &mvccpb::KeyValu
 
 #[cfg(test)]
 mod tests;
+
+/// Every change, in the debug log of a replayed seed (`ETCD_SYNC_SIM_LOG`).
+fn log_changes(changes: &[Change]) {
+    for change in changes {
+        let deleted = change.event.r#type == mvccpb::event::EventType::Delete as i32;
+        let key = change.event.kv.as_ref().map(|kv| kv.key.as_slice()).unwrap_or_default();
+        tracing::debug!(
+            target: "etcd_sync::sim::store",
+            rev = change.rev,
+            "{} {}",
+            if deleted { "delete" } else { "put" },
+            String::from_utf8_lossy(key)
+        );
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::World;
-use super::process::{admitted, line};
+use super::process::{admitted, line, own_key};
 
 /// How long past its limit a wait may take to return (a request timeout, a failover).
 pub(crate) const WAIT_SLACK: Duration = Duration::from_secs(3);
@@ -43,13 +43,7 @@ pub(super) async fn liveness(world: std::sync::Arc<World>) {
             }
             let name = w.kind.name();
             let keys = line(&world, name);
-            let ours = keys
-                .iter()
-                .find(|(k, _)| {
-                    k.strip_prefix(&format!("{name}/{:x}", w.lease))
-                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-                })
-                .map(|(k, _)| k.clone());
+            let ours = own_key(&keys, w.kind, w.lease);
             let holds = ours.and_then(|key| admitted(&keys, &key, w.kind)) == Some(true);
             let mut log = world.log();
             let Some(entry) = log.waiting.get_mut(&p) else {

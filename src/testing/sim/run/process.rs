@@ -10,6 +10,7 @@ use super::{Held, LOSS_BOUND, Rng, Waiting, World, sleep};
 use crate::client::Client;
 use crate::recipes::guard::{Guard, GuardKind};
 use crate::session::Session;
+use crate::support::cancel::{CancelToken, WaitOptions};
 use crate::support::error::{Error, Result};
 
 /// How many permits the simulated semaphore has.
@@ -34,6 +35,9 @@ impl Kind {
         Kind::Lead,
     ];
 
+    /// Every name taken.
+    pub(super) const NAMES: [&'static str; 4] = ["m", "s", "r", "e"];
+
     /// The name it is taken under (reads and writes share one).
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -41,6 +45,15 @@ impl Kind {
             Kind::Permit => "s",
             Kind::Read | Kind::Write => "r",
             Kind::Lead => "e",
+        }
+    }
+
+    /// What follows the lease in its key (see `line/mode.rs`).
+    fn suffix(self) -> String {
+        match self {
+            Kind::Mutex | Kind::Write | Kind::Lead => String::new(),
+            Kind::Read => ".shared".into(),
+            Kind::Permit => format!(".permits-{PERMITS}"),
         }
     }
 
@@ -73,6 +86,8 @@ impl Kind {
 fn kind(e: &Error) -> &'static str {
     if e.is_wait_timeout() {
         "wait timeout"
+    } else if e.is_cancelled() {
+        "cancelled"
     } else if e.is_session_lost() {
         "session lost"
     } else if e.is_lost() {
@@ -102,20 +117,55 @@ pub(super) fn admitted(line: &[(String, i64)], key: &str, kind: Kind) -> Option<
     Some(kind.admits(&older))
 }
 
-pub(super) fn process(world: &World, p: usize, seed: u64) {
-    let me = format!("p{p}");
-    let mut rng = Rng(seed);
-    let client = match Client::builder()
+/// The key `lease` has in `line` for `kind`, if any (`<name>/<lease hex><mode suffix>`).
+pub(super) fn own_key(line: &[(String, i64)], kind: Kind, lease: i64) -> Option<String> {
+    let ours = format!("{}/{lease:x}{}", kind.name(), kind.suffix());
+    line.iter().map(|(k, _)| k).find(|k| **k == ours).cloned()
+}
+
+/// A client of the simulated cluster, as every process makes one.
+fn connect(world: &World) -> Result<Client> {
+    Client::builder()
         .endpoints(world.cluster.endpoints())
         .request_timeout(Duration::from_secs(1))
         .connect()
-    {
+}
+
+/// How a wait is bounded: its limit and, a third of the time, a cancel token that a task
+/// of the simulation cancels at a random moment within it.
+fn options(client: &Client, limit: Duration, rng: &mut Rng) -> WaitOptions {
+    let options = WaitOptions::new().timeout(limit);
+    if rng.below(3) != 0 {
+        return options;
+    }
+    let token = CancelToken::new();
+    let at = rng.millis(0, limit.as_millis() as u64);
+    let cancel = token.clone();
+    client.spawn(async move {
+        tokio::time::sleep(at).await;
+        cancel.cancel();
+    });
+    options.cancel_token(&token)
+}
+
+pub(super) fn process(world: &World, p: usize, seed: u64) {
+    let me = format!("p{p}");
+    let mut rng = Rng(seed);
+    let mut client = match connect(world) {
         Ok(client) => client,
         Err(e) => return world.violation(&me, format!("cannot connect: {e}")),
     };
     let mut session: Option<Session> = None;
     let mut what = Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize];
     while !world.stop.load(std::sync::atomic::Ordering::SeqCst) {
+        // Now and then the process restarts: it leaves its lease behind and takes it back
+        // with a new client, keys and all.
+        if session.as_ref().is_some_and(Session::is_alive)
+            && rng.below(12) == 0
+            && let Some(s) = session.take()
+        {
+            session = restart(world, &me, &s, &mut client);
+        }
         let live = match &session {
             Some(s) if s.is_alive() => s.clone(),
             _ => match client.session_builder().ttl(Duration::from_secs(3)).start() {
@@ -164,19 +214,81 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
                 admitted_since: None,
             },
         );
+        let since = Instant::now();
         let attempt = take_and_hold(world, (&me, p), &live, (what, limit, delay), &mut rng);
         if let Err(e) = attempt {
             world.log().waiting.remove(&p);
             world.note(&me, format!("{what:?}: {}", kind(&e)));
+            if (e.is_wait_timeout() || e.is_cancelled()) && live.is_alive() {
+                left_behind(world, &me, &live, what, since);
+            }
             if kind(&e) == "lock lost" && live.is_alive() && !world.deletion_explained() {
                 world.violation(&me, "a wait lost its key, and nobody deleted it".into());
             }
             sleep(rng.millis(0, 200));
         }
     }
+    // Nothing may be left once the sessions end (checked after every process ended).
+    if let Some(session) = session
+        && let Err(e) = session.close()
+    {
+        world.note(&me, format!("close: {}", kind(&e)));
+    }
 }
 
-/// Takes `what` within `limit` and holds it a while (see [`hold`]).
+/// A restart: orphans `session` (its keep-alive stops, its lease and keys stay), replaces
+/// `client`, and resumes the lease with the new one.
+fn restart(world: &World, me: &str, session: &Session, client: &mut Client) -> Option<Session> {
+    let id = session.lease_id();
+    session.orphan();
+    match connect(world) {
+        Ok(new) => *client = new,
+        Err(e) => {
+            world.violation(me, format!("cannot connect: {e}"));
+            return None;
+        }
+    }
+    match client
+        .session_builder()
+        .ttl(Duration::from_secs(3))
+        .resume(id)
+        .start()
+    {
+        Ok(resumed) if resumed.lease_id() == id => {
+            world.note(me, format!("restarted, resumed {id:x}"));
+            Some(resumed)
+        }
+        Ok(other) => {
+            world.violation(me, format!("resumed {id:x}, got {:x}", other.lease_id()));
+            None
+        }
+        Err(e) => {
+            world.note(me, format!("restarted, resume {id:x}: {}", kind(&e)));
+            None
+        }
+    }
+}
+
+/// A wait that ended on its limit or token returns once its key is removed: with no fault
+/// since 3 s before it began (no write of it can still apply late), the store has no key
+/// of ours under the name.
+fn left_behind(world: &World, me: &str, session: &Session, what: Kind, since: Instant) {
+    let calm = world
+        .calm_since()
+        .is_some_and(|calm| calm + Duration::from_secs(3) <= since);
+    if !calm {
+        return;
+    }
+    let name = what.name();
+    if let Some(key) = own_key(&line(world, name), what, session.lease_id()) {
+        world.violation(
+            me,
+            format!("a {what:?} wait ended on its limit or token, and left {key} behind"),
+        );
+    }
+}
+
+/// Takes `what` within `limit` (and maybe a cancel) and holds it a while (see [`hold`]).
 fn take_and_hold(
     world: &World,
     (me, p): (&str, usize),
@@ -188,12 +300,10 @@ fn take_and_hold(
     let got = |world: &World| {
         world.log().waiting.remove(&p);
     };
+    let options = options(session.client(), limit, rng);
     match what {
         Kind::Mutex => {
-            let guard = session
-                .mutex(name)?
-                .lock_delay(delay)?
-                .lock_timeout(limit)?;
+            let guard = session.mutex(name)?.lock_delay(delay)?.lock_with(options)?;
             got(world);
             hold(world, (me, p), (what, guard, session), rng);
         }
@@ -201,33 +311,71 @@ fn take_and_hold(
             let guard = session
                 .semaphore(name, PERMITS as u32)?
                 .lock_delay(delay)?
-                .acquire_timeout(limit)?;
+                .acquire_with(options)?;
             got(world);
             hold(world, (me, p), (what, guard, session), rng);
         }
         Kind::Read => {
-            let guard = session
-                .rwlock(name)?
-                .lock_delay(delay)?
-                .read_timeout(limit)?;
+            let guard = session.rwlock(name)?.lock_delay(delay)?.read_with(options)?;
             got(world);
             hold(world, (me, p), (what, guard, session), rng);
         }
         Kind::Write => {
-            let guard = session
-                .rwlock(name)?
-                .lock_delay(delay)?
-                .write_timeout(limit)?;
+            let guard = session.rwlock(name)?.lock_delay(delay)?.write_with(options)?;
             got(world);
             hold(world, (me, p), (what, guard, session), rng);
         }
         Kind::Lead => {
-            let guard = session.election(name)?.campaign_timeout(me, limit)?;
+            let guard = session.election(name)?.campaign_with(me, options)?;
             got(world);
+            let guard = if rng.below(3) == 0 {
+                re_campaign(world, me, session, guard, limit)
+            } else {
+                guard
+            };
             hold(world, (me, p), (what, guard, session), rng);
         }
     }
     Ok(())
+}
+
+/// Campaigns again on the same session and name while leading (Go's re-campaign: same
+/// key, new value). The new guard is the only live one: the old one says it is not held.
+fn re_campaign(
+    world: &World,
+    me: &str,
+    session: &Session,
+    old: Guard<crate::recipes::guard::LeaderKind>,
+    limit: Duration,
+) -> Guard<crate::recipes::guard::LeaderKind> {
+    let again = session
+        .election(Kind::Lead.name())
+        .and_then(|election| election.campaign_timeout(format!("{me}+"), limit));
+    match again {
+        Ok(new) => {
+            world.note(me, format!("re-campaigned, token {}", new.fencing_token()));
+            if old.is_held() && new.is_held() {
+                world.violation(me, format!("two live guards over {}", new.key_str()));
+            }
+            if new.fencing_token() != old.fencing_token() {
+                world.violation(
+                    me,
+                    format!(
+                        "a re-campaign moved from token {} to {}",
+                        old.fencing_token(),
+                        new.fencing_token()
+                    ),
+                );
+            }
+            // The old guard is superseded: dropping it must leave the key alone.
+            drop(old);
+            new
+        }
+        Err(e) => {
+            world.note(me, format!("re-campaign: {}", kind(&e)));
+            old
+        }
+    }
 }
 
 /// Whether the store holds `key` with create revision `token`.
@@ -281,7 +429,10 @@ fn hold<K: GuardKind>(
                 format!("{what:?} {key} held with {}", others.join(", ")),
             );
         }
-        if what.exclusive_name() && last.is_some_and(|last| token <= last) {
+        // A campaign adopts its session's key (Go's re-campaign after a restart, when a
+        // resignation never reached etcd): the same leader, with the same token.
+        let adopted = what == Kind::Lead && last == Some(token);
+        if what.exclusive_name() && !adopted && last.is_some_and(|last| token <= last) {
             world.violation(me, format!("fencing token {token} after {last:?}"));
         }
         let mut log = world.log();
@@ -301,8 +452,14 @@ fn hold<K: GuardKind>(
     }
     world.note(me, format!("{what:?} {key} token {token}"));
     let until = Instant::now() + rng.millis(0, 500);
+    // A tenth of the holds end with the session closed under the guard.
+    let mut close_at = (rng.below(10) == 0).then(|| Instant::now() + rng.millis(0, 400));
     let mut gone_since: Option<Instant> = None;
     loop {
+        if close_at.is_some_and(|at| Instant::now() >= at) {
+            close_at = None;
+            close_under(world, me, session, &guard, (name, &key, token));
+        }
         if !guard.is_held() {
             world.note(me, "lost".into());
             if session.is_alive() && !world.deletion_explained() {
@@ -329,5 +486,30 @@ fn hold<K: GuardKind>(
     match guard.release() {
         Ok(()) => world.note(me, "released".into()),
         Err(e) => world.note(me, format!("release: {}", kind(&e))),
+    }
+}
+
+/// Closes the session under a held guard: the guard says so at once, and once the close
+/// is confirmed (the lease revoked) the key is gone from the store.
+fn close_under<K: GuardKind>(
+    world: &World,
+    me: &str,
+    session: &Session,
+    guard: &Guard<K>,
+    (name, key, token): (&str, &str, i64),
+) {
+    let closed = session.close();
+    world.note(
+        me,
+        match &closed {
+            Ok(()) => "closed its session".into(),
+            Err(e) => format!("close: {}", kind(e)),
+        },
+    );
+    if guard.is_held() {
+        world.violation(me, format!("{key} still held after its session closed"));
+    }
+    if closed.is_ok() && present(world, name, key, token) {
+        world.violation(me, format!("{key} still in the store after its session closed"));
     }
 }

@@ -1,0 +1,58 @@
+//! Keys of our own lease in another mode, ahead of ours, that nothing in this process uses:
+//! leftovers of an earlier life of the lease (a process that resumed it after a restart,
+//! and finds the write key of an enqueue that etcd applied after the old process gave up
+//! on it). A reader of that session would wait behind its own stale writer key, and so
+//! would everyone else, for as long as the resumed session lives.
+//!
+//! Such a key is ours to remove only while no guard, waiter or cleanup of this process
+//! uses it: we take its line's turn (never wait for it) and find no live hold, and then
+//! remove it by the create revision we read (`removal::remove_if_leased`). The waiter
+//! that found it crosses it off when its delete arrives, like any key ahead.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Line;
+use crate::client::removal;
+use crate::line::mode::Mode;
+use crate::line::queue::Ahead;
+
+/// Removes, in the background, every key ahead of `line`'s own that has our lease in
+/// another mode and no user in this process.
+pub(super) fn remove_unused(line: &Arc<Line>, ahead: &Ahead) {
+    let lease = line.session.lease_id();
+    for key in ahead.keys() {
+        let Some(mode) = Mode::of_key(&line.prefix, key) else {
+            continue;
+        };
+        if mode == line.mode || Mode::lease_of(&line.prefix, key) != Some(lease) {
+            continue;
+        }
+        let Ok(other) = Line::of(&line.session, &line.name, mode) else {
+            continue;
+        };
+        // Busy (a waiter, a guard, a release or cleanup running): it is in use.
+        let Ok(turn) = other.turn.clone().try_lock_owned() else {
+            continue;
+        };
+        if other.live_hold().is_some() {
+            continue;
+        }
+        tracing::info!(key = %crate::support::kv::text(key), "removing a leftover key of our lease");
+        let rpc = line.session.client().rpc().clone();
+        let session = line.session.lease().clone();
+        let key = key.clone();
+        line.session.client().spawn(async move {
+            loop {
+                match removal::remove_if_leased(&rpc, &key, lease).await {
+                    Err(e) if e.is_transient() && session.loss_reason().is_none() => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    _ => break,
+                }
+            }
+            drop(turn);
+            drop(other);
+        });
+    }
+}
