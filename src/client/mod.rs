@@ -301,6 +301,14 @@ impl Client {
         self.inner.runtime.spawn(fut);
     }
 
+    /// Crashes this client's simulated process: none of its requests reach etcd any more,
+    /// and its background work stops (feature `simulation`).
+    #[cfg(feature = "simulation")]
+    pub(crate) fn kill(&self) {
+        self.inner.rpc.kill();
+        self.inner.runtime.stop();
+    }
+
     pub(crate) fn follower(&self) -> &Follower {
         &self.inner.follower
     }

@@ -168,6 +168,15 @@ impl Runtime {
     }
 }
 
+#[cfg(feature = "simulation")]
+impl Runtime {
+    /// Stops the background work started with [`Runtime::spawn`] at once (a simulated
+    /// process's crash).
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
 impl Drop for Runtime {
     fn drop(&mut self) {
         #[cfg(feature = "simulation")]

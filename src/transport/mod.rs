@@ -96,6 +96,10 @@ struct RpcInner {
     token: std::sync::RwLock<Option<MetadataValue<Ascii>>>,
     /// Serialises re-authentication so a burst of expired-token errors asks once.
     authenticating: tokio::sync::Mutex<()>,
+    /// In a simulated run: the process this client belongs to has crashed, and nothing
+    /// of it reaches etcd any more (requests already on their way still may).
+    #[cfg(feature = "simulation")]
+    dead: std::sync::atomic::AtomicBool,
 }
 
 /// Normalises `host:port` to `http://host:port` (`https://` with TLS) and checks the URL:
@@ -168,6 +172,8 @@ impl Rpc {
                 credentials: config.credentials.clone(),
                 token: std::sync::RwLock::new(token),
                 authenticating: tokio::sync::Mutex::new(()),
+                #[cfg(feature = "simulation")]
+                dead: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         Ok(rpc)
@@ -307,8 +313,23 @@ impl Rpc {
         message: Req,
         call: impl UnaryCall<Req, Resp>,
     ) -> Result<Resp> {
+        #[cfg(feature = "simulation")]
+        if self.is_dead() {
+            return Err(Error::Closed);
+        }
         self.with_fresh_token(|| self.unary_once(retry, Token::Send, message.clone(), &call))
             .await
+    }
+
+    /// Crashes the simulated process this client belongs to (see `RpcInner::dead`).
+    #[cfg(feature = "simulation")]
+    pub(crate) fn kill(&self) {
+        self.inner.dead.store(true, Ordering::SeqCst);
+    }
+
+    #[cfg(feature = "simulation")]
+    pub(crate) fn is_dead(&self) -> bool {
+        self.inner.dead.load(Ordering::SeqCst)
     }
 
     async fn unary_once<Req: Clone, Resp>(

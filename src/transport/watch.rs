@@ -188,6 +188,10 @@ impl WatchStream {
         rpc: &Rpc,
         creates: Vec<Watch>,
     ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
+        #[cfg(feature = "simulation")]
+        if rpc.is_dead() {
+            return Err(Error::Closed);
+        }
         let (endpoint, channel) = rpc.channel();
         let result = tokio::time::timeout(
             rpc.request_timeout(),

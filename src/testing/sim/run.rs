@@ -173,6 +173,8 @@ struct Log {
     waiting: BTreeMap<usize, Waiting>,
     /// The last fencing token of each name whose holders exclude each other.
     last_token: BTreeMap<&'static str, i64>,
+    /// When each process last restarted (resumed its lease with a new client).
+    restarted: BTreeMap<usize, Instant>,
 }
 
 struct World {
@@ -224,6 +226,15 @@ impl World {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some_and(|at| Instant::now().duration_since(at) <= CAUSE_WINDOW)
+    }
+
+    /// Whether process `p` restarted within the last [`CAUSE_WINDOW`]: a resignation of
+    /// its earlier life may still apply, late, to a leadership key it adopted since.
+    fn just_restarted(&self, p: usize) -> bool {
+        self.log()
+            .restarted
+            .get(&p)
+            .is_some_and(|at| Instant::now().duration_since(*at) <= CAUSE_WINDOW)
     }
 
     fn calm_since(&self) -> Option<Instant> {

@@ -44,6 +44,14 @@ pub(super) async fn liveness(world: std::sync::Arc<World>) {
             let name = w.kind.name();
             let keys = line(&world, name);
             let ours = own_key(&keys, w.kind, w.lease);
+            // A waiter holds nothing, so any other key of its lease under the name is a
+            // leftover (of a restart, an attempt applied late): it must not keep the
+            // waiter (and everyone behind) from its turn.
+            let lease = format!("{name}/{:x}", w.lease);
+            let keys: Vec<(String, i64)> = keys
+                .into_iter()
+                .filter(|(k, _)| Some(k) == ours.as_ref() || !is_of_lease(k, &lease))
+                .collect();
             let holds = ours.and_then(|key| admitted(&keys, &key, w.kind)) == Some(true);
             let mut log = world.log();
             let Some(entry) = log.waiting.get_mut(&p) else {
@@ -73,4 +81,10 @@ pub(super) async fn liveness(world: std::sync::Arc<World>) {
             world.log().waiting.remove(&p);
         }
     }
+}
+
+/// Whether `key` is one of `<name>/<lease hex>` (in any mode).
+fn is_of_lease(key: &str, lease: &str) -> bool {
+    key.strip_prefix(lease)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }

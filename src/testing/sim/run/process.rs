@@ -164,6 +164,7 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
             && rng.below(12) == 0
             && let Some(s) = session.take()
         {
+            world.log().restarted.insert(p, Instant::now());
             session = restart(world, &me, &s, &mut client);
         }
         let live = match &session {
@@ -236,11 +237,13 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
     }
 }
 
-/// A restart: orphans `session` (its keep-alive stops, its lease and keys stay), replaces
-/// `client`, and resumes the lease with the new one.
+/// A restart: orphans `session` (its keep-alive stops, its lease and keys stay), crashes
+/// `client` and replaces it, and resumes the lease with the new one.
 fn restart(world: &World, me: &str, session: &Session, client: &mut Client) -> Option<Session> {
     let id = session.lease_id();
     session.orphan();
+    // The old process dies: nothing of it reaches etcd any more but what is on its way.
+    client.kill();
     match connect(world) {
         Ok(new) => *client = new,
         Err(e) => {
@@ -331,9 +334,11 @@ fn take_and_hold(
             let guard = if rng.below(3) == 0 {
                 re_campaign(world, me, session, guard, limit)
             } else {
-                guard
+                Some(guard)
             };
-            hold(world, (me, p), (what, guard, session), rng);
+            if let Some(guard) = guard {
+                hold(world, (me, p), (what, guard, session), rng);
+            }
         }
     }
     Ok(())
@@ -341,13 +346,14 @@ fn take_and_hold(
 
 /// Campaigns again on the same session and name while leading (Go's re-campaign: same
 /// key, new value). The new guard is the only live one: the old one says it is not held.
+/// A re-campaign that fails (the key went meanwhile) ends the old leadership too.
 fn re_campaign(
     world: &World,
     me: &str,
     session: &Session,
     old: Guard<crate::recipes::guard::LeaderKind>,
     limit: Duration,
-) -> Guard<crate::recipes::guard::LeaderKind> {
+) -> Option<Guard<crate::recipes::guard::LeaderKind>> {
     let again = session
         .election(Kind::Lead.name())
         .and_then(|election| election.campaign_timeout(format!("{me}+"), limit));
@@ -369,11 +375,11 @@ fn re_campaign(
             }
             // The old guard is superseded: dropping it must leave the key alone.
             drop(old);
-            new
+            Some(new)
         }
         Err(e) => {
             world.note(me, format!("re-campaign: {}", kind(&e)));
-            old
+            None
         }
     }
 }
@@ -407,6 +413,7 @@ fn hold<K: GuardKind>(
             ),
         ),
     }
+    let adopted = what == Kind::Lead && world.log().last_token.get(name) == Some(&token);
     {
         let log = world.log();
         // Rule 1: the holders whose keys are in the store may hold together.
@@ -431,7 +438,6 @@ fn hold<K: GuardKind>(
         }
         // A campaign adopts its session's key (Go's re-campaign after a restart, when a
         // resignation never reached etcd): the same leader, with the same token.
-        let adopted = what == Kind::Lead && last == Some(token);
         if what.exclusive_name() && !adopted && last.is_some_and(|last| token <= last) {
             world.violation(me, format!("fencing token {token} after {last:?}"));
         }
@@ -462,7 +468,10 @@ fn hold<K: GuardKind>(
         }
         if !guard.is_held() {
             world.note(me, "lost".into());
-            if session.is_alive() && !world.deletion_explained() {
+            // A leadership adopted after a restart may be deleted by a resignation of the
+            // earlier life that applies late (the guard says so: rule 2 holds).
+            let late_resign = adopted && world.just_restarted(p);
+            if session.is_alive() && !world.deletion_explained() && !late_resign {
                 world.violation(me, format!("lost {key}, and nobody deleted it"));
             }
             break;
