@@ -173,8 +173,9 @@ struct Log {
     waiting: BTreeMap<usize, Waiting>,
     /// The last fencing token of each name whose holders exclude each other.
     last_token: BTreeMap<&'static str, i64>,
-    /// When each process last restarted (resumed its lease with a new client).
-    restarted: BTreeMap<usize, Instant>,
+    /// When each process last restarted (resumed its lease with a new client), and the
+    /// store's revision then.
+    restarted: BTreeMap<usize, (Instant, i64)>,
 }
 
 struct World {
@@ -228,13 +229,13 @@ impl World {
             .is_some_and(|at| Instant::now().duration_since(at) <= CAUSE_WINDOW)
     }
 
-    /// Whether process `p` restarted within the last [`CAUSE_WINDOW`]: a resignation of
-    /// its earlier life may still apply, late, to a leadership key it adopted since.
-    fn just_restarted(&self, p: usize) -> bool {
-        self.log()
-            .restarted
-            .get(&p)
-            .is_some_and(|at| Instant::now().duration_since(*at) <= CAUSE_WINDOW)
+    /// Whether `token` is a key of an earlier life of process `p` (created before its
+    /// last restart, within [`CAUSE_WINDOW`]) that it adopted: a removal or resignation
+    /// of that life still on its way when it crashed may apply to it, late.
+    fn inherited(&self, p: usize, token: i64) -> bool {
+        self.log().restarted.get(&p).is_some_and(|(at, rev)| {
+            token <= *rev && Instant::now().duration_since(*at) <= CAUSE_WINDOW
+        })
     }
 
     fn calm_since(&self) -> Option<Instant> {

@@ -164,7 +164,8 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
             && rng.below(12) == 0
             && let Some(s) = session.take()
         {
-            world.log().restarted.insert(p, Instant::now());
+            let revision = world.cluster.revision();
+            world.log().restarted.insert(p, (Instant::now(), revision));
             session = restart(world, &me, &s, &mut client);
         }
         let live = match &session {
@@ -468,10 +469,11 @@ fn hold<K: GuardKind>(
         }
         if !guard.is_held() {
             world.note(me, "lost".into());
-            // A leadership adopted after a restart may be deleted by a resignation of the
-            // earlier life that applies late (the guard says so: rule 2 holds).
-            let late_resign = adopted && world.just_restarted(p);
-            if session.is_alive() && !world.deletion_explained() && !late_resign {
+            // A key adopted after a restart (a campaign keeps its place) may be deleted by
+            // a removal of the earlier life that applies late (the guard says so: rule 2
+            // holds).
+            let late_removal = what == Kind::Lead && world.inherited(p, token);
+            if session.is_alive() && !world.deletion_explained() && !late_removal {
                 world.violation(me, format!("lost {key}, and nobody deleted it"));
             }
             break;
