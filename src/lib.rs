@@ -69,6 +69,8 @@ pub use recipes::mutex::{Mutex, MutexGuard};
 pub use recipes::observe::{LeaderEvent, Observer};
 pub use recipes::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use recipes::semaphore::{Permit, Semaphore};
+pub use recipes::stm::tx::StmTx;
+pub use recipes::stm::{Isolation, StmBuilder};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};
 pub use support::cancel::{CancelToken, WaitOptions};
 pub use support::error::code::Code;

@@ -28,6 +28,8 @@ pub(crate) const PERMISSION_DENIED: &str = "permission denied";
 pub(crate) const LEASE_NOT_FOUND: &str = "lease not found";
 /// gRPC (not etcd) refused a message above its size limit.
 pub(crate) const GRPC_TOO_LARGE: &str = "larger than max";
+/// A read at a revision that compaction has removed (code `OutOfRange`).
+pub(crate) const COMPACTED: &str = "required revision has been compacted";
 
 /// Whether etcd refused the call before handling it, so sending it to another member
 /// cannot apply it twice, whatever the call is.
@@ -40,6 +42,11 @@ pub(crate) fn is_stale_token(message: &str) -> bool {
     message.contains(INVALID_AUTH_TOKEN)
         || message.contains(AUTH_REVISION_OLD)
         || message.contains(USER_NAME_EMPTY)
+}
+
+/// Whether etcd refused a read at a past revision because it was compacted.
+pub(crate) fn is_compacted(message: &str) -> bool {
+    message.contains(COMPACTED)
 }
 
 #[cfg(test)]
@@ -59,5 +66,11 @@ mod tests {
         assert!(is_stale_token("etcdserver: invalid auth token"));
         assert!(is_stale_token("etcdserver: revision of auth store is old"));
         assert!(!is_stale_token("etcdserver: permission denied"));
+        assert!(is_compacted(
+            "etcdserver: mvcc: required revision has been compacted"
+        ));
+        assert!(!is_compacted(
+            "etcdserver: mvcc: required revision is a future revision"
+        ));
     }
 }
