@@ -30,7 +30,8 @@ use tx::{Commit, StmTx};
 /// use etcd_sync::Isolation;
 /// let stm = client.stm_builder().isolation(Isolation::RepeatableReads);
 /// stm.run(|tx| {
-///     tx.put("seen", tx.get("latest")?.unwrap_or_default());
+///     let latest = tx.get("latest")?.unwrap_or_default();
+///     tx.put("seen", latest);
 ///     Ok::<_, etcd_sync::Error>(())
 /// })?;
 /// # Ok(()) }
