@@ -30,6 +30,9 @@ pub(crate) const LEASE_NOT_FOUND: &str = "lease not found";
 pub(crate) const GRPC_TOO_LARGE: &str = "larger than max";
 /// A read at a revision that compaction has removed (code `OutOfRange`).
 pub(crate) const COMPACTED: &str = "required revision has been compacted";
+/// A read at a revision the member has not applied yet (code `OutOfRange`): a serializable
+/// read on a member behind the one that answered before.
+pub(crate) const FUTURE_REVISION: &str = "required revision is a future revision";
 
 /// Whether etcd refused the call before handling it, so sending it to another member
 /// cannot apply it twice, whatever the call is.
@@ -47,6 +50,11 @@ pub(crate) fn is_stale_token(message: &str) -> bool {
 /// Whether etcd refused a read at a past revision because it was compacted.
 pub(crate) fn is_compacted(message: &str) -> bool {
     message.contains(COMPACTED)
+}
+
+/// Whether the member refused a read at a revision it has not reached yet.
+pub(crate) fn is_future_revision(message: &str) -> bool {
+    message.contains(FUTURE_REVISION)
 }
 
 #[cfg(test)]

@@ -329,7 +329,21 @@ impl<'a> StmTx<'a> {
             }
         }
         let range = self.range(key);
-        let result = self.client.block_on(self.client.rpc().read(&range));
+        let rpc = self.client.rpc();
+        let result = self.client.block_on(async {
+            match rpc.read(&range).await {
+                // A member behind the one that set the snapshot (after a failover): read
+                // through consensus, which waits until it has caught up.
+                Err(e) if range.serializable && range.revision > 0 && behind(&e) => {
+                    let linearizable = Range {
+                        serializable: false,
+                        ..range.clone()
+                    };
+                    rpc.read(&linearizable).await
+                }
+                other => other,
+            }
+        });
         match result {
             Ok(read) => {
                 if self.snapshots() && self.snapshot.is_none() {
@@ -363,10 +377,23 @@ impl<'a> StmTx<'a> {
         if self.snapshots() && self.snapshot.is_none() && !self.prefetched.is_empty() {
             self.snapshot = Some(self.prefetched_at);
         }
-        let txn = Txn::new().and_then(wanted.iter().map(|k| TxnOp::range(self.range(k))));
-        let result = self
-            .client
-            .block_on(self.client.rpc().txn(&txn, Retry::Safe));
+        let ranges: Vec<Range> = wanted.iter().map(|k| self.range(k)).collect();
+        let txn = |serializable| {
+            Txn::new().and_then(ranges.iter().map(|r| {
+                TxnOp::range(Range {
+                    serializable: r.serializable && serializable,
+                    ..r.clone()
+                })
+            }))
+        };
+        let rpc = self.client.rpc();
+        let result = self.client.block_on(async {
+            match rpc.txn(&txn(true), Retry::Safe).await {
+                // As in `fetch`: a member behind the snapshot.
+                Err(e) if behind(&e) => rpc.txn(&txn(false), Retry::Safe).await,
+                other => other,
+            }
+        });
         let response = result.map_err(|e| self.failed(e))?;
         if self.snapshots() && self.snapshot.is_none() {
             self.snapshot = Some(response.revision);
@@ -478,6 +505,11 @@ impl<'a> StmTx<'a> {
         }
         txn
     }
+}
+
+/// Whether the member asked has not reached the revision read at.
+fn behind(e: &Error) -> bool {
+    matches!(e, Error::Server { message, .. } if etcd_text::is_future_revision(message))
 }
 
 /// The first key each range of a Txn's branch found (`None`: none), in order.
