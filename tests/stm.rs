@@ -430,9 +430,19 @@ fn a_snapshot_compacted_away_starts_the_attempt_again() {
     assert_eq!(value(&c, "s3").as_deref(), Some("3"));
 }
 
+/// A scratch directory, removed when dropped, pass or fail.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The Go program of the interop test, built from tests/stm_go with Debian's etcd 3.4 Go
-/// sources (offline, GOPATH mode); panics, saying what to install, when Go is missing.
-fn build_go_stm() -> std::path::PathBuf {
+/// sources (offline, GOPATH mode) into a scratch directory; panics, saying what to
+/// install, when Go is missing.
+fn build_go_stm() -> (Scratch, std::path::PathBuf) {
     const GOCODE: &str = "/usr/share/gocode";
     let go_ok = std::process::Command::new("go")
         .arg("version")
@@ -449,7 +459,9 @@ fn build_go_stm() -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("stm-go-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("gopath")).expect("scratch directory");
-    let binary = dir.join("stminterop");
+    let dir = Scratch(dir);
+    let dir_path = &dir.0;
+    let binary = dir_path.join("stminterop");
     let out = std::process::Command::new("go")
         .args(["build", "-o"])
         .arg(&binary)
@@ -459,7 +471,7 @@ fn build_go_stm() -> std::path::PathBuf {
         .env("GOFLAGS", "")
         .env(
             "GOPATH",
-            format!("{}:{GOCODE}", dir.join("gopath").display()),
+            format!("{}:{GOCODE}", dir_path.join("gopath").display()),
         )
         .output()
         .expect("run go build");
@@ -468,12 +480,12 @@ fn build_go_stm() -> std::path::PathBuf {
         "go build of tests/stm_go failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    binary
+    (dir, binary)
 }
 
 #[test]
 fn go_and_rust_transactions_on_one_counter_add_up_exactly() {
-    let go = build_go_stm();
+    let (_scratch, go) = build_go_stm();
     let server = etcd();
     let endpoints = server.endpoints();
     let mut child = common::ChildGuard::spawn({
