@@ -523,20 +523,21 @@ fn go_and_rust_transactions_on_one_counter_add_up_exactly() {
             std::thread::spawn(move || {
                 let c = client(&endpoints);
                 let stm = c.stm_builder().isolation(isolation);
+                let mut attempts = 0u64;
                 for _ in 0..40 {
                     stm.run(|tx| {
+                        attempts += 1;
                         let n = number(tx, "shared")?;
                         tx.put("shared", (n + 1).to_string());
                         Ok::<_, Error>(())
                     })
                     .expect("commit");
                 }
+                attempts
             })
         })
         .collect();
-    for t in ours {
-        t.join().unwrap();
-    }
+    let ours: u64 = ours.into_iter().map(|t| t.join().unwrap()).sum();
     let done = lines.recv_timeout(Duration::from_secs(60));
     let done = done.expect("the Go program's result");
     assert!(done.starts_with("done commits=80 "), "Go: {done}");
@@ -544,4 +545,14 @@ fn go_and_rust_transactions_on_one_counter_add_up_exactly() {
     assert!(status.success(), "Go exited with {status}");
     let c = client(&endpoints);
     assert_eq!(value(&c, "shared").as_deref(), Some("160"), "Go: {done}");
+    let go: u64 = done
+        .rsplit("attempts=")
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("Go's attempts");
+    assert!(
+        ours + go > 160,
+        "no transaction conflicted ({ours} attempts here, {go} in Go), so the two sides \
+         never overlapped and this run proved nothing"
+    );
 }
