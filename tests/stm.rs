@@ -274,7 +274,7 @@ fn a_user_error_passes_through_at_once_and_commits_nothing() {
     let c = client(&server.endpoints());
     c.put("stock", "3").unwrap();
     let mut ran = 0;
-    let outcome: Result<(), AppError> = c.stm(|tx| {
+    let outcome: Result<(), AppError> = c.stm_builder().run(|tx| {
         ran += 1;
         let n = number(tx, "stock")?;
         tx.put("stock", "0");

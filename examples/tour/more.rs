@@ -229,7 +229,7 @@ pub fn stm(client: &Client) -> Res<()> {
                             .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
                             .unwrap_or(0);
                         tx.put("tour/stm-counter", (n + 1).to_string());
-                        Ok::<_, Error>(())
+                        Ok(())
                     })?;
                 }
                 Ok(attempts)

@@ -86,11 +86,15 @@ pub struct StmBuilder {
 impl Client {
     /// Runs `apply` as a software transaction with the default options
     /// ([`Isolation::SerializableSnapshot`], no bound on retries): the same as
-    /// `client.stm_builder().run(apply)`, which documents it.
+    /// `client.stm_builder().run(apply)`, which documents it, with this crate's [`Error`]
+    /// as the closure's error type (so `Ok(value)` needs no annotation). For an error type
+    /// of your own, which passes through unchanged, use
+    /// [`stm_builder`](Client::stm_builder)`().run(..)`.
     ///
     /// # Errors
     ///
-    /// As [`StmBuilder::run`].
+    /// As [`StmBuilder::run`], but for [`Error::Conflict`], which needs a bound on retries:
+    /// the closure's own error at once, a failed read, or the commit's failure.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -98,15 +102,14 @@ impl Client {
     /// let total = client.stm(|tx| {
     ///     let a: i64 = tx.get("a")?.and_then(|v| String::from_utf8(v).ok()?.parse().ok()).unwrap_or(0);
     ///     tx.put("b", (a * 2).to_string());
-    ///     Ok::<_, etcd_sync::Error>(a * 2)
+    ///     Ok(a * 2)
     /// })?;
     /// println!("wrote {total}");
     /// # Ok(()) }
     /// ```
-    pub fn stm<T, E, F>(&self, apply: F) -> Result<T, E>
+    pub fn stm<T, F>(&self, apply: F) -> Result<T, Error>
     where
-        F: FnMut(&mut StmTx<'_>) -> Result<T, E>,
-        E: From<Error>,
+        F: FnMut(&mut StmTx<'_>) -> Result<T, Error>,
     {
         self.stm_builder().run(apply)
     }

@@ -54,7 +54,7 @@ pub(super) enum Commit {
 ///     let to = balance(tx.get("accounts/bob")?);
 ///     tx.put("accounts/alice", (from - 10).to_string());
 ///     tx.put("accounts/bob", (to + 10).to_string());
-///     Ok::<_, etcd_sync::Error>(())
+///     Ok(())
 /// })?;
 /// # Ok(()) }
 /// ```
@@ -127,7 +127,7 @@ impl<'a> StmTx<'a> {
     ///         eprintln!("retrying after {} conflicts", tx.attempt());
     ///     }
     ///     tx.put("k", "v");
-    ///     Ok::<_, etcd_sync::Error>(())
+    ///     Ok(())
     /// })?;
     /// # Ok(()) }
     /// ```
@@ -143,7 +143,7 @@ impl<'a> StmTx<'a> {
     /// use etcd_sync::Isolation;
     /// client.stm(|tx| {
     ///     assert_eq!(tx.isolation(), Isolation::SerializableSnapshot); // the default
-    ///     Ok::<_, etcd_sync::Error>(())
+    ///     Ok(())
     /// })?;
     /// # Ok(()) }
     /// ```
@@ -177,7 +177,7 @@ impl<'a> StmTx<'a> {
     /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
     /// let mode = client.stm(|tx| {
     ///     let mode = tx.get("config/mode")?;
-    ///     Ok::<_, etcd_sync::Error>(mode.map(|v| String::from_utf8_lossy(&v).into_owned()))
+    ///     Ok(mode.map(|v| String::from_utf8_lossy(&v).into_owned()))
     /// })?;
     /// println!("{mode:?}");
     /// # Ok(()) }
@@ -223,7 +223,7 @@ impl<'a> StmTx<'a> {
     /// client.stm(|tx| {
     ///     let n: u64 = tx.get("counter")?.and_then(|v| String::from_utf8(v).ok()?.parse().ok()).unwrap_or(0);
     ///     tx.put("counter", (n + 1).to_string());
-    ///     Ok::<_, etcd_sync::Error>(())
+    ///     Ok(())
     /// })?;
     /// # Ok(()) }
     /// ```
@@ -244,7 +244,7 @@ impl<'a> StmTx<'a> {
     ///     if tx.get("workers/leader")?.is_none() {
     ///         tx.put_with_lease("workers/leader", "me", session.lease_id());
     ///     }
-    ///     Ok::<_, etcd_sync::Error>(())
+    ///     Ok(())
     /// })?;
     /// # Ok(()) }
     /// ```
@@ -271,7 +271,7 @@ impl<'a> StmTx<'a> {
     /// let job = client.stm(|tx| {
     ///     let job = tx.get("queue/1")?;
     ///     tx.delete("queue/1");
-    ///     Ok::<_, etcd_sync::Error>(job)
+    ///     Ok(job)
     /// })?;
     /// # let _ = job;
     /// # Ok(()) }
