@@ -24,6 +24,10 @@
 //! * A session is declared lost *before* etcd can expire its lease (see [`Session`]); guards
 //!   carry a fencing token and can make writes conditional on still holding the lock.
 //!
+//! * [`Client::stm`] runs a closure as a software transaction (Go's `concurrency.NewSTM`,
+//!   with its [`Isolation`] levels): one Txn commits its writes if what it read is
+//!   unchanged, else it runs again.
+//!
 //! * Notifications (a guard's [`lost()`](MutexGuard::lost), a session's
 //!   [`lost()`](Session::lost), an [`Observer`]'s [`receiver()`](Observer::receiver)) are
 //!   [`crossbeam_channel`] receivers, re-exported here, so they sit together in one
@@ -69,6 +73,8 @@ pub use recipes::mutex::{Mutex, MutexGuard};
 pub use recipes::observe::{LeaderEvent, Observer};
 pub use recipes::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use recipes::semaphore::{Permit, Semaphore};
+pub use recipes::stm::tx::StmTx;
+pub use recipes::stm::{Isolation, StmBuilder};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};
 pub use support::cancel::{CancelToken, WaitOptions};
 pub use support::error::code::Code;

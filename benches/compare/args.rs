@@ -74,6 +74,14 @@ struct Cli {
     #[arg(long, default_value_t = 1)]
     held_sessions: usize,
 
+    /// Workers of the STM rows (issue 30), each with its own client (at least 1)
+    #[arg(long, default_value_t = 4)]
+    stm_workers: usize,
+
+    /// Measured window of each STM row, in seconds
+    #[arg(long, default_value_t = 3)]
+    stm_secs: u64,
+
     /// Run only some phases, comma separated: uncontended, election, cost, floor (the
     /// handoff floor; also run before contended and scaling), contended, scaling, diagnose
     /// (a shorter contended run while sampling etcd's unsynced-watcher gauge), resources
@@ -82,7 +90,8 @@ struct Cli {
     /// and a read-write lock with 90 % reads beside a mutex, 16 contenders each), herd (256
     /// waiters on a semaphore and behind a write lock: who a release admits, its reads and
     /// the watch events etcd delivers), rows (the contender-count rows of --rows with the
-    /// semaphore and read-write lock rows; contended runs them too)
+    /// semaphore and read-write lock rows; contended runs them too), stm (transactions per
+    /// second with no conflict and with every worker on one key)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 
@@ -112,6 +121,8 @@ pub struct Args {
     pub floor_n: usize,
     pub held: usize,
     pub held_sessions: usize,
+    pub stm_workers: usize,
+    pub stm_time: Duration,
     pub only: Option<Vec<String>>,
     pub timeout: Duration,
     pub prefix: String,
@@ -162,6 +173,8 @@ impl Args {
             floor_n: cli.floor_n.max(1),
             held: cli.held.max(1),
             held_sessions: cli.held_sessions.clamp(1, cli.held.max(1)),
+            stm_workers: cli.stm_workers.max(1),
+            stm_time: Duration::from_secs(cli.stm_secs.max(1)),
             only: cli.only.as_deref().map(split_list),
             timeout: Duration::from_secs(cli.timeout_secs),
             prefix: cli

@@ -14,7 +14,8 @@
 //! [`handoff_floor`] (the handoff floor, measured before the handoff phases of the same
 //! run), [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`shared`] (g),
 //! [`herd`] (h), [`rows`] and [`readers`] (the contender-count rows of issue 28, with
-//! [`fleet`] connecting up to 1,024 contenders), [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
+//! [`fleet`] connecting up to 1,024 contenders), [`stm`] (software transactions per second,
+//! without and with conflicts), [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
 mod contended;
@@ -30,6 +31,7 @@ mod rows;
 mod scaling;
 mod shared;
 mod stats;
+mod stm;
 mod turns;
 mod uncontended;
 
@@ -222,6 +224,7 @@ fn main() {
     run("diagnose", wants("diagnose"), &contended::diagnose);
     run("shared", wants("shared"), &shared::shared);
     run("herd", wants("herd"), &herd::herd);
+    run("stm", wants("stm"), &stm::stm);
     run(
         "resources",
         wants("resources"),

@@ -43,7 +43,7 @@ var (
 	contenders = flag.Int("contenders", 8, "goroutines in the contended run, each with its own client and session")
 	total      = flag.Int("total", 2000, "acquisitions in the contended run")
 	campaigns  = flag.Int("campaigns", 500, "Campaign+Resign iterations")
-	only       = flag.String("only", "", "run only these phases (comma separated): uncontended,election,cost,contended,rows,rangecost (contended runs rows too)")
+	only       = flag.String("only", "", "run only these phases (comma separated): uncontended,election,cost,contended,rows,rangecost,stm (contended runs rows too)")
 	rowsFlag   = flag.String("rows", "8,64,256,1024", "contender counts of the rows (issue 28), comma separated; each contender has its own client and session; empty: none")
 	rowSecs    = flag.Int("row-secs", 20, "time bound of a row's warm-up, and again of its measured window, in seconds")
 	timeout    = flag.Duration("timeout", 2400*time.Second, "abort the whole run after this long")
@@ -690,7 +690,7 @@ func main() {
 	for _, phase := range []struct {
 		name string
 		run  func() error
-	}{{"uncontended", uncontended}, {"election", election}, {"cost", cost}, {"contended", contended}, {"rows", rows}, {"rangecost", rangeCost}} {
+	}{{"uncontended", uncontended}, {"election", election}, {"cost", cost}, {"contended", contended}, {"rows", rows}, {"rangecost", rangeCost}, {"stm", stmRows}} {
 		if len(wanted) > 0 && !wanted[phase.name] && !(phase.name == "rows" && wanted["contended"]) {
 			continue
 		}

@@ -152,6 +152,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     more::semaphore_and_rwlock(&client)?;
     more::status_and_cancel(&client)?;
     more::leader_loop(&client)?;
+    more::stm(&client)?;
 
     step("Losing a lease: freeze etcd and watch the guard's loss signal");
     let short = client

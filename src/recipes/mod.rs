@@ -3,7 +3,8 @@
 //! [`Observer`](observe::Observer) and [`LeaderLoop`](leader_loop::LeaderLoop), their
 //! guards (one generic [`Guard`](guard::Guard)), and the [`Status`](holder::Status) of a
 //! name. Each recipe is a thin layer over
-//! [`ownership`](crate::ownership).
+//! [`ownership`](crate::ownership), but software transactions ([`stm`]), which need no
+//! session and no line: only the client's reads and Txns.
 
 pub(crate) mod election;
 pub(crate) mod guard;
@@ -14,3 +15,4 @@ pub(crate) mod observe;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 pub(crate) mod status;
+pub(crate) mod stm;

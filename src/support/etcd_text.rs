@@ -28,6 +28,11 @@ pub(crate) const PERMISSION_DENIED: &str = "permission denied";
 pub(crate) const LEASE_NOT_FOUND: &str = "lease not found";
 /// gRPC (not etcd) refused a message above its size limit.
 pub(crate) const GRPC_TOO_LARGE: &str = "larger than max";
+/// A read at a revision that compaction has removed (code `OutOfRange`).
+pub(crate) const COMPACTED: &str = "required revision has been compacted";
+/// A read at a revision the member has not applied yet (code `OutOfRange`): a serializable
+/// read on a member behind the one that answered before.
+pub(crate) const FUTURE_REVISION: &str = "required revision is a future revision";
 
 /// Whether etcd refused the call before handling it, so sending it to another member
 /// cannot apply it twice, whatever the call is.
@@ -40,6 +45,16 @@ pub(crate) fn is_stale_token(message: &str) -> bool {
     message.contains(INVALID_AUTH_TOKEN)
         || message.contains(AUTH_REVISION_OLD)
         || message.contains(USER_NAME_EMPTY)
+}
+
+/// Whether etcd refused a read at a past revision because it was compacted.
+pub(crate) fn is_compacted(message: &str) -> bool {
+    message.contains(COMPACTED)
+}
+
+/// Whether the member refused a read at a revision it has not reached yet.
+pub(crate) fn is_future_revision(message: &str) -> bool {
+    message.contains(FUTURE_REVISION)
 }
 
 #[cfg(test)]
@@ -59,5 +74,11 @@ mod tests {
         assert!(is_stale_token("etcdserver: invalid auth token"));
         assert!(is_stale_token("etcdserver: revision of auth store is old"));
         assert!(!is_stale_token("etcdserver: permission denied"));
+        assert!(is_compacted(
+            "etcdserver: mvcc: required revision has been compacted"
+        ));
+        assert!(!is_compacted(
+            "etcdserver: mvcc: required revision is a future revision"
+        ));
     }
 }

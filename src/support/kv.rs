@@ -201,6 +201,9 @@ pub(crate) struct Range {
     pub(crate) keys_only: bool,
     /// Read the store as of this revision; 0: the newest.
     pub(crate) revision: i64,
+    /// Answered by the member asked, from its own store, without a round of consensus
+    /// (etcd's `serializable`): cheaper, and possibly behind the cluster.
+    pub(crate) serializable: bool,
 }
 
 impl Range {

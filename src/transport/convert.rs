@@ -35,6 +35,7 @@ pub(super) fn range_request(range: &Range) -> pb::RangeRequest {
         max_create_revision: range.max_create_revision,
         keys_only: range.keys_only,
         revision: range.revision,
+        serializable: range.serializable,
         ..Default::default()
     }
 }

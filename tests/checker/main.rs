@@ -9,7 +9,7 @@
 //! the request timeout, compactions (periodic, and explicit right before other faults),
 //! a member restarted after missing enough entries to be sent a snapshot, leader
 //! transfers, learners added, promoted and removed, and operator deletes of held and
-//! waiting keys.
+//! waiting keys. One more thread per child runs software transactions (`stm.rs`).
 //!
 //! Every guard logs its interval: from acquisition returning to the last instant
 //! `is_held()` / `is_leader()` confirmed it (on the machine-wide monotonic clock), its
@@ -44,6 +44,7 @@ mod common;
 mod deletion;
 mod liveness;
 mod nemesis;
+mod stm;
 mod workload;
 
 use analysis::{check_name, parse_logs};
@@ -166,6 +167,12 @@ fn checker_child() {
             threads.extend(spawned.ok());
         }
     }
+    // Software transactions on their own keys, through the same faults (`stm.rs`).
+    let (stm_client, stm_log) = (client.clone(), log_file.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("{}:stm", std::process::id()))
+        .spawn(move || stm::worker(&stm_client, &stm_log, deadline_ns, seed ^ 0x5743_0000));
+    threads.extend(spawned.ok());
     for t in threads {
         let _ = t.join();
     }
@@ -385,6 +392,8 @@ fn randomized_checker() {
         violations.push(format!("{} stale writes committed", totals.stale_accepted));
     }
     violations.extend(totals.slow_waits.iter().cloned());
+    let stm_totals = stm::parse(&dir, spawned);
+    violations.extend(stm::check(&c, &stm_totals));
     // SIGKILLed children leave keys until their lease expires (TTL 3 s): wait that out.
     for name in NAMES {
         let prefix = format!("{name}/");
@@ -441,6 +450,7 @@ fn randomized_checker() {
         live.slowest_loss_ms,
         liveness::LOSS_BOUND,
     );
+    println!("CHECKER stm: {stm_totals:?}");
     println!(
         "CHECKER seed={seed} safety_violations={} liveness_violations={}",
         violations.len(),
@@ -474,6 +484,10 @@ fn randomized_checker() {
             "seed {seed}: no acquisition of {mode}: {by_mode:?}"
         );
     }
+    assert!(
+        stm_totals.increments_ok > 0 && stm_totals.transfers_ok > 0,
+        "seed {seed}: too little STM progress: {stm_totals:?}"
+    );
     assert!(
         totals.stale_attempts > 0,
         "seed {seed}: no stale write was tried"

@@ -55,6 +55,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// * [`is_wait_timeout`](Error::is_wait_timeout): the time limit given to a wait ran out
 ///   (every blocking call with a limit reports it this way, `Observer::recv_timeout`
 ///   included); its documentation states the rule;
+/// * [`is_conflict`](Error::is_conflict): a software transaction gave up after its bound
+///   on retries ([`Conflict`](Error::Conflict));
 /// * [`is_timeout`](Error::is_timeout), [`is_connect`](Error::is_connect),
 ///   [`is_invalid_argument`](Error::is_invalid_argument): a limit ran out, no etcd could be
 ///   reached at connect time, or the input was refused (and retrying it cannot help).
@@ -200,6 +202,20 @@ pub enum Error {
     /// no key behind.
     #[error("the wait was cancelled")]
     Cancelled,
+
+    /// A software transaction ([`StmBuilder::run`](crate::StmBuilder::run),
+    /// [`Client::stm`](crate::Client::stm)) met a conflict on every attempt its retry bound
+    /// allowed ([`StmBuilder::max_retries`](crate::StmBuilder::max_retries)): other writers
+    /// kept changing what it read. Nothing of it was committed; running it again later may
+    /// succeed. [`is_conflict`](Error::is_conflict) asks for it.
+    #[error(
+        "transaction gave up after {attempts} attempts, each in conflict with another writer \
+         (the bound set with StmBuilder::max_retries); nothing was committed"
+    )]
+    Conflict {
+        /// How many times the closure ran and its commit failed (the bound plus one).
+        attempts: u32,
+    },
 
     /// etcd answered with an error status.
     #[error("etcd returned {code:?}: {message}")]

@@ -196,6 +196,22 @@ impl Error {
         matches!(self, Error::Cancelled)
     }
 
+    /// True for [`Conflict`](Error::Conflict): a software transaction
+    /// ([`StmBuilder::run`](crate::StmBuilder::run)) conflicted with other writers on every
+    /// attempt its [`max_retries`](crate::StmBuilder::max_retries) bound allowed, and gave
+    /// up with nothing committed. Not [`is_retryable`](Error::is_retryable), which is about
+    /// etcd's availability: whether to run the transaction again is the caller's choice.
+    ///
+    /// ```
+    /// use etcd_sync::Error;
+    /// assert!(Error::Conflict { attempts: 4 }.is_conflict());
+    /// assert!(!Error::Conflict { attempts: 4 }.is_retryable());
+    /// assert!(!Error::LockLost.is_conflict());
+    /// ```
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict { .. })
+    }
+
     /// The etcd endpoint the error belongs to, when it belongs to one: the member that
     /// did not answer or whose connection broke ([`Unavailable`](Error::Unavailable),
     /// [`Timeout`](Error::Timeout) of a request), or that refused our certificate

@@ -50,6 +50,7 @@ fn every_error() -> Vec<Error> {
         Error::InsideAsyncRuntime,
         Error::Authentication("etcdserver: authentication failed".into()),
         Error::Closed,
+        Error::Conflict { attempts: 3 },
     ];
     errors.extend(
         [
@@ -120,6 +121,14 @@ fn transient_keeps_its_narrower_meaning() {
     for e in every_error() {
         assert!(!e.is_transient() || e.is_retryable(), "{e:?}");
     }
+}
+
+#[test]
+fn conflict_is_only_a_transaction_giving_up() {
+    assert_eq!(
+        which(Error::is_conflict),
+        debug(&[Error::Conflict { attempts: 3 }])
+    );
 }
 
 #[test]
