@@ -6,13 +6,19 @@
 
 mod common;
 
-use etcd_sync::testing::sim::{SimCluster, transcript};
+use etcd_sync::testing::EtcdCluster;
+use etcd_sync::testing::sim::{PROGRESS_INTERVAL, SimCluster, transcript};
 
 #[test]
 fn the_simulated_cluster_answers_the_script_as_real_etcd_does() {
-    let etcd = common::etcd();
+    // Both send timed progress notifications as often (the script waits for one).
+    let etcd = EtcdCluster::builder(1)
+        .watch_progress_notify_interval(PROGRESS_INTERVAL)
+        .start()
+        .expect("a real etcd");
     let real = transcript(&etcd.endpoint()).expect("the script runs against real etcd");
     let cluster = SimCluster::start(1).expect("a simulated cluster");
+    cluster.set_progress_interval(Some(PROGRESS_INTERVAL));
     let simulated =
         transcript(&cluster.endpoints()[0]).expect("the script runs against the simulation");
     let differences: Vec<String> = real
@@ -36,4 +42,11 @@ fn the_simulated_cluster_answers_the_script_as_real_etcd_does() {
     // The script covers what it says: a catch-up, a compaction answer, refusals.
     let has = |text: &str| real.iter().any(|line| line.contains(text));
     assert!(has("compact") && has("refused OutOfRange") && has("catch-up"));
+    assert!(
+        has(
+            "progress after a write outside p/: id 30 created false events so far 0 \
+             rev is the last write's true"
+        ),
+        "a progress notification"
+    );
 }

@@ -86,6 +86,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     let started = Instant::now();
     let (mut schedules, mut virtual_time, mut acquisitions) = (0u64, Duration::ZERO, 0u64);
     let mut compacted_watchers = 0;
+    let mut progress_notifications = 0;
     let mut failed = Vec::new();
     let mut faults = std::collections::BTreeMap::new();
     while started.elapsed() < Duration::from_secs(secs) {
@@ -95,6 +96,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
         virtual_time += outcome.virtual_time;
         acquisitions += outcome.acquisitions;
         compacted_watchers += outcome.compacted_watchers;
+        progress_notifications += outcome.progress_notifications;
         for (kind, n) in &outcome.faults {
             *faults.entry(*kind).or_insert(0u64) += n;
         }
@@ -106,7 +108,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     println!(
         "{schedules} schedules ({per_minute:.0} per minute), {acquisitions} acquisitions, \
          {:.1} s of virtual time per schedule, {compacted_watchers} watchers resumed from \
-         compacted history, faults {faults:?}",
+         compacted history, {progress_notifications} progress notifications, faults {faults:?}",
         virtual_time.as_secs_f64() / schedules.max(1) as f64
     );
     assert!(
@@ -116,6 +118,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     assert!(acquisitions > schedules, "the schedules did acquire");
     assert!(faults.len() >= 9, "every kind of fault ran: {faults:?}");
     assert!(compacted_watchers > 0, "some watchers met compaction");
+    assert!(progress_notifications > 0, "some watchers got progress notifications");
 }
 
 /// Seeds that found defects, pinned (each failed before its fix):

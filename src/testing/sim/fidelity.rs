@@ -21,6 +21,15 @@ use pb::request_op::Request as Op;
 /// How long a watch stream must stay silent for its answers so far to be written down.
 const QUIET: Duration = Duration::from_millis(250);
 
+/// How often the server the [`transcript`] runs against must send watch progress
+/// notifications (a real etcd: `watch_progress_notify_interval`; a simulated one:
+/// `set_progress_interval`).
+///
+/// ```
+/// assert!(etcd_sync::testing::sim::PROGRESS_INTERVAL.as_millis() > 0);
+/// ```
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(300);
+
 /// Runs the script against `endpoint` (a fresh server: the transcript names revisions as
 /// they are) and returns its transcript.
 ///
@@ -213,6 +222,7 @@ impl Script {
         self.kv_script().await;
         self.lease_script().await?;
         self.watch_script().await?;
+        self.progress_script().await?;
         self.compaction_script().await?;
         let status = MaintenanceClient::new(self.channel.clone())
             .status(pb::StatusRequest {})

@@ -30,6 +30,7 @@
 
 mod fidelity;
 mod leases;
+mod loops;
 mod run;
 mod serve;
 mod services;
@@ -41,7 +42,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::AbortHandle;
 
-pub use fidelity::transcript;
+pub use fidelity::{PROGRESS_INTERVAL, transcript};
 pub use run::{LOSS_BOUND, Mutation, Outcome, RunConfig, run, sleep};
 
 use crate::transport::memory;
@@ -143,6 +144,7 @@ impl SimCluster {
                 raft_term: 2,
                 unsynced_every: 0,
                 from_now: 0,
+                progress_interval: None,
             }),
             cluster_id: 0xcdf8_1819_4e3a_8c32 ^ number,
             version: SIMULATED_VERSION.to_string(),
@@ -152,8 +154,9 @@ impl SimCluster {
             .map(|i| format!("http://m{i}.c{number}.sim.invalid:2379"))
             .collect();
         let background = vec![
-            handle.spawn(sync_loop(shared.clone())).abort_handle(),
-            handle.spawn(expiry_loop(shared.clone())).abort_handle(),
+            handle.spawn(loops::sync(shared.clone())).abort_handle(),
+            handle.spawn(loops::expiry(shared.clone())).abort_handle(),
+            handle.spawn(loops::progress(shared.clone())).abort_handle(),
         ];
         let cluster = SimCluster {
             shared,
@@ -419,6 +422,20 @@ impl SimCluster {
         self.shared.lock().unsynced_every = n;
     }
 
+    /// Makes every member send timed progress notifications this often to the watchers
+    /// that ask for them (etcd's `--experimental-watch-progress-notify-interval`; `None`,
+    /// the start: never within a run, as etcd's 10 minutes).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// cluster.set_progress_interval(Some(std::time::Duration::from_millis(500)));
+    /// # Ok(()) }
+    /// ```
+    pub fn set_progress_interval(&self, interval: Option<std::time::Duration>) {
+        self.shared.lock().progress_interval = interval;
+    }
+
     /// How many watchers the members serve, and how many of them are unsynced.
     ///
     /// ```
@@ -441,6 +458,18 @@ impl SimCluster {
     /// ```
     pub fn compacted_watchers(&self) -> u64 {
         self.shared.lock().watchers.compacted
+    }
+
+    /// How many progress notifications the members sent.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// assert_eq!(cluster.progress_notifications(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn progress_notifications(&self) -> u64 {
+        self.shared.lock().watchers.progress_sent
     }
 
     fn member(&self, i: usize, change: impl FnOnce(&mut MemberState)) {
@@ -509,32 +538,4 @@ fn keys_under(state: &State, prefix: &str) -> Vec<(String, i64)> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Unsynced watchers catch up every [`watchers::SYNC_INTERVAL`].
-async fn sync_loop(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(watchers::SYNC_INTERVAL);
-    loop {
-        tick.tick().await;
-        let mut state = shared.lock();
-        let State {
-            store, watchers, ..
-        } = &mut *state;
-        watchers.sync(store);
-    }
-}
-
-/// The leader revokes expired leases every [`leases::EXPIRY_CHECK`].
-async fn expiry_loop(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(leases::EXPIRY_CHECK);
-    loop {
-        tick.tick().await;
-        let mut state = shared.lock();
-        if state.leader.is_none() {
-            continue;
-        }
-        for id in state.leases.expired(tokio::time::Instant::now()) {
-            services::revoke(&mut state, id);
-        }
-    }
 }

@@ -118,6 +118,8 @@ pub struct Outcome {
     /// Watchers of the processes' clients that were told their resume revision was
     /// compacted.
     pub compacted_watchers: u64,
+    /// Progress notifications the cluster sent to the processes' watchers.
+    pub progress_notifications: u64,
 }
 
 /// splitmix64: small, fast, and the same everywhere.
@@ -296,6 +298,15 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             calm_since: Mutex::new(Some(Instant::now())),
             deleted_at: Mutex::new(None),
         });
+        // A third of the runs have etcd send progress notifications (production clusters
+        // that set the interval, as Kubernetes asks): a quiet watcher's resume revision
+        // then moves on without events. Drawn apart from the workload's choices.
+        let mut cluster_rng = Rng(config.seed ^ 0x0070_7267);
+        if cluster_rng.below(3) == 0 {
+            world
+                .cluster
+                .set_progress_interval(Some(cluster_rng.millis(200, 2000)));
+        }
         let mut rng = Rng(config.seed);
         for p in 0..config.processes {
             let world = world.clone();
@@ -340,6 +351,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
         let mut log = world.log();
         log.outcome.virtual_time = Instant::now().duration_since(world.start);
         log.outcome.compacted_watchers = world.cluster.compacted_watchers();
+        log.outcome.progress_notifications = world.cluster.progress_notifications();
         let outcome = std::mem::take(&mut log.outcome);
         Ok::<Outcome, std::io::Error>(outcome)
     })?;

@@ -47,6 +47,8 @@ pub(crate) struct State {
     /// write lands while it registers one.
     pub(crate) unsynced_every: u64,
     pub(crate) from_now: u64,
+    /// How often watchers that ask for them get progress notifications (`None`: never).
+    pub(crate) progress_interval: Option<std::time::Duration>,
 }
 
 /// What every member shares.

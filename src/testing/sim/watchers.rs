@@ -33,6 +33,9 @@ struct Watcher {
     /// The first revision this watcher has not been sent yet.
     next: i64,
     synced: bool,
+    /// Asked for timed progress notifications: `Some(due)`, where `due` says no events
+    /// went out since the last tick (etcd's `progress` map in `v3rpc/watch.go`).
+    progress: Option<bool>,
 }
 
 impl Watcher {
@@ -41,6 +44,13 @@ impl Watcher {
             None => key == self.key,
             Some(end) if end.is_empty() => key >= self.key.as_slice(),
             Some(end) => key >= self.key.as_slice() && key < end.as_slice(),
+        }
+    }
+
+    /// Events went out: the next progress notification is elided.
+    fn sent_events(&mut self) {
+        if let Some(due) = &mut self.progress {
+            *due = false;
         }
     }
 
@@ -80,6 +90,8 @@ pub(crate) struct Watchers {
     next_stream: u64,
     /// Compaction answers sent (watchers whose start was compacted).
     pub(crate) compacted: u64,
+    /// Progress notifications sent.
+    pub(crate) progress_sent: u64,
 }
 
 fn answer(revision: i64, watch_id: i64) -> Answer {
@@ -188,6 +200,7 @@ impl Watchers {
                 prev_kv: req.prev_kv,
                 next: if synced { start } else { start.min(now + 1) },
                 synced,
+                progress: req.progress_notify.then_some(true),
             },
         );
         let mut a = answer(now, id);
@@ -216,6 +229,7 @@ impl Watchers {
                 let events = w.select(changes);
                 w.next = revision + 1;
                 if !events.is_empty() {
+                    w.sent_events();
                     let mut a = answer(revision, *id);
                     a.events = events;
                     let _ = s.out.send(a);
@@ -251,6 +265,7 @@ impl Watchers {
                         w.next = now + 1;
                         w.synced = true;
                         if !events.is_empty() {
+                            w.sent_events();
                             let mut a = answer(now, *id);
                             a.events = events;
                             let _ = s.out.send(a);
@@ -260,6 +275,24 @@ impl Watchers {
             }
             for id in compacted {
                 s.watchers.remove(&id);
+            }
+        }
+    }
+
+    /// One tick of etcd's progress notifications: each synced watcher that asked for them
+    /// and got no events since the last tick gets an answer with no events, its header the
+    /// store's revision (etcd 3.4's `sendLoop` and `progressIfSync`).
+    pub(crate) fn progress(&mut self, store: &Store) {
+        let now = store.revision();
+        for s in self.streams.values_mut() {
+            for (id, w) in &mut s.watchers {
+                if let Some(due) = &mut w.progress {
+                    if *due && w.synced {
+                        let _ = s.out.send(answer(now, *id));
+                        self.progress_sent += 1;
+                    }
+                    *due = true;
+                }
             }
         }
     }

@@ -5,7 +5,7 @@
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::{QUIET, Script, kv, other, prefix, refused, revision};
+use super::{PROGRESS_INTERVAL, QUIET, Script, kv, other, prefix, refused, revision};
 use crate::transport::generated::etcdserverpb as pb;
 use crate::transport::generated::mvccpb;
 use pb::kv_client::KvClient;
@@ -181,6 +181,64 @@ impl Script {
         self.answers("create on every key", &mut answers).await?;
         self.put("w/3").await?;
         self.answers("put w/3", &mut answers).await?;
+        Ok(())
+    }
+
+    /// Timed progress notifications (the server sends them every [`PROGRESS_INTERVAL`]):
+    /// a quiet watcher that asked for them gets an answer with no events, its header the
+    /// store's revision; events come as before.
+    pub(super) async fn progress_script(&mut self) -> std::io::Result<()> {
+        let (send, mut answers) = self.open().await?;
+        let p_end = prefix("p/").range_end;
+        let mut with_progress = create(30, "p/", &p_end, 0, false, false);
+        if let Some(RequestUnion::CreateRequest(create)) = &mut with_progress.request_union {
+            create.progress_notify = true;
+        }
+        let _ = send.send(with_progress);
+        // Exactly one answer (a notification may follow it at any moment).
+        let line = match tokio::time::timeout(QUIET * 4, answers.message()).await {
+            Ok(Ok(Some(a))) => format!("id {} created {}", a.watch_id, a.created),
+            Ok(Ok(None)) => "the stream ended".into(),
+            Ok(Err(status)) => refused(&status),
+            Err(_) => "nothing".into(),
+        };
+        self.note(format!("create 30 on p/ with progress notifications: {line}"));
+        let outside = self.put("q/1").await?;
+        // Notifications come on the server's ticker: read until one has the write's
+        // revision. None of them has events.
+        let wait = PROGRESS_INTERVAL * 4;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut events = 0;
+        let line = loop {
+            match tokio::time::timeout_at(deadline, answers.message()).await {
+                Ok(Ok(Some(a))) => {
+                    events += a.events.len();
+                    if revision(&a.header) >= outside {
+                        break format!(
+                            "id {} created {} events so far {events} rev is the last write's {}",
+                            a.watch_id,
+                            a.created,
+                            revision(&a.header) == outside
+                        );
+                    }
+                }
+                Ok(Ok(None)) => break "the stream ended".into(),
+                Ok(Err(status)) => break refused(&status),
+                Err(_) => break format!("nothing within {wait:?}"),
+            }
+        };
+        self.note(format!("progress after a write outside p/: {line}"));
+        self.put("p/1").await?;
+        let line = match tokio::time::timeout(wait, answers.message()).await {
+            Ok(Ok(Some(a))) => {
+                let events: Vec<String> = a.events.iter().map(event).collect();
+                format!("id {} {events:?}", a.watch_id)
+            }
+            Ok(Ok(None)) => "the stream ended".into(),
+            Ok(Err(status)) => refused(&status),
+            Err(_) => format!("nothing within {wait:?}"),
+        };
+        self.note(format!("put p/1: {line}"));
         Ok(())
     }
 
