@@ -198,7 +198,11 @@ fn a_resumed_session_removes_its_own_leftover_writer_key() {
         .unwrap()
         .read_timeout(Duration::from_secs(5))
         .expect("the read holds once our leftover writer key is gone");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(
         keys(&c, "leftover/"),
         vec![format!("leftover/{lease:x}.shared")],

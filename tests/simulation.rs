@@ -118,7 +118,10 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     assert!(acquisitions > schedules, "the schedules did acquire");
     assert!(faults.len() >= 9, "every kind of fault ran: {faults:?}");
     assert!(compacted_watchers > 0, "some watchers met compaction");
-    assert!(progress_notifications > 0, "some watchers got progress notifications");
+    assert!(
+        progress_notifications > 0,
+        "some watchers got progress notifications"
+    );
 }
 
 /// Seeds that found defects, pinned (each failed before its fix):

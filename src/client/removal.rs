@@ -53,7 +53,9 @@ pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bo
     let Owned::Revision(rev) = owned;
     #[cfg(feature = "simulation")]
     if crate::support::mutation::active(crate::support::mutation::Mutation::UnguardedRelease) {
-        let resp = rpc.txn(&Txn::new().and_then([TxnOp::delete(key)]), Retry::Safe).await?;
+        let resp = rpc
+            .txn(&Txn::new().and_then([TxnOp::delete(key)]), Retry::Safe)
+            .await?;
         let deleted = matches!(
             resp.responses.first(),
             Some(crate::support::kv::TxnOpResponse::Delete { deleted }) if *deleted > 0

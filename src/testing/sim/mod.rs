@@ -29,6 +29,7 @@
 //! ```
 
 mod fidelity;
+mod lag;
 mod leases;
 mod loops;
 mod run;
@@ -138,6 +139,7 @@ impl SimCluster {
                         learner: false,
                         swallow_writes: false,
                         late_writes: None,
+                        lag: None,
                     })
                     .collect(),
                 leader: Some(0),
@@ -145,6 +147,7 @@ impl SimCluster {
                 unsynced_every: 0,
                 from_now: 0,
                 progress_interval: None,
+                applied: lag::Applied::default(),
             }),
             cluster_id: 0xcdf8_1819_4e3a_8c32 ^ number,
             version: SIMULATED_VERSION.to_string(),
@@ -420,6 +423,23 @@ impl SimCluster {
     /// ```
     pub fn set_unsynced_every(&self, n: u64) {
         self.shared.lock().unsynced_every = n;
+    }
+
+    /// Puts member `i` behind the leader by `lag` (`None`: caught up again): it serves
+    /// every request that much later, its watchers' events come that much late, and its
+    /// serializable reads see the store as it was then.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(3)?;
+    /// cluster.set_lag(1, Some(std::time::Duration::from_millis(300)));
+    /// cluster.set_lag(1, None);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_lag(&self, i: usize, lag: Option<std::time::Duration>) {
+        if let Some(member) = self.shared.lock().members.get_mut(i) {
+            member.lag = lag;
+        }
     }
 
     /// Makes every member send timed progress notifications this often to the watchers

@@ -342,7 +342,10 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             for name in process::Kind::NAMES {
                 let left = world.cluster.keys(&format!("{name}/"));
                 if !left.is_empty() {
-                    world.violation("run", format!("left behind after every session ended: {left:?}"));
+                    world.violation(
+                        "run",
+                        format!("left behind after every session ended: {left:?}"),
+                    );
                 }
             }
         }

@@ -31,6 +31,9 @@ pub(crate) struct MemberState {
     /// Applies writes this long after they arrive, and never answers them: the client
     /// times out and retries elsewhere first (a member that had the proposal in its log).
     pub(crate) late_writes: Option<std::time::Duration>,
+    /// Behind the leader by this much (see `lag.rs`): its answers and events come that
+    /// much late, and its serializable reads see the store as it was.
+    pub(crate) lag: Option<std::time::Duration>,
 }
 
 /// The cluster's state: the replicated store and leases, the watchers of every member's
@@ -49,6 +52,8 @@ pub(crate) struct State {
     pub(crate) from_now: u64,
     /// How often watchers that ask for them get progress notifications (`None`: never).
     pub(crate) progress_interval: Option<std::time::Duration>,
+    /// When recent revisions were applied (for the serializable reads of a member behind).
+    pub(crate) applied: super::lag::Applied,
 }
 
 /// What every member shares.
@@ -89,8 +94,22 @@ impl Member {
         }
     }
 
-    /// Waits while the member is frozen, then refuses as etcd would, if it would.
+    /// This member's lag, if it is behind.
+    fn lag(&self) -> Option<std::time::Duration> {
+        self.shared
+            .lock()
+            .members
+            .get(self.index)
+            .and_then(|m| m.lag)
+    }
+
+    /// Waits while the member is frozen, then refuses as etcd would, if it would. A member
+    /// that is behind takes its lag first (it serves a request once it has applied what
+    /// the cluster had committed when it came).
     async fn admit(&self) -> Result<(), Status> {
+        if let Some(lag) = self.lag() {
+            tokio::time::sleep(lag).await;
+        }
         loop {
             let thawed = self.shared.thawed.notified();
             {
@@ -155,6 +174,8 @@ impl Member {
             .txn(req, &|id| leases.exists(id))
             .map_err(|r| r.status())?;
         watchers.notify(&changes, store.revision());
+        let revision = state.store.revision();
+        state.applied.record(revision);
         resp.header = Some(self.header(&state, state.store.revision()));
         Ok(resp)
     }
@@ -176,6 +197,8 @@ pub(crate) fn revoke(state: &mut State, id: i64) -> bool {
     let keys = state.store.keys_of_lease(id);
     let changes = state.store.delete_keys(&keys);
     state.watchers.notify(&changes, state.store.revision());
+    let revision = state.store.revision();
+    state.applied.record(revision);
     true
 }
 
@@ -189,13 +212,20 @@ impl pb::kv_server::Kv for Member {
         &self,
         request: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
+        let lag = self.lag();
         self.admit().await?;
         let state = self.shared.lock();
-        let mut resp = state
-            .store
-            .range(request.get_ref())
-            .map_err(|r| r.status())?;
-        resp.header = Some(self.header(&state, state.store.revision()));
+        let req = request.get_ref();
+        // A serializable read is served from this member's own store: behind the
+        // cluster's by its lag.
+        let now = match lag {
+            Some(lag) if req.serializable => state
+                .applied
+                .revision_at(tokio::time::Instant::now() - lag, state.store.revision()),
+            _ => state.store.revision(),
+        };
+        let mut resp = state.store.range_at(req, now).map_err(|r| r.status())?;
+        resp.header = Some(self.header(&state, now));
         Ok(Response::new(resp))
     }
 
@@ -303,6 +333,7 @@ impl pb::watch_server::Watch for Member {
             }
             member.shared.lock().watchers.close(stream);
         });
+        let answers = super::lag::delayed(self.shared.clone(), self.index, answers);
         let member = self.clone();
         let answers = UnboundedReceiverStream::new(answers).map(move |mut answer| {
             let state = member.shared.lock();

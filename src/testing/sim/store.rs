@@ -146,7 +146,11 @@ impl Store {
 
     /// A Range, read at `req.revision` (0: newest), as of store revision `now` (inside a
     /// transaction with writes: the revision it is making).
-    fn range_at(&self, req: &pb::RangeRequest, now: i64) -> Result<pb::RangeResponse, Refusal> {
+    pub(crate) fn range_at(
+        &self,
+        req: &pb::RangeRequest,
+        now: i64,
+    ) -> Result<pb::RangeResponse, Refusal> {
         let at = if req.revision <= 0 { now } else { req.revision };
         if at > now {
             return Err(Refusal::FUTURE_REV);
@@ -596,7 +600,12 @@ mod tests;
 fn log_changes(changes: &[Change]) {
     for change in changes {
         let deleted = change.event.r#type == mvccpb::event::EventType::Delete as i32;
-        let key = change.event.kv.as_ref().map(|kv| kv.key.as_slice()).unwrap_or_default();
+        let key = change
+            .event
+            .kv
+            .as_ref()
+            .map(|kv| kv.key.as_slice())
+            .unwrap_or_default();
         tracing::debug!(
             target: "etcd_sync::sim::store",
             rev = change.rev,

@@ -202,7 +202,9 @@ impl Script {
             Ok(Err(status)) => refused(&status),
             Err(_) => "nothing".into(),
         };
-        self.note(format!("create 30 on p/ with progress notifications: {line}"));
+        self.note(format!(
+            "create 30 on p/ with progress notifications: {line}"
+        ));
         let outside = self.put("q/1").await?;
         // Notifications come on the server's ticker: read until one has the write's
         // revision. None of them has events.

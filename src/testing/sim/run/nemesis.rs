@@ -12,7 +12,7 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
         let member = rng.below(members) as usize;
         world.calm(false);
         let pause = rng.millis(100, 1500);
-        let fault = match rng.below(12) {
+        let fault = match rng.below(13) {
             9 => {
                 world.cluster.set_learner(member, true);
                 tokio::time::sleep(pause).await;
@@ -119,6 +119,15 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                     world.deleted();
                 }
                 "holder's lease revoked"
+            }
+            12 => {
+                // A follower behind the leader: late answers and events, and old
+                // serializable reads. Short of the loss bound, so that a guard on it still
+                // hears of its key's deletion within the bound once the fault is over.
+                world.cluster.set_lag(member, Some(rng.millis(100, 700)));
+                tokio::time::sleep(pause * 2).await;
+                world.cluster.set_lag(member, None);
+                "lagging member"
             }
             _ => {
                 world.cluster.set_unsynced_every(rng.below(4));

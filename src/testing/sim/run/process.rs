@@ -320,12 +320,18 @@ fn take_and_hold(
             hold(world, (me, p), (what, guard, session), rng);
         }
         Kind::Read => {
-            let guard = session.rwlock(name)?.lock_delay(delay)?.read_with(options)?;
+            let guard = session
+                .rwlock(name)?
+                .lock_delay(delay)?
+                .read_with(options)?;
             got(world);
             hold(world, (me, p), (what, guard, session), rng);
         }
         Kind::Write => {
-            let guard = session.rwlock(name)?.lock_delay(delay)?.write_with(options)?;
+            let guard = session
+                .rwlock(name)?
+                .lock_delay(delay)?
+                .write_with(options)?;
             got(world);
             hold(world, (me, p), (what, guard, session), rng);
         }
@@ -521,6 +527,9 @@ fn close_under<K: GuardKind>(
         world.violation(me, format!("{key} still held after its session closed"));
     }
     if closed.is_ok() && present(world, name, key, token) {
-        world.violation(me, format!("{key} still in the store after its session closed"));
+        world.violation(
+            me,
+            format!("{key} still in the store after its session closed"),
+        );
     }
 }
