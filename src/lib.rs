@@ -62,11 +62,14 @@ pub use client::builder::{
 pub use crossbeam_channel;
 pub use line::mode::MAX_PERMITS;
 pub use ownership::MAX_LOCK_DELAY;
+pub use recipes::barrier::Barrier;
+pub use recipes::double_barrier::DoubleBarrier;
 pub use recipes::election::{Election, Leadership};
 pub use recipes::guard::{
     Guard, GuardKind, LeaderKind, MutexKind, PermitKind, ReadKind, WriteKind,
 };
 pub use recipes::holder::{Holder, KeyMode, Status};
+pub use recipes::latch::CountDownLatch;
 pub use recipes::leader_loop::health::{LoopHealth, LoopState, TermEnd};
 pub use recipes::leader_loop::{DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop};
 pub use recipes::mutex::{Mutex, MutexGuard};

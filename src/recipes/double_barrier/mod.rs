@@ -1,0 +1,555 @@
+//! A double barrier: `count` participants enter together and leave together (ZooKeeper's
+//! double-barrier recipe, Curator's `DistributedDoubleBarrier`, etcd's Go
+//! `recipe.DoubleBarrier`, without its races). Each participant is a key under its
+//! session's lease, so a participant whose session dies is counted out.
+//!
+//! # Key layout (under `<name>/`)
+//!
+//! * `<name>/<lease hex>`: a participant, one per session, bound to its lease. Its value is
+//!   empty while it waits to enter, and the *round* it entered with once it has (a
+//!   revision, in decimal: its stamp).
+//! * `<name>/ready`: the round that filled, in decimal, bound to the lease of the
+//!   participant that saw it fill.
+//!
+//! A **round** is named by the create revision of its `count`-th oldest participant: when
+//! `count` participant keys exist at once and nobody has said a round filled, the
+//! `count` oldest of them make one (a newer one waits for the next). The first of them to
+//! see it creates the ready key and stamps its own key, in one Txn (only if there is no
+//! ready key); each of the others, seeing the ready key or any stamp, stamps its own key
+//! and returns from `enter`. A participant whose key is older than a round someone named is
+//! in it; a newer one waits until nobody of that round is left. Leaving removes one's key
+//! and waits until no participant key as old as the round is left (create revisions only
+//! grow, so the newcomers of the next round never hold anyone up); the ready key is removed
+//! once its round has left, by a leaver or by the next participant to find it.
+//!
+//! Why stamps as well as the ready key: the ready key goes with its writer's lease, and a
+//! stamp keeps the round known to a participant that had not yet seen it. Why the ready key
+//! as well as stamps: it makes the first decision one Txn that others cannot race. Nothing
+//! is left once every participant has left or its session ended.
+
+mod round;
+mod steps;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::{Mutex as TurnMutex, OwnedMutexGuard};
+
+// `Error` names the variants in the docs' `# Errors` links.
+#[allow(unused_imports)]
+use crate::support::error::Error;
+
+use crate::client::follow::Follow;
+use crate::client::removal::{self, Owned};
+use crate::ownership::{self, Wait};
+use crate::recipes::double_barrier::round::READY;
+use crate::recipes::double_barrier::steps::Place;
+use crate::recipes::gone::checked_key;
+use crate::session::Session;
+use crate::support::cancel::WaitOptions;
+use crate::support::error::Result;
+use crate::support::error::operation::Operation;
+use crate::support::error::try_lock::TryLockError;
+use crate::support::kv::{LeaseHex, text};
+
+/// `count` participants [`enter`](DoubleBarrier::enter) together and
+/// [`leave`](DoubleBarrier::leave) together, each through its own [`Session`].
+///
+/// `enter` returns once `count` participants, this one included, were in the barrier at
+/// the same time; `leave` returns once every participant it entered with has left. A
+/// participant whose session ends (closed, expired, revoked) is counted out at once: its
+/// key goes with its lease, so the others are not held up by it, neither while entering
+/// (the round fills without it) nor while leaving. A participant that comes when a round
+/// has filled waits for the next one, after everyone of that round has left.
+///
+/// Keys (under `<name>/`, see the guide `docs/barriers.md`): `<name>/<lease hex>` per
+/// participant, bound to its lease, and `<name>/ready`, bound to the lease of the
+/// participant that saw the round fill. Waits follow the keys on the client's one watch
+/// stream (no polling), and ride out compaction and failover as every wait of this crate
+/// does. Every participant must use the same `count`. These keys are not those of Go's
+/// `recipe.DoubleBarrier` (`<name>/waiters/...`), so the two never mix.
+///
+/// One participant per session and name: a second `DoubleBarrier` of the same session and
+/// name waits in `enter` until the first has left. Dropping a `DoubleBarrier` that entered
+/// and did not leave removes its key in the background (the others then count it out).
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> etcd_sync::Result<()> {
+/// let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+/// let session = client.session()?;
+/// let barrier = session.double_barrier("reindex/round", 3)?;
+/// barrier.enter()?; // returns once 3 participants are in
+/// // ... the work all 3 do together ...
+/// barrier.leave()?; // returns once all 3 have left (or are gone)
+/// # Ok(()) }
+/// ```
+pub struct DoubleBarrier {
+    session: Session,
+    name: Vec<u8>,
+    prefix: Vec<u8>,
+    key: Vec<u8>,
+    ready: Vec<u8>,
+    count: usize,
+    /// Owned from `enter` to the end of `leave` (and by a sweep or a removal meanwhile):
+    /// one participant per session and name at a time.
+    turn: Arc<TurnMutex<()>>,
+    entered: StdMutex<Option<Entered>>,
+}
+
+/// A participant that entered: its key's create revision, its round, and the turn.
+struct Entered {
+    created: i64,
+    round: i64,
+    turn: OwnedMutexGuard<()>,
+}
+
+/// The turns of every session and name in this process (kept apart from the handles: a
+/// removal in the background may own a turn after its `DoubleBarrier` is gone).
+static TURNS: StdMutex<Turns> = StdMutex::new(BTreeMap::new());
+
+/// Turns by session serial and name.
+type Turns = BTreeMap<(u64, Vec<u8>), Weak<TurnMutex<()>>>;
+
+fn turn_of(session: &Session, name: &[u8]) -> Arc<TurnMutex<()>> {
+    let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+    let id = (session.lease().serial(), name.to_vec());
+    if let Some(turn) = turns.get(&id).and_then(Weak::upgrade) {
+        return turn;
+    }
+    turns.retain(|_, turn| turn.strong_count() > 0);
+    let turn = Arc::new(TurnMutex::new(()));
+    turns.insert(id, Arc::downgrade(&turn));
+    turn
+}
+
+impl std::fmt::Debug for DoubleBarrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DoubleBarrier")
+            .field("key", &text(&self.key))
+            .field("count", &self.count)
+            .field("entered", &self.is_entered())
+            .finish()
+    }
+}
+
+impl Session {
+    /// A double barrier named `name` for `count` participants, this session being one of
+    /// them. No request is sent until [`enter`](DoubleBarrier::enter).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `name` is empty or longer than 4096 bytes, or `count`
+    /// is zero.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let barrier = session.double_barrier("load-test/start", 10)?;
+    /// assert!(session.double_barrier("x", 0).is_err()); // InvalidArgument
+    /// # let _ = barrier;
+    /// # Ok(()) }
+    /// ```
+    pub fn double_barrier(&self, name: impl AsRef<[u8]>, count: usize) -> Result<DoubleBarrier> {
+        let name = checked_key(name.as_ref(), "double barrier")?;
+        if count == 0 {
+            return Err(Error::InvalidArgument(
+                "a double barrier needs at least 1 participant".into(),
+            ));
+        }
+        let mut prefix = name.clone();
+        prefix.push(b'/');
+        let mut key = prefix.clone();
+        key.extend_from_slice(LeaseHex(self.lease_id()).to_string().as_bytes());
+        let ready = [prefix.as_slice(), READY].concat();
+        Ok(DoubleBarrier {
+            turn: turn_of(self, &name),
+            session: self.clone(),
+            name,
+            prefix,
+            key,
+            ready,
+            count,
+            entered: StdMutex::new(None),
+        })
+    }
+}
+
+impl DoubleBarrier {
+    /// The barrier's name.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert_eq!(session.double_barrier("b", 2)?.name(), b"b");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// How many participants enter together.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// assert_eq!(session.double_barrier("b", 2)?.count(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The session this participant's key is bound to.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let barrier = session.double_barrier("b", 2)?;
+    /// assert_eq!(barrier.session().lease_id(), session.lease_id());
+    /// # Ok(()) }
+    /// ```
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Whether this participant has entered and not left yet.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let barrier = session.double_barrier("solo", 1)?;
+    /// barrier.enter()?; // a barrier of 1 fills at once
+    /// assert!(barrier.is_entered());
+    /// barrier.leave()?;
+    /// assert!(!barrier.is_entered());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_entered(&self) -> bool {
+        self.entered_state().is_some()
+    }
+
+    /// Blocks until `count` participants, this one included, are in the barrier at once.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::SessionLost`]: the session was lost before or while waiting; its key went
+    ///   with it.
+    /// * [`Error::LockLost`]: our participant key was deleted by someone else while we
+    ///   waited.
+    /// * [`Error::InvalidArgument`]: this participant has entered already (leave first), or
+    ///   a key under `<name>/` was not written by a double barrier (its message names it);
+    ///   our key is removed.
+    /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached to join
+    ///   (tried on every endpoint); once in, the wait retries its reads until etcd answers.
+    /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused a request.
+    ///   [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
+    /// On every error our key is removed: no key is left behind.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let barrier = session.double_barrier("game/round-1", 4)?;
+    /// barrier.enter()?;
+    /// println!("all 4 players are here");
+    /// # Ok(()) }
+    /// ```
+    pub fn enter(&self) -> Result<()> {
+        ownership::blocking(self.enter_within(Wait::forever()))
+    }
+
+    /// Like [`enter`](DoubleBarrier::enter), but gives up after `timeout`, leaving no key
+    /// behind.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] with [`Operation::Enter`] and `after: timeout`
+    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the round did not fill in time.
+    /// * Otherwise as [`enter`](DoubleBarrier::enter).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.double_barrier("b", 3)?.enter_timeout(Duration::from_secs(30)) {
+    ///     Ok(()) => println!("all in"),
+    ///     Err(e) if e.is_wait_timeout() => println!("not enough participants in 30 s"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn enter_timeout(&self, timeout: Duration) -> Result<()> {
+        ownership::blocking(self.enter_within(Wait::from_timeout(timeout)))
+    }
+
+    /// Like [`enter`](DoubleBarrier::enter), with a time limit and/or a
+    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Cancelled`]: the token was cancelled before or during the wait; no key is
+    ///   left behind.
+    /// * [`Error::Timeout`] with [`Operation::Enter`]: the limit passed first.
+    /// * Otherwise as [`enter`](DoubleBarrier::enter).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let token = etcd_sync::CancelToken::new();
+    /// match session.double_barrier("b", 3)?.enter_with(&token) {
+    ///     Ok(()) => println!("all in"),
+    ///     Err(e) if e.is_cancelled() => println!("shutting down"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn enter_with(&self, options: impl Into<WaitOptions>) -> Result<()> {
+        ownership::blocking(self.enter_within(Wait::from_options(options.into())))
+    }
+
+    /// Enters only if that fills the round now (the others are in already); otherwise
+    /// removes our key and returns [`TryLockError::WouldBlock`].
+    ///
+    /// # Errors
+    ///
+    /// [`TryLockError::WouldBlock`] when the round does not fill with us (or another
+    /// participant of this session and name is in); [`TryLockError::Error`] with the errors
+    /// of [`enter`](DoubleBarrier::enter).
+    ///
+    /// ```no_run
+    /// use etcd_sync::TryLockError;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.double_barrier("b", 2)?.try_enter() {
+    ///     Ok(()) => println!("we were the last one"),
+    ///     Err(TryLockError::WouldBlock) => println!("not everyone is here yet"),
+    ///     Err(TryLockError::Error(e)) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_enter(&self) -> std::result::Result<(), TryLockError> {
+        self.enter_within(Wait::never())
+    }
+
+    /// Blocks until every participant this one entered with has left (or its session
+    /// ended). Our key is removed first, so the others are not held up by us even if this
+    /// wait is cut short.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: this participant has not entered (or left already), or
+    ///   a key under `<name>/` was not written by a double barrier.
+    /// * [`Error::SessionLost`]: the session was lost (our key went with it).
+    /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused a request.
+    ///   [`Error::InsideAsyncRuntime`]: called on an async worker thread.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let barrier = session.double_barrier("b", 1)?;
+    /// barrier.enter()?;
+    /// barrier.leave()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn leave(&self) -> Result<()> {
+        self.leave_within(Wait::forever())
+    }
+
+    /// Like [`leave`](DoubleBarrier::leave), but gives up waiting for the others after
+    /// `timeout`. If our key could not be removed in time, we are still in (call `leave`
+    /// again); otherwise we are out, and only the others' leaving was not seen.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Timeout`] with [`Operation::Leave`] and `after: timeout`
+    ///   ([`is_wait_timeout`](Error::is_wait_timeout)).
+    /// * Otherwise as [`leave`](DoubleBarrier::leave).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// # let barrier = session.double_barrier("b", 1)?;
+    /// # barrier.enter()?;
+    /// match barrier.leave_timeout(Duration::from_secs(30)) {
+    ///     Ok(()) => println!("everyone left"),
+    ///     Err(e) if e.is_wait_timeout() => println!("we left; some others had not"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn leave_timeout(&self, timeout: Duration) -> Result<()> {
+        self.leave_within(Wait::from_timeout(timeout))
+    }
+
+    /// Like [`leave`](DoubleBarrier::leave), with a time limit and/or a
+    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Cancelled`]: the token was cancelled before or during the wait (as for a
+    ///   timeout, we are out once our key is removed).
+    /// * [`Error::Timeout`] with [`Operation::Leave`]: the limit passed first.
+    /// * Otherwise as [`leave`](DoubleBarrier::leave).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// # let barrier = session.double_barrier("b", 1)?;
+    /// # barrier.enter()?;
+    /// let token = etcd_sync::CancelToken::new();
+    /// barrier.leave_with(&token)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn leave_with(&self, options: impl Into<WaitOptions>) -> Result<()> {
+        self.leave_within(Wait::from_options(options.into()))
+    }
+
+    fn entered_state(&self) -> std::sync::MutexGuard<'_, Option<Entered>> {
+        self.entered.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` with this participant's [`Place`].
+    fn with_place<T>(&self, f: impl FnOnce(&Place<'_>) -> T) -> T {
+        let client = self.session.client();
+        let sweep = |from: i64| {
+            client.follower().follow(Follow::Sweep {
+                key: self.key.clone(),
+                from,
+                turn: self.turn.clone(),
+                session: self.session.lease().clone(),
+            });
+        };
+        f(&Place {
+            rpc: client.rpc(),
+            watches: client.watches(),
+            session: self.session.lease(),
+            prefix: &self.prefix,
+            key: &self.key,
+            ready: &self.ready,
+            sweep: &sweep,
+        })
+    }
+
+    fn enter_within(&self, wait: Wait) -> std::result::Result<(), TryLockError> {
+        wait.check()?;
+        if self.is_entered() {
+            return Err(Error::InvalidArgument(format!(
+                "already entered double barrier {:?}: leave first",
+                text(&self.name)
+            ))
+            .into());
+        }
+        let session = self.session.lease();
+        session.check()?;
+        let client = self.session.client();
+        let entered = self.with_place(|place| {
+            client.block_on(async {
+                let turn = match wait.is_never() {
+                    true => self
+                        .turn
+                        .clone()
+                        .try_lock_owned()
+                        .map_err(|_| TryLockError::WouldBlock)?,
+                    false => {
+                        let turn = async { Ok(self.turn.clone().lock_owned().await) };
+                        wait.bound_alive(Operation::Enter, session, turn).await?
+                    }
+                };
+                let joined = steps::join(place).await?;
+                let created = joined.created;
+                let settling = steps::settle(
+                    place,
+                    created,
+                    self.count,
+                    (joined.round, joined.at),
+                    !wait.is_never(),
+                );
+                let settled = wait.bound_alive(Operation::Enter, session, settling).await;
+                if let Ok(Some(round)) = settled {
+                    return Ok(Entered {
+                        created,
+                        round,
+                        turn,
+                    });
+                }
+                // Not in: our key goes, turn in hand (in the background if etcd is slow).
+                let removed = self.remove_in_background(created, turn);
+                let _ = tokio::time::timeout(place.rpc.request_timeout(), removed).await;
+                match settled {
+                    Err(e) => Err(session.judge(e).into()),
+                    Ok(_) => Err(TryLockError::WouldBlock),
+                }
+            })
+        })?;
+        tracing::debug!(key = %text(&self.key), round = entered.round, "entered");
+        *self.entered_state() = Some(entered);
+        Ok(())
+    }
+
+    fn leave_within(&self, wait: Wait) -> Result<()> {
+        wait.check()?;
+        let Some(entered) = self.entered_state().take() else {
+            return Err(Error::InvalidArgument(format!(
+                "not in double barrier {:?}: enter first",
+                text(&self.name)
+            )));
+        };
+        let session = self.session.lease();
+        let client = self.session.client();
+        let (created, round) = (entered.created, entered.round);
+        let removed = self.with_place(|place| {
+            let removing = steps::remove_own(place, created);
+            client.block_on(wait.bound_alive(Operation::Leave, session, removing))
+        });
+        match removed {
+            Ok(()) => drop(entered.turn),
+            // Still in: `leave` may be called again.
+            Err(e) if !e.is_session_lost() => {
+                *self.entered_state() = Some(entered);
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
+        self.with_place(|place| {
+            let leaving = steps::wait_for_round_to_leave(place, round);
+            client.block_on(wait.bound_alive(Operation::Leave, session, leaving))
+        })?;
+        tracing::debug!(key = %text(&self.key), round, "left");
+        Ok(())
+    }
+
+    /// Removes our key (created at `created`) in a task that owns `turn` until etcd
+    /// answers (retried while the session lives); the receiver hears when it is done.
+    fn remove_in_background(
+        &self,
+        created: i64,
+        turn: OwnedMutexGuard<()>,
+    ) -> tokio::sync::oneshot::Receiver<()> {
+        let (done, removed) = tokio::sync::oneshot::channel();
+        let rpc = self.session.client().rpc().clone();
+        let session = self.session.lease().clone();
+        let key = self.key.clone();
+        self.session.client().spawn(async move {
+            let owned = Owned::Revision(created);
+            let _ = session
+                .retry_while_alive(|| removal::remove(&rpc, &key, owned))
+                .await;
+            drop(turn);
+            let _ = done.send(());
+        });
+        removed
+    }
+}
+
+impl Drop for DoubleBarrier {
+    fn drop(&mut self) {
+        if let Some(entered) = self.entered_state().take() {
+            // Never blocks: the others count us out once etcd has the delete.
+            drop(self.remove_in_background(entered.created, entered.turn));
+        }
+    }
+}

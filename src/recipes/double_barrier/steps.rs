@@ -1,0 +1,263 @@
+//! The steps of entering and leaving a double barrier, run on the client's runtime: join
+//! (one Txn), wait on the client's watch stream until the round fills (`round.rs` judges
+//! the events in the watch task), stamp or decide, and on the way out remove our key and
+//! wait until the round has left.
+
+use crate::client::lease::LeaseState;
+use crate::client::removal::{self, Owned};
+use crate::line::queue::key_gone_error;
+use crate::recipes::double_barrier::round::{Enter, Goal, Round, Watching};
+use crate::support::backoff::Backoff;
+use crate::support::error::Result;
+use crate::support::kv::{Compare, CompareOp, Range, Txn, TxnOp, TxnOpResponse, text};
+use crate::transport::watch::Only;
+use crate::transport::watches::waiting::Wake;
+use crate::transport::watches::{Spec, Watches};
+use crate::transport::{Retry, Rpc};
+
+/// Where a participant stands: its barrier's keys, its session, and how to have its key
+/// swept for a join applied late (see `client/follow.rs`).
+pub(crate) struct Place<'a> {
+    pub(crate) rpc: &'a Rpc,
+    pub(crate) watches: &'a Watches,
+    pub(crate) session: &'a LeaseState,
+    pub(crate) prefix: &'a [u8],
+    pub(crate) key: &'a [u8],
+    pub(crate) ready: &'a [u8],
+    /// Sweeps our key from this revision on (the participant's turn guards it).
+    pub(crate) sweep: &'a (dyn Fn(i64) + Sync),
+}
+
+/// The outcome of [`join`].
+pub(crate) struct Joined {
+    /// Our key's create revision.
+    pub(crate) created: i64,
+    /// Every key under the prefix at `at`, ours included.
+    pub(crate) round: Round,
+    pub(crate) at: i64,
+}
+
+/// Joins in one Txn: if our key does not exist, put it (empty, with our lease) and read
+/// every key under the prefix. Sent once per endpoint after an ambiguous failure, and
+/// again after a refusal no member handled ("no leader"). A key of ours found there is a
+/// leftover (a resumed lease, a removal that never reached etcd; we own the turn, so no
+/// participant of this process uses it): it is removed by its revision and we join again.
+/// Any ambiguous attempt has our key swept (it may still be applied late); after a failure
+/// whose outcome is unknown, a key of ours is removed first.
+pub(crate) async fn join(place: &Place<'_>) -> Result<Joined> {
+    let (rpc, key) = (place.rpc, place.key);
+    let lease = place.session.id();
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put_with_lease(key, "", lease),
+            TxnOp::range(Range::prefix(place.prefix)),
+        ])
+        .or_else([TxnOp::range(Range::key(key))]);
+    let mut ambiguous = false;
+    let mut attempts = rpc.endpoints().len();
+    let mut backoff = Backoff::quick();
+    loop {
+        let error = match rpc.txn(&txn, Retry::Never).await {
+            Ok(resp) => {
+                let mut kvs = resp.responses.into_iter().filter_map(|op| match op {
+                    TxnOpResponse::Get(kvs) => Some(kvs),
+                    _ => None,
+                });
+                let kvs = kvs.next().unwrap_or_default();
+                if !resp.succeeded {
+                    if let Some(old) = kvs.first() {
+                        tracing::debug!(key = %text(key), "removing a leftover participant key");
+                        removal::remove(rpc, key, Owned::Revision(old.create_revision)).await?;
+                    }
+                    continue;
+                }
+                if ambiguous {
+                    (place.sweep)(resp.revision + 1);
+                }
+                return Ok(Joined {
+                    created: resp.revision,
+                    round: Round::read(place.prefix, kvs)?,
+                    at: resp.revision,
+                });
+            }
+            Err(e) if e.is_refused_unhandled() => {
+                backoff.sleep().await;
+                continue;
+            }
+            Err(e) if e.is_transient() && attempts > 1 => {
+                attempts -= 1;
+                ambiguous = true;
+                continue;
+            }
+            Err(e) => e,
+        };
+        if ambiguous || error.is_transient() {
+            let from = removal::remove_if_leased(rpc, key, lease)
+                .await
+                .unwrap_or(0);
+            (place.sweep)(from + 1);
+        }
+        return Err(place.session.judge(error));
+    }
+}
+
+/// Waits until the round we joined fills (or one we are part of is found), and stamps our
+/// key with it: returns that round. With `patient` false (`try_enter`), returns `None`
+/// instead of waiting. The caller removes our key on any other outcome.
+pub(crate) async fn settle(
+    place: &Place<'_>,
+    created: i64,
+    count: usize,
+    (mut round, mut known): (Round, i64),
+    patient: bool,
+) -> Result<Option<i64>> {
+    loop {
+        match round.judge_enter(place.key, count) {
+            Enter::In(filled) => {
+                stamp(place, created, filled).await?;
+                return Ok(Some(filled));
+            }
+            Enter::Decide(filled) => {
+                if decide(place, created, filled).await? {
+                    tracing::debug!(key = %text(place.key), round = filled, "the round filled");
+                    return Ok(Some(filled));
+                }
+                // Someone else decided, or our key went: look again.
+                (round, known) = read_round(place).await?;
+            }
+            Enter::ClearReady(ready) => {
+                removal::remove(place.rpc, place.ready, Owned::Revision(ready)).await?;
+                (round, known) = read_round(place).await?;
+            }
+            Enter::Gone => return Err(key_gone_error(place.rpc, place.session).await),
+            Enter::Wait if !patient => return Ok(None),
+            Enter::Wait => {
+                let goal = Goal::Enter {
+                    own: place.key.to_vec(),
+                    count,
+                };
+                (round, known) = wait_until(place, round, known, goal).await?;
+            }
+        }
+    }
+}
+
+/// The first half of leaving: removes our key by its revision, retried until etcd answers
+/// (a lost session ends it: the lease takes the key).
+pub(crate) async fn remove_own(place: &Place<'_>, created: i64) -> Result<()> {
+    let owned = Owned::Revision(created);
+    place
+        .session
+        .retry_while_alive(|| removal::remove(place.rpc, place.key, owned))
+        .await?;
+    Ok(())
+}
+
+/// The second half of leaving: our key is gone; waits until no participant of the round
+/// that filled at `filled` is left, then removes the ready key if it names a round with
+/// nobody left in it.
+pub(crate) async fn wait_for_round_to_leave(place: &Place<'_>, filled: i64) -> Result<()> {
+    let (mut round, mut known) = read_round(place).await?;
+    if round.any_up_to(filled) {
+        let goal = Goal::Leave { round: filled };
+        (round, known) = wait_until(place, round, known, goal).await?;
+    }
+    tracing::debug!(key = %text(place.key), round = filled, at = known, "the round left");
+    if let Some(ready) = round.stale_ready() {
+        // Best effort: the next participant to join clears it otherwise, and it goes with
+        // its writer's lease anyway.
+        let _ = removal::remove(place.rpc, place.ready, Owned::Revision(ready)).await;
+    }
+    Ok(())
+}
+
+/// Stamps our key with the round it is in (only while it is the key we created), so the
+/// round stays known after the ready key's writer is gone.
+async fn stamp(place: &Place<'_>, created: i64, filled: i64) -> Result<()> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            place.key,
+            CompareOp::Equal,
+            created,
+        )])
+        .and_then([TxnOp::put_with_lease(
+            place.key,
+            filled.to_string(),
+            place.session.id(),
+        )]);
+    let resp = place.rpc.txn(&txn, Retry::Safe).await;
+    match resp.map_err(|e| place.session.judge(e))? {
+        resp if resp.succeeded => Ok(()),
+        _ => Err(key_gone_error(place.rpc, place.session).await),
+    }
+}
+
+/// Says the round filled: creates the ready key (with our lease) and stamps our key, in one
+/// Txn, only if no ready key exists and our key is still ours. Whether it did. Safe to
+/// apply late: while our key exists, the round it names is not over.
+async fn decide(place: &Place<'_>, created: i64, filled: i64) -> Result<bool> {
+    let lease = place.session.id();
+    let value = filled.to_string();
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(place.ready, CompareOp::Equal, 0),
+            Compare::create_revision(place.key, CompareOp::Equal, created),
+        ])
+        .and_then([
+            TxnOp::put_with_lease(place.ready, value.clone(), lease),
+            TxnOp::put_with_lease(place.key, value, lease),
+        ]);
+    let resp = place.rpc.txn(&txn, Retry::Safe).await;
+    Ok(resp.map_err(|e| place.session.judge(e))?.succeeded)
+}
+
+/// Every key under the prefix, and the revision of the read; retried until etcd answers
+/// (only the wait's bound or the session's loss ends it).
+async fn read_round(place: &Place<'_>) -> Result<(Round, i64)> {
+    let range = Range::prefix(place.prefix);
+    let read = place
+        .session
+        .retry_while_alive(|| place.rpc.read(&range))
+        .await?;
+    Ok((Round::read(place.prefix, read.kvs)?, read.revision))
+}
+
+/// Waits on the client's watch stream until `goal` is reached, starting from `round` as
+/// known through `known`; returns the round then. A watcher that starts after `known`
+/// (new on this client, or restarted after compaction) is closed by one read.
+async fn wait_until(
+    place: &Place<'_>,
+    round: Round,
+    known: i64,
+    goal: Goal,
+) -> Result<(Round, i64)> {
+    let spec = Spec::prefix(place.prefix, Only::All);
+    let condition = Watching {
+        round,
+        known,
+        goal: goal.clone(),
+    };
+    let mut waiting = place.watches.wait_for(spec, known, condition);
+    let mut known = known;
+    loop {
+        match waiting.next().await {
+            Wake::From { after, .. } if after <= known => {}
+            Wake::From { .. } => {
+                let (round, at) = read_round(place).await?;
+                let condition = Watching {
+                    round,
+                    known: at,
+                    goal: goal.clone(),
+                };
+                if condition.reached() {
+                    return Ok((condition.round, at));
+                }
+                known = at;
+                waiting.wait_again(at, condition);
+            }
+            Wake::Verdict(verdict) => return verdict,
+            Wake::Failed(e) => return Err(e),
+        }
+    }
+}
