@@ -465,7 +465,7 @@ impl DoubleBarrier {
                     place,
                     created,
                     self.count,
-                    (joined.round, joined.at),
+                    (joined.kvs, joined.at),
                     !wait.is_never(),
                 );
                 let settled = wait.bound_alive(Operation::Enter, session, settling).await;
@@ -477,7 +477,7 @@ impl DoubleBarrier {
                     });
                 }
                 // Not in: our key goes, turn in hand (in the background if etcd is slow).
-                let removed = self.remove_in_background(created, turn);
+                let removed = self.remove_in_background(created, turn, false);
                 let _ = tokio::time::timeout(place.rpc.request_timeout(), removed).await;
                 match settled {
                     Err(e) => Err(session.judge(e).into()),
@@ -524,21 +524,26 @@ impl DoubleBarrier {
 
     /// Removes our key (created at `created`) in a task that owns `turn` until etcd
     /// answers (retried while the session lives); the receiver hears when it is done.
+    /// With `then_ready`, a ready key left with nobody of its round is removed too.
     fn remove_in_background(
         &self,
         created: i64,
         turn: OwnedMutexGuard<()>,
+        then_ready: bool,
     ) -> tokio::sync::oneshot::Receiver<()> {
         let (done, removed) = tokio::sync::oneshot::channel();
         let rpc = self.session.client().rpc().clone();
         let session = self.session.lease().clone();
-        let key = self.key.clone();
+        let (key, prefix, ready) = (self.key.clone(), self.prefix.clone(), self.ready.clone());
         self.session.client().spawn(async move {
             let owned = Owned::Revision(created);
-            let _ = session
+            let removed = session
                 .retry_while_alive(|| removal::remove(&rpc, &key, owned))
                 .await;
             drop(turn);
+            if then_ready && removed.is_ok() {
+                steps::clear_stale_ready(&rpc, &prefix, &ready).await;
+            }
             let _ = done.send(());
         });
         removed
@@ -549,7 +554,7 @@ impl Drop for DoubleBarrier {
     fn drop(&mut self) {
         if let Some(entered) = self.entered_state().take() {
             // Never blocks: the others count us out once etcd has the delete.
-            drop(self.remove_in_background(entered.created, entered.turn));
+            drop(self.remove_in_background(entered.created, entered.turn, true));
         }
     }
 }

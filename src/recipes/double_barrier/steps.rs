@@ -9,7 +9,7 @@ use crate::line::queue::key_gone_error;
 use crate::recipes::double_barrier::round::{Enter, Goal, Round, Watching};
 use crate::support::backoff::Backoff;
 use crate::support::error::Result;
-use crate::support::kv::{Compare, CompareOp, Range, Txn, TxnOp, TxnOpResponse, text};
+use crate::support::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, TxnOpResponse, text};
 use crate::transport::watch::Only;
 use crate::transport::watches::waiting::Wake;
 use crate::transport::watches::{Spec, Watches};
@@ -32,8 +32,9 @@ pub(crate) struct Place<'a> {
 pub(crate) struct Joined {
     /// Our key's create revision.
     pub(crate) created: i64,
-    /// Every key under the prefix at `at`, ours included.
-    pub(crate) round: Round,
+    /// Every key under the prefix at `at`, ours included (read by [`settle`], which
+    /// removes our key if one of them is not a double barrier's).
+    pub(crate) kvs: Vec<KeyValue>,
     pub(crate) at: i64,
 }
 
@@ -77,7 +78,7 @@ pub(crate) async fn join(place: &Place<'_>) -> Result<Joined> {
                 }
                 return Ok(Joined {
                     created: resp.revision,
-                    round: Round::read(place.prefix, kvs)?,
+                    kvs,
                     at: resp.revision,
                 });
             }
@@ -109,9 +110,10 @@ pub(crate) async fn settle(
     place: &Place<'_>,
     created: i64,
     count: usize,
-    (mut round, mut known): (Round, i64),
+    (kvs, mut known): (Vec<KeyValue>, i64),
     patient: bool,
 ) -> Result<Option<i64>> {
+    let mut round = Round::read(place.prefix, kvs)?;
     loop {
         match round.judge_enter(place.key, count) {
             Enter::In(filled) => {
@@ -170,6 +172,19 @@ pub(crate) async fn wait_for_round_to_leave(place: &Place<'_>, filled: i64) -> R
         let _ = removal::remove(place.rpc, place.ready, Owned::Revision(ready)).await;
     }
     Ok(())
+}
+
+/// Removes the ready key if it names a round with nobody left in it (one read; best
+/// effort): after a participant left without waiting for the others (dropped while in).
+pub(crate) async fn clear_stale_ready(rpc: &Rpc, prefix: &[u8], ready: &[u8]) {
+    let Ok(read) = rpc.read(&Range::prefix(prefix)).await else {
+        return;
+    };
+    if let Ok(round) = Round::read(prefix, read.kvs)
+        && let Some(created) = round.stale_ready()
+    {
+        let _ = removal::remove(rpc, ready, Owned::Revision(created)).await;
+    }
 }
 
 /// Stamps our key with the round it is in (only while it is the key we created), so the
