@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{client, etcd, eventually, keys, session};
-use etcd_sync::{CancelToken, Client, Error, Operation, TryLockError, WaitOptions};
+use etcd_sync::{CancelToken, Error, Operation, TryLockError, WaitOptions};
 
 /// A limit on every wait that must end, so that one that does not fails the test instead
 /// of hanging it.
@@ -624,39 +624,137 @@ fn bad_input_is_a_clear_error() {
     assert_eq!(keys(&c, "spoiled/"), vec!["spoiled/ready".to_string()]);
 }
 
-/// A client's waits ride out a compaction of the revisions they knew: a barrier released
-/// after it still wakes its waiters.
+/// Waits ride out compaction and a restart of etcd: their watcher's resume revision is
+/// compacted while the stream is down, so it starts again from now and each wait reads once
+/// (the gap) instead of missing the release that comes after.
 #[test]
-fn waits_outlive_compaction() {
+fn waits_outlive_compaction_and_a_restart() {
     let server = etcd();
-    let c = client(&server.endpoints());
+    let c = common::try_client_for(&server.endpoints(), Duration::from_secs(2)).unwrap();
     let barrier = c.barrier("compacted").unwrap();
     barrier.hold().unwrap();
     let w = {
         let b = c.barrier("compacted").unwrap();
-        spawn(move || b.wait())
+        spawn(move || b.wait_timeout(Duration::from_secs(25)))
     };
     let latch = c.count_down_latch("compacted-latch").unwrap();
     latch.try_set_count(1).unwrap();
     let lw = {
         let l = c.count_down_latch("compacted-latch").unwrap();
-        spawn(move || l.wait())
+        spawn(move || l.wait_timeout(Duration::from_secs(25)))
     };
-    still_blocked(&w, Duration::from_millis(200), "a wait on a held barrier");
+    let (a, b) = (session(&c, 20), session(&c, 20));
+    let first = a.double_barrier("compacted-db", 2).unwrap();
+    let dw = spawn(move || first.enter_timeout(Duration::from_secs(25)).map(|()| first));
+    still_blocked(&w, Duration::from_millis(500), "a wait on a held barrier");
     let rev = (0..20)
         .map(|i| c.put("churn", i.to_string()).unwrap())
         .max()
         .unwrap();
     c.compact(rev).unwrap();
+    server.kill().unwrap();
+    server.restart().unwrap();
+    assert!(eventually(Duration::from_secs(10), || c.get("x").is_ok()));
+    thread::sleep(Duration::from_secs(1));
+    let released = Instant::now();
     barrier.release().unwrap();
     latch.count_down().unwrap();
-    returned(&w, "a barrier wait after compaction").0.unwrap();
-    returned(&lw, "a latch wait after compaction").0.unwrap();
+    let second = b.double_barrier("compacted-db", 2).unwrap();
+    second.enter_timeout(BACKSTOP).unwrap();
+    let bound = Duration::from_secs(3);
+    let (result, at) = returned(&w, "a barrier wait after compaction and a restart");
+    result.unwrap();
+    assert!(
+        at.duration_since(released) < bound,
+        "{:?}",
+        at.duration_since(released)
+    );
+    let (result, at) = returned(&lw, "a latch wait after compaction and a restart");
+    result.unwrap();
+    assert!(
+        at.duration_since(released) < bound,
+        "{:?}",
+        at.duration_since(released)
+    );
+    let (first, at) = returned(&dw, "an enter after compaction and a restart");
+    let first = first.unwrap();
+    assert!(
+        at.duration_since(released) < bound,
+        "{:?}",
+        at.duration_since(released)
+    );
+    let l = spawn(move || first.leave_timeout(BACKSTOP));
+    second.leave_timeout(BACKSTOP).unwrap();
+    returned(&l, "a leave").0.unwrap();
+    assert_eq!(keys(&c, "compacted-db/"), Vec::<String>::new());
 }
 
-#[allow(dead_code)]
-fn _types_are_send_and_sync(c: &Client) {
-    fn check<T: Send + Sync>(_: &T) {}
-    check(&c.barrier("x").unwrap());
-    check(&c.count_down_latch("x").unwrap());
+/// The release happens while the waiters' member is frozen, and its history is compacted
+/// before their client fails over: the watcher cannot resume, starts again from now, and
+/// only the read that closes the gap can tell the waiters the barrier, the latch and the
+/// round are open. Without it they would wait until their limit.
+#[test]
+fn a_release_missed_by_a_frozen_member_is_read_after_the_failover() {
+    let cl = common::cluster();
+    let all = cl.endpoints();
+    let leader = cl.leader().expect("the cluster's leader");
+    let frozen = (leader + 1) % all.len();
+    let from = |first: usize| -> Vec<String> {
+        (0..all.len())
+            .map(|i| all[(first + i) % all.len()].clone())
+            .collect()
+    };
+    // The waiters' client talks to `frozen` first; a session makes its keep-alive notice.
+    let c = common::try_client_for(&from(frozen), Duration::from_secs(1)).unwrap();
+    let s = session(&c, 4);
+    let other = common::try_client_for(&from(leader), Duration::from_secs(2)).unwrap();
+    let limit = Duration::from_secs(25);
+    other.barrier("frozen").unwrap().hold().unwrap();
+    let latch = other.count_down_latch("frozen-latch").unwrap();
+    latch.try_set_count(1).unwrap();
+    let w = {
+        let b = c.barrier("frozen").unwrap();
+        spawn(move || b.wait_timeout(limit))
+    };
+    let lw = {
+        let l = c.count_down_latch("frozen-latch").unwrap();
+        spawn(move || l.wait_timeout(limit))
+    };
+    let first = s.double_barrier("frozen-db", 2).unwrap();
+    let dw = spawn(move || first.enter_timeout(limit).map(|()| first));
+    still_blocked(&w, Duration::from_millis(500), "a wait on a held barrier");
+    cl.pause(frozen).unwrap();
+    let released = Instant::now();
+    other.barrier("frozen").unwrap().release().unwrap();
+    latch.count_down().unwrap();
+    let t = session(&other, 10);
+    let second = t.double_barrier("frozen-db", 2).unwrap();
+    second.enter_timeout(BACKSTOP).unwrap();
+    let rev = (0..20)
+        .map(|i| other.put("churn", i.to_string()).unwrap())
+        .max()
+        .unwrap();
+    other.compact(rev).unwrap();
+    let bound = Duration::from_secs(10);
+    let (result, at) = returned(&w, "a barrier wait");
+    result.unwrap();
+    assert!(
+        at.duration_since(released) < bound,
+        "{:?}",
+        at.duration_since(released)
+    );
+    returned(&lw, "a latch wait").0.unwrap();
+    let first = returned(&dw, "an enter").0.unwrap();
+    cl.resume(frozen).unwrap();
+    let l = spawn(move || first.leave_timeout(BACKSTOP));
+    second.leave_timeout(BACKSTOP).unwrap();
+    returned(&l, "a leave").0.unwrap();
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<etcd_sync::Barrier>();
+    check::<etcd_sync::CountDownLatch>();
+    check::<etcd_sync::DoubleBarrier>();
 }
