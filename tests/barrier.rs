@@ -427,6 +427,41 @@ fn double_barrier_limits_cancels_and_try_enter_leave_no_key() {
     assert_eq!(keys(&c, "limits/"), Vec::<String>::new());
 }
 
+/// On a frozen etcd, an enter with a limit still returns about at its limit (its join is
+/// cut short, and the removal of a key it may have created goes on in the background), and
+/// once etcd is back no key is left.
+#[test]
+fn an_enter_cut_short_on_a_frozen_etcd_returns_in_time_and_leaves_no_key() {
+    let server = etcd();
+    let c = client(&server.endpoints()); // request timeout 3 s
+    let s = session(&c, 20);
+    let b = s.double_barrier("frozen-enter", 2).unwrap();
+    server.pause().unwrap();
+    let started = Instant::now();
+    let e = b.enter_timeout(Duration::from_millis(500)).unwrap_err();
+    let took = started.elapsed();
+    server.resume().unwrap();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    // The limit, plus at most a quarter of the request timeout for the removal.
+    assert!(took < Duration::from_millis(500 + 750 + 500), "{took:?}");
+    assert!(
+        eventually(Duration::from_secs(10), || keys(&c, "frozen-enter/")
+            .is_empty()),
+        "left {:?}",
+        keys(&c, "frozen-enter/")
+    );
+    // The participant can enter later as usual.
+    let other = session(&c, 10);
+    let ob = other.double_barrier("frozen-enter", 2).unwrap();
+    let w = spawn(move || ob.enter_timeout(BACKSTOP).map(|()| ob));
+    b.enter_timeout(BACKSTOP).unwrap();
+    let ob = returned(&w, "the other's enter").0.unwrap();
+    let l = spawn(move || ob.leave_timeout(BACKSTOP));
+    b.leave_timeout(BACKSTOP).unwrap();
+    returned(&l, "a leave").0.unwrap();
+    assert!(keys(&c, "frozen-enter/").is_empty());
+}
+
 #[test]
 fn nothing_is_left_when_the_sessions_end_inside() {
     let server = etcd();

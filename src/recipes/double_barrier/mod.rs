@@ -27,31 +27,28 @@
 //! as well as stamps: it makes the first decision one Txn that others cannot race. Nothing
 //! is left once every participant has left or its session ended.
 
+mod participant;
 mod round;
 mod steps;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::sync::Mutex as StdMutex;
 use std::time::Duration;
 
-use tokio::sync::{Mutex as TurnMutex, OwnedMutexGuard};
+use tokio::sync::OwnedMutexGuard;
 
 // `Error` names the variants in the docs' `# Errors` links.
 #[allow(unused_imports)]
 use crate::support::error::Error;
 
-use crate::client::follow::Follow;
-use crate::client::removal::{self, Owned};
 use crate::ownership::{self, Wait};
-use crate::recipes::double_barrier::round::READY;
-use crate::recipes::double_barrier::steps::Place;
+use crate::recipes::double_barrier::participant::Participant;
 use crate::recipes::gone::checked_key;
 use crate::session::Session;
 use crate::support::cancel::WaitOptions;
 use crate::support::error::Result;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
-use crate::support::kv::{LeaseHex, text};
+use crate::support::kv::text;
 
 /// `count` participants [`enter`](DoubleBarrier::enter) together and
 /// [`leave`](DoubleBarrier::leave) together, each through its own [`Session`].
@@ -87,15 +84,8 @@ use crate::support::kv::{LeaseHex, text};
 /// # Ok(()) }
 /// ```
 pub struct DoubleBarrier {
-    session: Session,
-    name: Vec<u8>,
-    prefix: Vec<u8>,
-    key: Vec<u8>,
-    ready: Vec<u8>,
+    me: Participant,
     count: usize,
-    /// Owned from `enter` to the end of `leave` (and by a sweep or a removal meanwhile):
-    /// one participant per session and name at a time.
-    turn: Arc<TurnMutex<()>>,
     entered: StdMutex<Option<Entered>>,
 }
 
@@ -106,29 +96,10 @@ struct Entered {
     turn: OwnedMutexGuard<()>,
 }
 
-/// The turns of every session and name in this process (kept apart from the handles: a
-/// removal in the background may own a turn after its `DoubleBarrier` is gone).
-static TURNS: StdMutex<Turns> = StdMutex::new(BTreeMap::new());
-
-/// Turns by session serial and name.
-type Turns = BTreeMap<(u64, Vec<u8>), Weak<TurnMutex<()>>>;
-
-fn turn_of(session: &Session, name: &[u8]) -> Arc<TurnMutex<()>> {
-    let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
-    let id = (session.lease().serial(), name.to_vec());
-    if let Some(turn) = turns.get(&id).and_then(Weak::upgrade) {
-        return turn;
-    }
-    turns.retain(|_, turn| turn.strong_count() > 0);
-    let turn = Arc::new(TurnMutex::new(()));
-    turns.insert(id, Arc::downgrade(&turn));
-    turn
-}
-
 impl std::fmt::Debug for DoubleBarrier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DoubleBarrier")
-            .field("key", &text(&self.key))
+            .field("key", &text(&self.me.key))
             .field("count", &self.count)
             .field("entered", &self.is_entered())
             .finish()
@@ -159,18 +130,8 @@ impl Session {
                 "a double barrier needs at least 1 participant".into(),
             ));
         }
-        let mut prefix = name.clone();
-        prefix.push(b'/');
-        let mut key = prefix.clone();
-        key.extend_from_slice(LeaseHex(self.lease_id()).to_string().as_bytes());
-        let ready = [prefix.as_slice(), READY].concat();
         Ok(DoubleBarrier {
-            turn: turn_of(self, &name),
-            session: self.clone(),
-            name,
-            prefix,
-            key,
-            ready,
+            me: Participant::new(self, name),
             count,
             entered: StdMutex::new(None),
         })
@@ -187,7 +148,7 @@ impl DoubleBarrier {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &[u8] {
-        &self.name
+        &self.me.name
     }
 
     /// How many participants enter together.
@@ -212,7 +173,7 @@ impl DoubleBarrier {
     /// # Ok(()) }
     /// ```
     pub fn session(&self) -> &Session {
-        &self.session
+        &self.me.session
     }
 
     /// Whether this participant has entered and not left yet.
@@ -412,54 +373,46 @@ impl DoubleBarrier {
         self.entered.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs `f` with this participant's [`Place`].
-    fn with_place<T>(&self, f: impl FnOnce(&Place<'_>) -> T) -> T {
-        let client = self.session.client();
-        let sweep = |from: i64| {
-            client.follower().follow(Follow::Sweep {
-                key: self.key.clone(),
-                from,
-                turn: self.turn.clone(),
-                session: self.session.lease().clone(),
-            });
-        };
-        f(&Place {
-            rpc: client.rpc(),
-            watches: client.watches(),
-            session: self.session.lease(),
-            prefix: &self.prefix,
-            key: &self.key,
-            ready: &self.ready,
-            sweep: &sweep,
-        })
-    }
-
     fn enter_within(&self, wait: Wait) -> std::result::Result<(), TryLockError> {
         wait.check()?;
         if self.is_entered() {
             return Err(Error::InvalidArgument(format!(
                 "already entered double barrier {:?}: leave first",
-                text(&self.name)
+                text(&self.me.name)
             ))
             .into());
         }
-        let session = self.session.lease();
+        let session = self.me.session.lease();
         session.check()?;
-        let client = self.session.client();
-        let entered = self.with_place(|place| {
+        let client = self.me.session.client();
+        let entered = self.me.with_place(|place| {
             client.block_on(async {
                 let turn = match wait.is_never() {
                     true => self
+                        .me
                         .turn
                         .clone()
                         .try_lock_owned()
                         .map_err(|_| TryLockError::WouldBlock)?,
                     false => {
-                        let turn = async { Ok(self.turn.clone().lock_owned().await) };
+                        let turn = async { Ok(self.me.turn.clone().lock_owned().await) };
                         wait.bound_alive(Operation::Enter, session, turn).await?
                     }
                 };
-                let joined = steps::join(place).await?;
+                let patient = !wait.is_never();
+                let joining =
+                    wait.bound_alive(Operation::Enter, session, steps::join(place, patient));
+                let joined = match joining.await {
+                    Ok(joined) => joined,
+                    // Cut short by the limit or the token: the Txn may be on its way.
+                    Err(e) if e.is_cancelled() || e.is_wait_timeout() => {
+                        let removed = self.me.remove_unknown_in_background(turn);
+                        let _ = tokio::time::timeout(settle(place), removed).await;
+                        return Err(e.into());
+                    }
+                    // `join` cleaned up after its own failure; a lost session takes the key.
+                    Err(e) => return Err(session.judge(e).into()),
+                };
                 let created = joined.created;
                 let settling = steps::settle(
                     place,
@@ -477,15 +430,15 @@ impl DoubleBarrier {
                     });
                 }
                 // Not in: our key goes, turn in hand (in the background if etcd is slow).
-                let removed = self.remove_in_background(created, turn, false);
-                let _ = tokio::time::timeout(place.rpc.request_timeout(), removed).await;
+                let removed = self.me.remove_in_background(created, turn, false);
+                let _ = tokio::time::timeout(settle(place), removed).await;
                 match settled {
                     Err(e) => Err(session.judge(e).into()),
                     Ok(_) => Err(TryLockError::WouldBlock),
                 }
             })
         })?;
-        tracing::debug!(key = %text(&self.key), round = entered.round, "entered");
+        tracing::debug!(key = %text(&self.me.key), round = entered.round, "entered");
         *self.entered_state() = Some(entered);
         Ok(())
     }
@@ -495,13 +448,13 @@ impl DoubleBarrier {
         let Some(entered) = self.entered_state().take() else {
             return Err(Error::InvalidArgument(format!(
                 "not in double barrier {:?}: enter first",
-                text(&self.name)
+                text(&self.me.name)
             )));
         };
-        let session = self.session.lease();
-        let client = self.session.client();
+        let session = self.me.session.lease();
+        let client = self.me.session.client();
         let (created, round) = (entered.created, entered.round);
-        let removed = self.with_place(|place| {
+        let removed = self.me.with_place(|place| {
             let removing = steps::remove_own(place, created);
             client.block_on(wait.bound_alive(Operation::Leave, session, removing))
         });
@@ -514,47 +467,30 @@ impl DoubleBarrier {
             }
             Err(e) => return Err(e),
         }
-        self.with_place(|place| {
+        self.me.with_place(|place| {
             let leaving = steps::wait_for_round_to_leave(place, round);
             client.block_on(wait.bound_alive(Operation::Leave, session, leaving))
         })?;
-        tracing::debug!(key = %text(&self.key), round, "left");
+        tracing::debug!(key = %text(&self.me.key), round, "left");
         Ok(())
     }
+}
 
-    /// Removes our key (created at `created`) in a task that owns `turn` until etcd
-    /// answers (retried while the session lives); the receiver hears when it is done.
-    /// With `then_ready`, a ready key left with nobody of its round is removed too.
-    fn remove_in_background(
-        &self,
-        created: i64,
-        turn: OwnedMutexGuard<()>,
-        then_ready: bool,
-    ) -> tokio::sync::oneshot::Receiver<()> {
-        let (done, removed) = tokio::sync::oneshot::channel();
-        let rpc = self.session.client().rpc().clone();
-        let session = self.session.lease().clone();
-        let (key, prefix, ready) = (self.key.clone(), self.prefix.clone(), self.ready.clone());
-        self.session.client().spawn(async move {
-            let owned = Owned::Revision(created);
-            let removed = session
-                .retry_while_alive(|| removal::remove(&rpc, &key, owned))
-                .await;
-            drop(turn);
-            if then_ready && removed.is_ok() {
-                steps::clear_stale_ready(&rpc, &prefix, &ready).await;
-            }
-            let _ = done.send(());
-        });
-        removed
-    }
+/// How long a failed enter waits for etcd to answer the removal of its key before it
+/// returns (the removal goes on in the background): a quarter of a request timeout, as for
+/// a failed lock. An etcd that answers at all answers in milliseconds.
+fn settle(place: &steps::Place<'_>) -> Duration {
+    place.rpc.request_timeout() / 4
 }
 
 impl Drop for DoubleBarrier {
     fn drop(&mut self) {
         if let Some(entered) = self.entered_state().take() {
             // Never blocks: the others count us out once etcd has the delete.
-            drop(self.remove_in_background(entered.created, entered.turn, true));
+            drop(
+                self.me
+                    .remove_in_background(entered.created, entered.turn, true),
+            );
         }
     }
 }

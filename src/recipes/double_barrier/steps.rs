@@ -39,13 +39,14 @@ pub(crate) struct Joined {
 }
 
 /// Joins in one Txn: if our key does not exist, put it (empty, with our lease) and read
-/// every key under the prefix. Sent once per endpoint after an ambiguous failure, and
-/// again after a refusal no member handled ("no leader"). A key of ours found there is a
-/// leftover (a resumed lease, a removal that never reached etcd; we own the turn, so no
-/// participant of this process uses it): it is removed by its revision and we join again.
-/// Any ambiguous attempt has our key swept (it may still be applied late); after a failure
-/// whose outcome is unknown, a key of ours is removed first.
-pub(crate) async fn join(place: &Place<'_>) -> Result<Joined> {
+/// every key under the prefix. Sent once per endpoint after an ambiguous failure, and, when
+/// `patient`, again after a refusal no member handled ("no leader": the caller's bound ends
+/// that). A key of ours found there is a leftover (a resumed lease, a removal that never
+/// reached etcd; we own the turn, so no participant of this process uses it): it is
+/// removed by its revision and we join again. Any ambiguous attempt has our key swept (it
+/// may still be applied late); after a failure whose outcome is unknown, a key of ours is
+/// removed first. A caller that cuts the join short does the same ([`remove_unknown`]).
+pub(crate) async fn join(place: &Place<'_>, patient: bool) -> Result<Joined> {
     let (rpc, key) = (place.rpc, place.key);
     let lease = place.session.id();
     let txn = Txn::new()
@@ -82,7 +83,7 @@ pub(crate) async fn join(place: &Place<'_>) -> Result<Joined> {
                     at: resp.revision,
                 });
             }
-            Err(e) if e.is_refused_unhandled() => {
+            Err(e) if patient && e.is_refused_unhandled() => {
                 backoff.sleep().await;
                 continue;
             }
@@ -94,13 +95,25 @@ pub(crate) async fn join(place: &Place<'_>) -> Result<Joined> {
             Err(e) => e,
         };
         if ambiguous || error.is_transient() {
-            let from = removal::remove_if_leased(rpc, key, lease)
-                .await
-                .unwrap_or(0);
-            (place.sweep)(from + 1);
+            remove_unknown(rpc, key, lease, place.sweep).await;
         }
         return Err(place.session.judge(error));
     }
+}
+
+/// After a join whose outcome is unknown (no answer, or cut short): removes a key of our
+/// lease at `key` (by its revision, read first), then has it swept for the join applied
+/// late.
+pub(crate) async fn remove_unknown(
+    rpc: &Rpc,
+    key: &[u8],
+    lease: i64,
+    sweep: &(dyn Fn(i64) + Sync),
+) {
+    let from = removal::remove_if_leased(rpc, key, lease)
+        .await
+        .unwrap_or(0);
+    sweep(from + 1);
 }
 
 /// Waits until the round we joined fills (or one we are part of is found), and stamps our
