@@ -28,6 +28,11 @@
 //!   with its [`Isolation`] levels): one Txn commits its writes if what it read is
 //!   unchanged, else it runs again.
 //!
+//! * Barriers: a [`Barrier`] that holds everyone until it is released, a [`DoubleBarrier`]
+//!   whose participants enter and leave together (one whose session ends is counted out),
+//!   and a [`CountDownLatch`]; their waits take the same limits and
+//!   [`CancelToken`]s as the locks'.
+//!
 //! * Notifications (a guard's [`lost()`](MutexGuard::lost), a session's
 //!   [`lost()`](Session::lost), an [`Observer`]'s [`receiver()`](Observer::receiver)) are
 //!   [`crossbeam_channel`] receivers, re-exported here, so they sit together in one
