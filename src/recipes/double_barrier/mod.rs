@@ -64,8 +64,10 @@ use crate::support::kv::text;
 /// participant, bound to its lease, and `<name>/ready`, bound to the lease of the
 /// participant that saw the round fill. Waits follow the keys on the client's one watch
 /// stream (no polling), and ride out compaction and failover as every wait of this crate
-/// does. Every participant must use the same `count`. These keys are not those of Go's
-/// `recipe.DoubleBarrier` (`<name>/waiters/...`), so the two never mix.
+/// does. Every participant must use the same `count`. Any other key under `<name>/` (data,
+/// or Go's `recipe.DoubleBarrier`, whose keys are `<name>/waiters/...` and an empty
+/// `<name>/ready`) makes `enter` and `leave` fail with [`Error::InvalidArgument`] naming
+/// it, rather than wait on what they cannot read.
 ///
 /// One participant per session and name: a second `DoubleBarrier` of the same session and
 /// name waits in `enter` until the first has left. Dropping a `DoubleBarrier` that entered
@@ -303,7 +305,9 @@ impl DoubleBarrier {
     ///
     /// * [`Error::InvalidArgument`]: this participant has not entered (or left already), or
     ///   a key under `<name>/` was not written by a double barrier.
-    /// * [`Error::SessionLost`]: the session was lost (our key went with it).
+    /// * [`Error::SessionLost`]: the session was lost (our key went with it). Unreachable
+    ///   members and a leader election are not errors: the removal of our key and the
+    ///   reads are retried until etcd answers, or until the session ends.
     /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused a request.
     ///   [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///

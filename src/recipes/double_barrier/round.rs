@@ -152,11 +152,10 @@ impl Round {
         }
         // No round on: the first `count` participants by age make one, if all are in.
         let mut created: Vec<i64> = self.members.values().map(|m| m.created).collect();
-        if created.len() < count {
-            return Enter::Wait;
-        }
         created.sort_unstable();
-        let round = created[count - 1];
+        let Some(&round) = created.get(count.max(1) - 1) else {
+            return Enter::Wait; // fewer than `count` are in
+        };
         if mine.created <= round {
             Enter::Decide(round)
         } else {
