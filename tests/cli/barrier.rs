@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::WAIT;
 use crate::common::{client, etcd, hostname};
-use crate::proc::{Proc, etcd_sync, etcd_sync_bare};
+use crate::proc::{Proc, etcd_sync, etcd_sync_bare, etcdctl};
 
 use etcd_sync::testing::EtcdServer;
 
@@ -78,6 +78,26 @@ fn barrier_hold_wait_release_from_the_shell() {
     );
     waiter.join().expect("the waiter").expect("released");
     assert!(c.get("gate").unwrap().is_none());
+}
+
+/// The barrier is a plain key: `etcdctl del` releases it, and a key `etcdctl put` raises
+/// one (as Go's `recipe.Barrier` does).
+#[test]
+fn etcdctl_raises_and_releases_the_same_barrier() {
+    let server = etcd();
+    let mut put = Proc::spawn(etcdctl(&server, &["put", "shared-gate", ""]));
+    assert_eq!(put.code(WAIT), 0, "etcdctl: {}", put.stderr());
+    assert_eq!(
+        barrier(&server, &["hold", "shared-gate"]).1,
+        "shared-gate: already held\n"
+    );
+    let mut waiting = Proc::spawn(etcd_sync(&server, &["barrier", "wait", "shared-gate"]));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(waiting.is_running(), "stderr: {}", waiting.stderr());
+    let mut del = Proc::spawn(etcdctl(&server, &["del", "shared-gate"]));
+    assert_eq!(del.code(WAIT), 0, "etcdctl: {}", del.stderr());
+    assert_eq!(waiting.line(WAIT), "shared-gate: released");
+    assert_eq!(waiting.code(WAIT), 0, "stderr: {}", waiting.stderr());
 }
 
 #[test]
