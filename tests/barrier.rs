@@ -306,6 +306,29 @@ fn a_participant_whose_session_ends_inside_is_counted_out_of_leaving() {
     assert_eq!(keys(&c, "shrink/"), Vec::<String>::new());
 }
 
+/// A participant that fills the round and ends its session at once still let the other
+/// in: the round filled, whatever became of it since.
+#[test]
+fn a_round_that_filled_lets_everyone_in_even_if_its_last_one_left_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let waiter = session(&c, 10).double_barrier("brief", 2).unwrap();
+    let w = spawn(move || waiter.enter_timeout(BACKSTOP).map(|()| waiter));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "brief/")
+        .len()
+        == 1));
+    let other = client(&server.endpoints());
+    let s = session(&other, 10);
+    s.double_barrier("brief", 2)
+        .unwrap()
+        .enter_timeout(BACKSTOP)
+        .unwrap();
+    s.close().unwrap();
+    let waiter = returned(&w, "the waiter's enter").0.unwrap();
+    waiter.leave_timeout(BACKSTOP).unwrap();
+    assert_eq!(keys(&c, "brief/"), Vec::<String>::new());
+}
+
 #[test]
 fn a_latecomer_waits_for_the_next_round() {
     let server = etcd();

@@ -163,18 +163,15 @@ impl Round {
         }
     }
 
-    /// Applies the events of one watch response after revision `known`; returns the newest
-    /// revision applied.
-    fn apply(&mut self, batch: &[Event], known: i64) -> Result<i64> {
-        let mut through = known;
-        for event in batch.iter().filter(|e| e.kv.mod_revision > known) {
-            through = through.max(event.kv.mod_revision);
-            match event.kind {
-                EventKind::Put => self.put(&event.kv)?,
-                EventKind::Delete => self.delete(&event.kv.key),
+    /// Applies one event.
+    fn apply(&mut self, event: &Event) -> Result<()> {
+        match event.kind {
+            EventKind::Put => self.put(&event.kv),
+            EventKind::Delete => {
+                self.delete(&event.kv.key);
+                Ok(())
             }
         }
-        Ok(through)
     }
 }
 
@@ -220,13 +217,29 @@ impl Condition for Watching {
     /// through; or a key under the prefix that no double barrier wrote.
     type Verdict = Result<(Round, i64)>;
 
+    /// Judged after each revision, not once per response: one response can span
+    /// revisions, and a round that filled and emptied within it (a participant that
+    /// entered and closed its session at once) still filled.
     fn apply(&mut self, batch: &[Event]) -> Option<Self::Verdict> {
-        match self.round.apply(batch, self.known) {
-            Ok(through) => self.known = through,
-            Err(e) => return Some(Err(e)),
+        let after = self.known;
+        let mut events = batch
+            .iter()
+            .filter(|e| e.kv.mod_revision > after)
+            .peekable();
+        while let Some(event) = events.next() {
+            let revision = event.kv.mod_revision;
+            if let Err(e) = self.round.apply(event) {
+                return Some(Err(e));
+            }
+            self.known = revision;
+            let last_of_revision = events
+                .peek()
+                .is_none_or(|next| next.kv.mod_revision != revision);
+            if last_of_revision && self.reached() {
+                return Some(Ok((std::mem::take(&mut self.round), self.known)));
+            }
         }
-        self.reached()
-            .then(|| Ok((std::mem::take(&mut self.round), self.known)))
+        None
     }
 }
 
@@ -301,6 +314,37 @@ mod tests {
         match w.apply(&[delete("b/b2", 10)]) {
             Some(Ok((_, 10))) => {}
             other => panic!("expected the round left at 10, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_round_that_filled_and_emptied_within_one_response_still_filled() {
+        // B waits; A decides (the ready key and its stamp at 10) and its session closes
+        // at 11, all in one response: B is in the round of 5.
+        let mut w = Watching {
+            round: round(&[("b/a1", 3, ""), ("b/b2", 5, "")]),
+            known: 8,
+            goal: Goal::Enter {
+                own: b"b/b2".to_vec(),
+                count: 2,
+            },
+        };
+        let event = |kind, key: &str, created, value: &str, rev| Event {
+            kind,
+            kv: KeyValue {
+                mod_revision: rev,
+                ..kv(key, created, value)
+            },
+        };
+        let batch = [
+            event(EventKind::Put, "b/ready", 10, "5", 10),
+            event(EventKind::Put, "b/a1", 3, "5", 10),
+            event(EventKind::Delete, "b/a1", 0, "", 11),
+            event(EventKind::Delete, "b/ready", 0, "", 11),
+        ];
+        match w.apply(&batch) {
+            Some(Ok((r, 10))) => assert_eq!(r.judge_enter(b"b/b2", 2), Enter::In(5)),
+            other => panic!("expected the round of 5 at 10, got {other:?}"),
         }
     }
 
