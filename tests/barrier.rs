@@ -450,9 +450,10 @@ fn double_barrier_limits_cancels_and_try_enter_leave_no_key() {
 
 /// On a frozen etcd, an enter with a limit still returns about at its limit (its join is
 /// cut short, and the removal of a key it may have created goes on in the background), and
-/// once etcd is back no key is left.
+/// once etcd is back no key is left; a leave whose removal was not confirmed keeps the
+/// participant in, to leave again.
 #[test]
-fn an_enter_cut_short_on_a_frozen_etcd_returns_in_time_and_leaves_no_key() {
+fn waits_cut_short_on_a_frozen_etcd_return_in_time_and_leave_no_key() {
     let server = etcd();
     let c = client(&server.endpoints()); // request timeout 3 s
     let s = session(&c, 20);
@@ -477,6 +478,15 @@ fn an_enter_cut_short_on_a_frozen_etcd_returns_in_time_and_leaves_no_key() {
     let w = spawn(move || ob.enter_timeout(BACKSTOP).map(|()| ob));
     b.enter_timeout(BACKSTOP).unwrap();
     let ob = returned(&w, "the other's enter").0.unwrap();
+    // A leave whose removal etcd does not confirm in time keeps us in: leave again.
+    server.pause().unwrap();
+    let e = b.leave_timeout(Duration::from_millis(300)).unwrap_err();
+    server.resume().unwrap();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    assert!(
+        b.is_entered(),
+        "out, though etcd never confirmed our key's removal"
+    );
     let l = spawn(move || ob.leave_timeout(BACKSTOP));
     b.leave_timeout(BACKSTOP).unwrap();
     returned(&l, "a leave").0.unwrap();
