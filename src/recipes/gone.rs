@@ -29,7 +29,7 @@ pub(crate) async fn wait_absent(
         None => return Ok(known),
         Some(kv) => check(&kv)?,
     }
-    let mut deletes = watches.wait_for(
+    let mut deletes = watches.wait_for_from(
         Spec::key(key, Only::Deletes),
         known,
         Deleted { after: known },

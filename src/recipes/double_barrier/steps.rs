@@ -133,14 +133,21 @@ pub(crate) async fn settle(
                 stamp(place, created, filled).await?;
                 return Ok(Some(filled));
             }
-            Enter::Decide(filled) => {
-                if decide(place, created, filled).await? {
+            Enter::Decide(filled) => match decide(place, created, filled).await? {
+                Decided::Filled => {
                     tracing::debug!(key = %text(place.key), round = filled, "the round filled");
                     return Ok(Some(filled));
                 }
-                // Someone else decided, or our key went: look again.
-                (round, known) = read_round(place).await?;
-            }
+                // Someone else saw it fill first: we are in that round if our key is as
+                // old. Taken from the Txn's answer, not from a read after it, which would
+                // miss a round that filled and emptied meanwhile.
+                Decided::Ready(named) if created <= named => {
+                    stamp(place, created, named).await?;
+                    return Ok(Some(named));
+                }
+                Decided::Gone => return Err(key_gone_error(place.rpc, place.session).await),
+                Decided::Ready(_) | Decided::Unclear => (round, known) = read_round(place).await?,
+            },
             Enter::ClearReady(ready) => {
                 removal::remove(place.rpc, place.ready, Owned::Revision(ready)).await?;
                 (round, known) = read_round(place).await?;
@@ -221,10 +228,22 @@ async fn stamp(place: &Place<'_>, created: i64, filled: i64) -> Result<()> {
     }
 }
 
+/// What [`decide`] found.
+enum Decided {
+    /// We created the ready key and stamped ours.
+    Filled,
+    /// A ready key exists already, naming this round (someone else decided first).
+    Ready(i64),
+    /// Our key is gone.
+    Gone,
+    /// Neither (a ready key that names no round): read and judge again.
+    Unclear,
+}
+
 /// Says the round filled: creates the ready key (with our lease) and stamps our key, in one
-/// Txn, only if no ready key exists and our key is still ours. Whether it did. Safe to
+/// Txn, only if no ready key exists and our key is still ours; else reads both. Safe to
 /// apply late: while our key exists, the round it names is not over.
-async fn decide(place: &Place<'_>, created: i64, filled: i64) -> Result<bool> {
+async fn decide(place: &Place<'_>, created: i64, filled: i64) -> Result<Decided> {
     let lease = place.session.id();
     let value = filled.to_string();
     let txn = Txn::new()
@@ -235,9 +254,26 @@ async fn decide(place: &Place<'_>, created: i64, filled: i64) -> Result<bool> {
         .and_then([
             TxnOp::put_with_lease(place.ready, value.clone(), lease),
             TxnOp::put_with_lease(place.key, value, lease),
+        ])
+        .or_else([
+            TxnOp::range(Range::key(place.ready)),
+            TxnOp::range(Range::key(place.key)),
         ]);
     let resp = place.rpc.txn(&txn, Retry::Safe).await;
-    Ok(resp.map_err(|e| place.session.judge(e))?.succeeded)
+    let resp = resp.map_err(|e| place.session.judge(e))?;
+    if resp.succeeded {
+        return Ok(Decided::Filled);
+    }
+    let mut read = resp.responses.into_iter().map(|op| match op {
+        TxnOpResponse::Get(kvs) => kvs.into_iter().next(),
+        _ => None,
+    });
+    let (ready, own) = (read.next().flatten(), read.next().flatten());
+    if own.is_none_or(|kv| kv.create_revision != created) {
+        return Ok(Decided::Gone);
+    }
+    let round = ready.and_then(|kv| std::str::from_utf8(&kv.value).ok()?.parse().ok());
+    Ok(round.map_or(Decided::Unclear, Decided::Ready))
 }
 
 /// Every key under the prefix, and the revision of the read; retried until etcd answers
@@ -266,7 +302,7 @@ async fn wait_until(
         known,
         goal: goal.clone(),
     };
-    let mut waiting = place.watches.wait_for(spec, known, condition);
+    let mut waiting = place.watches.wait_for_from(spec, known, condition);
     let mut known = known;
     loop {
         match waiting.next().await {
