@@ -203,6 +203,44 @@ fn double_barrier_participants_enter_together_and_leave_together() {
     );
 }
 
+/// Twelve participants on two clients (sharing each client's watch stream) all enter and
+/// leave; nobody enters before the twelfth joined.
+#[test]
+fn a_dozen_participants_on_two_clients() {
+    const COUNT: usize = 12;
+    let server = etcd();
+    let clients = [client(&server.endpoints()), client(&server.endpoints())];
+    let started = Instant::now();
+    let participants: Vec<_> = (0..COUNT)
+        .map(|i| {
+            let s = session(&clients[i % 2], 10);
+            let b = s.double_barrier("dozen", COUNT).unwrap();
+            thread::sleep(Duration::from_millis(20));
+            let joined = Instant::now();
+            (
+                joined,
+                spawn(move || {
+                    b.enter_timeout(BACKSTOP)?;
+                    let entered = Instant::now();
+                    b.leave_timeout(BACKSTOP)?;
+                    Ok::<_, Error>(entered)
+                }),
+            )
+        })
+        .collect();
+    let last_joined = participants.iter().map(|p| p.0).max().unwrap();
+    for (_, p) in &participants {
+        let entered = returned(p, "a participant").0.unwrap();
+        assert!(entered >= last_joined, "entered before the twelfth joined");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(keys(&clients[0], "dozen/"), Vec::<String>::new());
+}
+
 #[test]
 fn a_participant_whose_session_ends_while_entering_is_counted_out() {
     let server = etcd();
