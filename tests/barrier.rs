@@ -705,6 +705,42 @@ fn bad_input_is_a_clear_error() {
     assert!(one.enter().unwrap_err().is_invalid_argument());
     one.leave().unwrap();
 
+    // Participants that disagree on the count: the younger refuses (and leaves no key),
+    // the older goes on without counting it.
+    let (s3, s2, s3b) = (session(&c, 10), session(&c, 10), session(&c, 10));
+    let older = s3.double_barrier("counts", 2).unwrap();
+    let waiting_older = spawn(move || older.enter_timeout(BACKSTOP).map(|()| older));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "counts/")
+        .len()
+        == 1));
+    let e = s2
+        .double_barrier("counts", 3)
+        .unwrap()
+        .enter_timeout(BACKSTOP)
+        .unwrap_err();
+    assert!(
+        e.is_invalid_argument() && e.to_string().contains("expects 2"),
+        "{e}"
+    );
+    assert_eq!(
+        keys(&c, "counts/").len(),
+        1,
+        "the refused participant left its key"
+    );
+    still_blocked(
+        &waiting_older,
+        Duration::from_millis(200),
+        "the older participant",
+    );
+    let partner = s3b.double_barrier("counts", 2).unwrap();
+    partner.enter_timeout(BACKSTOP).unwrap();
+    let older = returned(&waiting_older, "the older participant's enter")
+        .0
+        .unwrap();
+    let l = spawn(move || older.leave_timeout(BACKSTOP));
+    partner.leave_timeout(BACKSTOP).unwrap();
+    returned(&l, "a leave").0.unwrap();
+
     // Keys under a double barrier's prefix that no double barrier wrote: found at the
     // join, and while waiting (from the events); our key is removed either way.
     c.put("dirty/notes", "x").unwrap();

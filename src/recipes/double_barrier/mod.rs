@@ -6,8 +6,10 @@
 //! # Key layout (under `<name>/`)
 //!
 //! * `<name>/<lease hex>`: a participant, one per session, bound to its lease. Its value is
-//!   empty while it waits to enter, and the *round* it entered with once it has (a
-//!   revision, in decimal: its stamp).
+//!   the count it expects (`3`) while it waits to enter, and the count and the *round* it
+//!   entered with once it has (`3 1742`: a revision, its stamp). The younger of two
+//!   participants that expect different counts refuses to wait; the older one does not
+//!   count it.
 //! * `<name>/ready`: the round that filled, in decimal, bound to the lease of the
 //!   participant that saw it fill.
 //!
@@ -64,7 +66,9 @@ use crate::support::kv::text;
 /// participant, bound to its lease, and `<name>/ready`, bound to the lease of the
 /// participant that saw the round fill. Waits follow the keys on the client's one watch
 /// stream (no polling), and ride out compaction and failover as every wait of this crate
-/// does. Every participant must use the same `count`. Any other key under `<name>/` (data,
+/// does. Every participant must give the same `count`: one that finds an older participant
+/// expecting another count refuses with [`Error::InvalidArgument`] (and removes its key);
+/// the older one goes on without counting it. Any other key under `<name>/` (data,
 /// or Go's `recipe.DoubleBarrier`, whose keys are `<name>/waiters/...` and an empty
 /// `<name>/ready`) makes `enter` and `leave` fail with [`Error::InvalidArgument`] naming
 /// it, rather than wait on what they cannot read.
@@ -87,7 +91,6 @@ use crate::support::kv::text;
 /// ```
 pub struct DoubleBarrier {
     me: Participant,
-    count: usize,
     entered: StdMutex<Option<Entered>>,
 }
 
@@ -102,7 +105,7 @@ impl std::fmt::Debug for DoubleBarrier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DoubleBarrier")
             .field("key", &text(&self.me.key))
-            .field("count", &self.count)
+            .field("count", &self.me.count)
             .field("entered", &self.is_entered())
             .finish()
     }
@@ -132,9 +135,10 @@ impl Session {
                 "a double barrier needs at least 1 participant".into(),
             ));
         }
+        // A count beyond u64 (on a 128-bit platform) could never fill anyway.
+        let count = u64::try_from(count).unwrap_or(u64::MAX);
         Ok(DoubleBarrier {
-            me: Participant::new(self, name),
-            count,
+            me: Participant::new(self, name, count),
             entered: StdMutex::new(None),
         })
     }
@@ -162,7 +166,7 @@ impl DoubleBarrier {
     /// # Ok(()) }
     /// ```
     pub fn count(&self) -> usize {
-        self.count
+        usize::try_from(self.me.count).unwrap_or(usize::MAX)
     }
 
     /// The session this participant's key is bound to.
@@ -202,9 +206,9 @@ impl DoubleBarrier {
     ///   with it.
     /// * [`Error::LockLost`]: our participant key was deleted by someone else while we
     ///   waited.
-    /// * [`Error::InvalidArgument`]: this participant has entered already (leave first), or
-    ///   a key under `<name>/` was not written by a double barrier (its message names it);
-    ///   our key is removed.
+    /// * [`Error::InvalidArgument`]: this participant has entered already (leave first), an
+    ///   older participant expects another count, or a key under `<name>/` was not written
+    ///   by a double barrier (the message names the key); our key is removed.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: etcd could not be reached to join
     ///   (tried on every endpoint); once in, the wait retries its reads until etcd answers.
     /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused a request.
@@ -418,13 +422,8 @@ impl DoubleBarrier {
                     Err(e) => return Err(session.judge(e).into()),
                 };
                 let created = joined.created;
-                let settling = steps::settle(
-                    place,
-                    created,
-                    self.count,
-                    (joined.kvs, joined.at),
-                    !wait.is_never(),
-                );
+                let settling =
+                    steps::settle(place, created, (joined.kvs, joined.at), !wait.is_never());
                 let settled = wait.bound_alive(Operation::Enter, session, settling).await;
                 if let Ok(Some(round)) = settled {
                     return Ok(Entered {

@@ -24,6 +24,8 @@ pub(crate) struct Participant {
     pub(crate) key: Vec<u8>,
     /// `<name>/ready`.
     pub(crate) ready: Vec<u8>,
+    /// How many participants a round has.
+    pub(crate) count: u64,
     /// Owned from `enter` to the end of `leave`, and by a sweep or a removal meanwhile.
     pub(crate) turn: Arc<TurnMutex<()>>,
 }
@@ -36,8 +38,9 @@ static TURNS: StdMutex<Turns> = StdMutex::new(BTreeMap::new());
 type Turns = BTreeMap<(u64, Vec<u8>), Weak<TurnMutex<()>>>;
 
 impl Participant {
-    /// `session`'s participant in the double barrier `name` (checked by the caller).
-    pub(crate) fn new(session: &Session, name: Vec<u8>) -> Participant {
+    /// `session`'s participant in the double barrier `name` for `count` (both checked by
+    /// the caller).
+    pub(crate) fn new(session: &Session, name: Vec<u8>, count: u64) -> Participant {
         let mut prefix = name.clone();
         prefix.push(b'/');
         let mut key = prefix.clone();
@@ -50,6 +53,7 @@ impl Participant {
             prefix,
             key,
             ready,
+            count,
         }
     }
 
@@ -64,6 +68,7 @@ impl Participant {
             prefix: &self.prefix,
             key: &self.key,
             ready: &self.ready,
+            count: self.count,
             sweep: &sweep,
         })
     }
@@ -92,6 +97,7 @@ impl Participant {
         let rpc = self.session.client().rpc().clone();
         let session = self.session.lease().clone();
         let (key, prefix, ready) = (self.key.clone(), self.prefix.clone(), self.ready.clone());
+        let count = self.count;
         self.session.client().spawn(async move {
             let owned = Owned::Revision(created);
             let removed = session
@@ -99,7 +105,7 @@ impl Participant {
                 .await;
             drop(turn);
             if then_ready && removed.is_ok() {
-                steps::clear_stale_ready(&rpc, &prefix, &ready).await;
+                steps::clear_stale_ready(&rpc, (&prefix, count), &ready).await;
             }
             let _ = done.send(());
         });

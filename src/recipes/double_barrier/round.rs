@@ -18,7 +18,11 @@ pub(crate) const READY: &[u8] = b"ready";
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Round {
     prefix: Vec<u8>,
-    /// Participant keys: create revision, and the round they were stamped with.
+    /// How many participants a round has, as we count: participants that say otherwise
+    /// are not counted (the younger of a disagreeing pair refuses, see [`Enter::Refused`]).
+    count: u64,
+    /// Participant keys: create revision, the count they expect, and the round they were
+    /// stamped with.
     members: HashMap<Vec<u8>, Member>,
     /// The ready key: its create revision and the round it names.
     ready: Option<(i64, i64)>,
@@ -27,11 +31,12 @@ pub(crate) struct Round {
 #[derive(Debug, Clone, Copy)]
 struct Member {
     created: i64,
+    count: u64,
     stamp: Option<i64>,
 }
 
 /// A participant's next step in [`enter`](crate::DoubleBarrier::enter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Enter {
     /// Our key is in the round that filled at this revision: stamp it and return.
     In(i64),
@@ -45,13 +50,17 @@ pub(crate) enum Enter {
     Gone,
     /// Too few participants, or a round we are not part of is on: wait for a change.
     Wait,
+    /// A participant older than us expects another count (why, for the error): we must
+    /// not wait. The older one of a disagreeing pair goes on, not counting the younger.
+    Refused(String),
 }
 
 impl Round {
-    /// The keys read under `prefix`.
-    pub(crate) fn read(prefix: &[u8], kvs: Vec<KeyValue>) -> Result<Round> {
+    /// The keys read under `prefix`, for a participant of a barrier for `count`.
+    pub(crate) fn read(prefix: &[u8], count: u64, kvs: Vec<KeyValue>) -> Result<Round> {
         let mut round = Round {
             prefix: prefix.to_vec(),
+            count,
             ..Round::default()
         };
         for kv in kvs {
@@ -61,8 +70,9 @@ impl Round {
     }
 
     /// A key created or changed. Anything that is not a participant key
-    /// (`<name>/<lease hex>`, empty or stamped with a round no older than itself) or the
-    /// ready key (`<name>/ready`, a round) is an error: the prefix is the barrier's.
+    /// (`<name>/<lease hex>` = `<count>`, or `<count> <round>` with a round no older than
+    /// itself) or the ready key (`<name>/ready` = `<round>`) is an error: the prefix is the
+    /// barrier's.
     fn put(&mut self, kv: &KeyValue) -> Result<()> {
         let Some(last) = kv.key.strip_prefix(self.prefix.as_slice()) else {
             return Err(self.foreign(kv, "outside the barrier's prefix"));
@@ -77,17 +87,26 @@ impl Round {
             let round = number().ok_or_else(|| self.foreign(kv, "not a round revision"))?;
             self.ready = Some((kv.create_revision, round));
         } else if is_lease_hex(last) {
-            let stamp = match kv.value.is_empty() {
-                true => None,
-                false => Some(
-                    number()
-                        .filter(|r| *r >= kv.create_revision)
-                        .ok_or_else(|| self.foreign(kv, "not a participant's round stamp"))?,
-                ),
-            };
-            let member = Member {
-                created: kv.create_revision,
-                stamp,
+            let value = std::str::from_utf8(&kv.value).unwrap_or_default();
+            let mut words = value.split(' ');
+            let count = words.next().and_then(|c| c.parse::<u64>().ok());
+            let stamp = words.next().map(|r| r.parse::<i64>().ok());
+            let member = match (count, stamp, words.next()) {
+                (Some(count), None, None) if count > 0 => Member {
+                    created: kv.create_revision,
+                    count,
+                    stamp: None,
+                },
+                (Some(count), Some(Some(round)), None)
+                    if count > 0 && round >= kv.create_revision =>
+                {
+                    Member {
+                        created: kv.create_revision,
+                        count,
+                        stamp: Some(round),
+                    }
+                }
+                _ => return Err(self.foreign(kv, "not `<count>` or `<count> <round>`")),
             };
             self.members.insert(kv.key.clone(), member);
         } else {
@@ -116,15 +135,20 @@ impl Round {
         }
     }
 
+    /// The participants that expect our count.
+    fn agreeing(&self) -> impl Iterator<Item = &Member> {
+        self.members.values().filter(|m| m.count == self.count)
+    }
+
     /// The newest round anyone said has filled: the ready key's, or a participant's stamp.
     fn known_round(&self) -> Option<i64> {
-        let stamps = self.members.values().filter_map(|m| m.stamp);
+        let stamps = self.agreeing().filter_map(|m| m.stamp);
         stamps.chain(self.ready.map(|(_, r)| r)).max()
     }
 
     /// Whether a participant of the round that filled at `round` is still in.
     pub(crate) fn any_up_to(&self, round: i64) -> bool {
-        self.members.values().any(|m| m.created <= round)
+        self.agreeing().any(|m| m.created <= round)
     }
 
     /// The ready key's create revision, if it names a round with nobody left in it.
@@ -134,11 +158,25 @@ impl Round {
             .map(|(created, _)| created)
     }
 
-    /// What the participant with key `own` does next, in a barrier for `count`.
-    pub(crate) fn judge_enter(&self, own: &[u8], count: usize) -> Enter {
+    /// What the participant with key `own` does next.
+    pub(crate) fn judge_enter(&self, own: &[u8]) -> Enter {
         let Some(mine) = self.members.get(own) else {
             return Enter::Gone;
         };
+        let older_disagreeing = self
+            .members
+            .iter()
+            .find(|(_, m)| m.count != self.count && m.created < mine.created);
+        if let Some((key, them)) = older_disagreeing {
+            return Enter::Refused(format!(
+                "double barrier {:?}: participant {:?} expects {} participants, this one {}: \
+                 every participant must give the same count",
+                text(self.prefix.strip_suffix(b"/").unwrap_or(&self.prefix)),
+                text(key),
+                them.count,
+                self.count
+            ));
+        }
         if let Some(round) = self.known_round() {
             if mine.created <= round {
                 return Enter::In(round);
@@ -151,9 +189,10 @@ impl Round {
             return Enter::ClearReady(created);
         }
         // No round on: the first `count` participants by age make one, if all are in.
-        let mut created: Vec<i64> = self.members.values().map(|m| m.created).collect();
+        let mut created: Vec<i64> = self.agreeing().map(|m| m.created).collect();
         created.sort_unstable();
-        let Some(&round) = created.get(count.max(1) - 1) else {
+        let nth = usize::try_from(self.count.max(1)).unwrap_or(usize::MAX) - 1;
+        let Some(&round) = created.get(nth) else {
             return Enter::Wait; // fewer than `count` are in
         };
         if mine.created <= round {
@@ -188,7 +227,7 @@ fn is_lease_hex(text: &[u8]) -> bool {
 #[derive(Debug, Clone)]
 pub(crate) enum Goal {
     /// In [`enter`](crate::DoubleBarrier::enter): a next step other than [`Enter::Wait`].
-    Enter { own: Vec<u8>, count: usize },
+    Enter { own: Vec<u8> },
     /// In [`leave`](crate::DoubleBarrier::leave): every participant of the round that
     /// filled at this revision gone.
     Leave { round: i64 },
@@ -206,7 +245,7 @@ impl Watching {
     /// Whether the goal is reached (or the next step is no longer "wait").
     pub(crate) fn reached(&self) -> bool {
         match &self.goal {
-            Goal::Enter { own, count } => self.round.judge_enter(own, *count) != Enter::Wait,
+            Goal::Enter { own } => self.round.judge_enter(own) != Enter::Wait,
             Goal::Leave { round } => !self.round.any_up_to(*round),
         }
     }
@@ -257,47 +296,72 @@ mod tests {
         }
     }
 
-    fn round(kvs: &[(&str, i64, &str)]) -> Round {
+    /// The keys as a participant of a barrier for `count` reads them.
+    fn round(count: u64, kvs: &[(&str, i64, &str)]) -> Round {
         let kvs = kvs.iter().map(|(k, c, v)| kv(k, *c, v)).collect();
-        Round::read(b"b/", kvs).unwrap_or_else(|e| panic!("{e}"))
+        Round::read(b"b/", count, kvs).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
     fn the_first_count_participants_make_a_round_when_all_are_in() {
-        let r = round(&[("b/a1", 3, ""), ("b/b2", 5, "")]);
-        assert_eq!(r.judge_enter(b"b/a1", 3), Enter::Wait);
-        assert_eq!(r.judge_enter(b"b/a1", 2), Enter::Decide(5));
-        assert_eq!(r.judge_enter(b"b/b2", 2), Enter::Decide(5));
+        let r = round(3, &[("b/a1", 3, "3"), ("b/b2", 5, "3")]);
+        assert_eq!(r.judge_enter(b"b/a1"), Enter::Wait);
+        let r = round(2, &[("b/a1", 3, "2"), ("b/b2", 5, "2")]);
+        assert_eq!(r.judge_enter(b"b/a1"), Enter::Decide(5));
+        assert_eq!(r.judge_enter(b"b/b2"), Enter::Decide(5));
         // A third that came with them is late for that round.
-        let r = round(&[("b/a1", 3, ""), ("b/b2", 5, ""), ("b/c3", 7, "")]);
-        assert_eq!(r.judge_enter(b"b/c3", 2), Enter::Wait);
-        assert_eq!(r.judge_enter(b"b/gone", 2), Enter::Gone);
+        let r = round(2, &[("b/a1", 3, "2"), ("b/b2", 5, "2"), ("b/c3", 7, "2")]);
+        assert_eq!(r.judge_enter(b"b/c3"), Enter::Wait);
+        assert_eq!(r.judge_enter(b"b/gone"), Enter::Gone);
     }
 
     #[test]
     fn a_stamp_or_the_ready_key_lets_the_round_in_and_keeps_the_late_out() {
         // The ready key's writer is gone, its stamp with it: another stamp still tells.
-        let r = round(&[("b/a1", 3, "5"), ("b/b2", 5, ""), ("b/c3", 7, "")]);
-        assert_eq!(r.judge_enter(b"b/b2", 2), Enter::In(5));
-        assert_eq!(r.judge_enter(b"b/c3", 2), Enter::Wait);
-        let r = round(&[("b/ready", 6, "5"), ("b/b2", 5, ""), ("b/c3", 7, "")]);
-        assert_eq!(r.judge_enter(b"b/b2", 2), Enter::In(5));
-        assert_eq!(r.judge_enter(b"b/c3", 2), Enter::Wait);
+        let r = round(2, &[("b/a1", 3, "2 5"), ("b/b2", 5, "2"), ("b/c3", 7, "2")]);
+        assert_eq!(r.judge_enter(b"b/b2"), Enter::In(5));
+        assert_eq!(r.judge_enter(b"b/c3"), Enter::Wait);
+        let r = round(
+            2,
+            &[("b/ready", 6, "5"), ("b/b2", 5, "2"), ("b/c3", 7, "2")],
+        );
+        assert_eq!(r.judge_enter(b"b/b2"), Enter::In(5));
+        assert_eq!(r.judge_enter(b"b/c3"), Enter::Wait);
     }
 
     #[test]
     fn a_ready_key_whose_round_left_is_cleared_then_the_next_round_forms() {
-        let mut r = round(&[("b/ready", 6, "5"), ("b/c3", 7, ""), ("b/d4", 9, "")]);
+        let mut r = round(
+            2,
+            &[("b/ready", 6, "5"), ("b/c3", 7, "2"), ("b/d4", 9, "2")],
+        );
         assert_eq!(r.stale_ready(), Some(6));
-        assert_eq!(r.judge_enter(b"b/c3", 2), Enter::ClearReady(6));
+        assert_eq!(r.judge_enter(b"b/c3"), Enter::ClearReady(6));
         r.delete(b"b/ready");
-        assert_eq!(r.judge_enter(b"b/c3", 2), Enter::Decide(9));
+        assert_eq!(r.judge_enter(b"b/c3"), Enter::Decide(9));
+    }
+
+    #[test]
+    fn the_younger_of_a_pair_that_disagrees_on_the_count_refuses() {
+        let r = round(2, &[("b/a1", 3, "3"), ("b/b2", 5, "2")]);
+        match r.judge_enter(b"b/b2") {
+            Enter::Refused(why) => assert!(why.contains("b/a1") && why.contains("expects 3")),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // The older one goes on, not counting the younger.
+        let r = round(3, &[("b/a1", 3, "3"), ("b/b2", 5, "2"), ("b/c3", 7, "3")]);
+        assert_eq!(r.judge_enter(b"b/a1"), Enter::Wait);
+        let r = round(2, &[("b/a1", 3, "2"), ("b/b2", 5, "3"), ("b/c3", 7, "2")]);
+        assert_eq!(r.judge_enter(b"b/a1"), Enter::Decide(7));
     }
 
     #[test]
     fn leaving_waits_for_every_participant_of_the_round() {
         let mut w = Watching {
-            round: round(&[("b/a1", 3, "5"), ("b/b2", 5, "5"), ("b/c3", 7, "")]),
+            round: round(
+                2,
+                &[("b/a1", 3, "2 5"), ("b/b2", 5, "2 5"), ("b/c3", 7, "2")],
+            ),
             known: 8,
             goal: Goal::Leave { round: 5 },
         };
@@ -322,11 +386,10 @@ mod tests {
         // B waits; A decides (the ready key and its stamp at 10) and its session closes
         // at 11, all in one response: B is in the round of 5.
         let mut w = Watching {
-            round: round(&[("b/a1", 3, ""), ("b/b2", 5, "")]),
+            round: round(2, &[("b/a1", 3, "2"), ("b/b2", 5, "2")]),
             known: 8,
             goal: Goal::Enter {
                 own: b"b/b2".to_vec(),
-                count: 2,
             },
         };
         let event = |kind, key: &str, created, value: &str, rev| Event {
@@ -338,12 +401,12 @@ mod tests {
         };
         let batch = [
             event(EventKind::Put, "b/ready", 10, "5", 10),
-            event(EventKind::Put, "b/a1", 3, "5", 10),
+            event(EventKind::Put, "b/a1", 3, "2 5", 10),
             event(EventKind::Delete, "b/a1", 0, "", 11),
             event(EventKind::Delete, "b/ready", 0, "", 11),
         ];
         match w.apply(&batch) {
-            Some(Ok((r, 10))) => assert_eq!(r.judge_enter(b"b/b2", 2), Enter::In(5)),
+            Some(Ok((r, 10))) => assert_eq!(r.judge_enter(b"b/b2"), Enter::In(5)),
             other => panic!("expected the round of 5 at 10, got {other:?}"),
         }
     }
@@ -351,15 +414,19 @@ mod tests {
     #[test]
     fn keys_no_double_barrier_wrote_are_errors() {
         for (key, value) in [
-            ("b/nothex", ""),
-            ("b/A1", ""),
+            ("b/nothex", "2"),
+            ("b/A1", "2"),
+            ("b/a1", ""),
             ("b/a1", "x"),
-            ("b/a1", "2"), // a stamp older than the key
+            ("b/a1", "0"),
+            ("b/a1", "2 2"), // a stamp older than the key
+            ("b/a1", "2 5 7"),
+            ("b/a1", "2  5"),
             ("b/ready", ""),
             ("b/ready", "-3"),
-            ("b/a1/deeper", ""),
+            ("b/a1/deeper", "2"),
         ] {
-            let e = Round::read(b"b/", vec![kv(key, 3, value)]).err();
+            let e = Round::read(b"b/", 2, vec![kv(key, 3, value)]).err();
             assert!(
                 e.as_ref().is_some_and(Error::is_invalid_argument),
                 "{key}={value}: {e:?}"

@@ -8,7 +8,7 @@ use crate::client::removal::{self, Owned};
 use crate::line::queue::key_gone_error;
 use crate::recipes::double_barrier::round::{Enter, Goal, Round, Watching};
 use crate::support::backoff::Backoff;
-use crate::support::error::Result;
+use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, TxnOpResponse, text};
 use crate::transport::watch::Only;
 use crate::transport::watches::waiting::Wake;
@@ -24,6 +24,8 @@ pub(crate) struct Place<'a> {
     pub(crate) prefix: &'a [u8],
     pub(crate) key: &'a [u8],
     pub(crate) ready: &'a [u8],
+    /// How many participants a round has (written in our key's value).
+    pub(crate) count: u64,
     /// Sweeps our key from this revision on (the participant's turn guards it).
     pub(crate) sweep: &'a (dyn Fn(i64) + Sync),
 }
@@ -38,7 +40,7 @@ pub(crate) struct Joined {
     pub(crate) at: i64,
 }
 
-/// Joins in one Txn: if our key does not exist, put it (empty, with our lease) and read
+/// Joins in one Txn: if our key does not exist, put it (our count, with our lease) and read
 /// every key under the prefix. Sent once per endpoint after an ambiguous failure, and, when
 /// `patient`, again after a refusal no member handled ("no leader": the caller's bound ends
 /// that). A key of ours found there is a leftover (a resumed lease, a removal that never
@@ -52,7 +54,7 @@ pub(crate) async fn join(place: &Place<'_>, patient: bool) -> Result<Joined> {
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
-            TxnOp::put_with_lease(key, "", lease),
+            TxnOp::put_with_lease(key, place.count.to_string(), lease),
             TxnOp::range(Range::prefix(place.prefix)),
         ])
         .or_else([TxnOp::range(Range::key(key))]);
@@ -122,13 +124,12 @@ pub(crate) async fn remove_unknown(
 pub(crate) async fn settle(
     place: &Place<'_>,
     created: i64,
-    count: usize,
     (kvs, mut known): (Vec<KeyValue>, i64),
     patient: bool,
 ) -> Result<Option<i64>> {
-    let mut round = Round::read(place.prefix, kvs)?;
+    let mut round = Round::read(place.prefix, place.count, kvs)?;
     loop {
-        match round.judge_enter(place.key, count) {
+        match round.judge_enter(place.key) {
             Enter::In(filled) => {
                 stamp(place, created, filled).await?;
                 return Ok(Some(filled));
@@ -153,11 +154,11 @@ pub(crate) async fn settle(
                 (round, known) = read_round(place).await?;
             }
             Enter::Gone => return Err(key_gone_error(place.rpc, place.session).await),
+            Enter::Refused(why) => return Err(Error::InvalidArgument(why)),
             Enter::Wait if !patient => return Ok(None),
             Enter::Wait => {
                 let goal = Goal::Enter {
                     own: place.key.to_vec(),
-                    count,
                 };
                 (round, known) = wait_until(place, round, known, goal).await?;
             }
@@ -196,11 +197,11 @@ pub(crate) async fn wait_for_round_to_leave(place: &Place<'_>, filled: i64) -> R
 
 /// Removes the ready key if it names a round with nobody left in it (one read; best
 /// effort): after a participant left without waiting for the others (dropped while in).
-pub(crate) async fn clear_stale_ready(rpc: &Rpc, prefix: &[u8], ready: &[u8]) {
+pub(crate) async fn clear_stale_ready(rpc: &Rpc, (prefix, count): (&[u8], u64), ready: &[u8]) {
     let Ok(read) = rpc.read(&Range::prefix(prefix)).await else {
         return;
     };
-    if let Ok(round) = Round::read(prefix, read.kvs)
+    if let Ok(round) = Round::read(prefix, count, read.kvs)
         && let Some(created) = round.stale_ready()
     {
         let _ = removal::remove(rpc, ready, Owned::Revision(created)).await;
@@ -218,7 +219,7 @@ async fn stamp(place: &Place<'_>, created: i64, filled: i64) -> Result<()> {
         )])
         .and_then([TxnOp::put_with_lease(
             place.key,
-            filled.to_string(),
+            stamped(place.count, filled),
             place.session.id(),
         )]);
     let resp = place.rpc.txn(&txn, Retry::Safe).await;
@@ -226,6 +227,11 @@ async fn stamp(place: &Place<'_>, created: i64, filled: i64) -> Result<()> {
         resp if resp.succeeded => Ok(()),
         _ => Err(key_gone_error(place.rpc, place.session).await),
     }
+}
+
+/// A participant key's value once in: `<count> <round>`.
+fn stamped(count: u64, filled: i64) -> String {
+    format!("{count} {filled}")
 }
 
 /// What [`decide`] found.
@@ -245,15 +251,14 @@ enum Decided {
 /// apply late: while our key exists, the round it names is not over.
 async fn decide(place: &Place<'_>, created: i64, filled: i64) -> Result<Decided> {
     let lease = place.session.id();
-    let value = filled.to_string();
     let txn = Txn::new()
         .when([
             Compare::create_revision(place.ready, CompareOp::Equal, 0),
             Compare::create_revision(place.key, CompareOp::Equal, created),
         ])
         .and_then([
-            TxnOp::put_with_lease(place.ready, value.clone(), lease),
-            TxnOp::put_with_lease(place.key, value, lease),
+            TxnOp::put_with_lease(place.ready, filled.to_string(), lease),
+            TxnOp::put_with_lease(place.key, stamped(place.count, filled), lease),
         ])
         .or_else([
             TxnOp::range(Range::key(place.ready)),
@@ -284,7 +289,10 @@ async fn read_round(place: &Place<'_>) -> Result<(Round, i64)> {
         .session
         .retry_while_alive(|| place.rpc.read(&range))
         .await?;
-    Ok((Round::read(place.prefix, read.kvs)?, read.revision))
+    Ok((
+        Round::read(place.prefix, place.count, read.kvs)?,
+        read.revision,
+    ))
 }
 
 /// Waits on the client's watch stream until `goal` is reached, starting from `round` as
