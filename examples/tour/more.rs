@@ -1,6 +1,7 @@
 //! The tour's second half: the primitives beyond the mutex, introspection, cancelling a
-//! wait, barriers, the supervised leader loop, and software transactions. Each step checks what it shows and returns an
-//! error if etcd-sync did something else, so the tour is also a smoke test.
+//! wait, barriers, the supervised leader loop, and software transactions. Each step checks
+//! what it shows and returns an error if etcd-sync did something else, so the tour is also
+//! a smoke test.
 
 use std::sync::mpsc;
 use std::thread;
