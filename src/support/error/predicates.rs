@@ -135,9 +135,11 @@ impl Error {
     /// * [`Observer::recv_timeout`](crate::Observer::recv_timeout) and `recv_with`:
     ///   [`Operation::Observe`];
     /// * [`Barrier::wait_timeout`](crate::Barrier::wait_timeout) and `wait_with`:
-    ///   [`Operation::Barrier`]; [`DoubleBarrier::enter_timeout`](crate::DoubleBarrier::enter_timeout),
-    ///   `leave_timeout` and their `*_with`: [`Operation::Enter`], [`Operation::Leave`];
-    ///   [`CountDownLatch::wait_timeout`](crate::CountDownLatch::wait_timeout) and
+    ///   [`Operation::Barrier`];
+    /// * [`DoubleBarrier::enter_timeout`](crate::DoubleBarrier::enter_timeout) and
+    ///   `enter_with`: [`Operation::Enter`]; `leave_timeout` and `leave_with`:
+    ///   [`Operation::Leave`];
+    /// * [`CountDownLatch::wait_timeout`](crate::CountDownLatch::wait_timeout) and
     ///   `wait_with`: [`Operation::Latch`].
     ///
     /// It is the shape of std's
