@@ -28,6 +28,11 @@
 //!   with its [`Isolation`] levels): one Txn commits its writes if what it read is
 //!   unchanged, else it runs again.
 //!
+//! * Barriers: a [`Barrier`] that holds everyone until it is released, a [`DoubleBarrier`]
+//!   whose participants enter and leave together (one whose session ends is counted out),
+//!   and a [`CountDownLatch`]; their waits take the same limits and
+//!   [`CancelToken`]s as the locks'.
+//!
 //! * Notifications (a guard's [`lost()`](MutexGuard::lost), a session's
 //!   [`lost()`](Session::lost), an [`Observer`]'s [`receiver()`](Observer::receiver)) are
 //!   [`crossbeam_channel`] receivers, re-exported here, so they sit together in one
@@ -62,11 +67,14 @@ pub use client::builder::{
 pub use crossbeam_channel;
 pub use line::mode::MAX_PERMITS;
 pub use ownership::MAX_LOCK_DELAY;
+pub use recipes::barrier::Barrier;
+pub use recipes::double_barrier::DoubleBarrier;
 pub use recipes::election::{Election, Leadership};
 pub use recipes::guard::{
     Guard, GuardKind, LeaderKind, MutexKind, PermitKind, ReadKind, WriteKind,
 };
 pub use recipes::holder::{Holder, KeyMode, Status};
+pub use recipes::latch::CountDownLatch;
 pub use recipes::leader_loop::health::{LoopHealth, LoopState, TermEnd};
 pub use recipes::leader_loop::{DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop};
 pub use recipes::mutex::{Mutex, MutexGuard};

@@ -151,6 +151,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     more::semaphore_and_rwlock(&client)?;
     more::status_and_cancel(&client)?;
+    more::barriers(&client)?;
     more::leader_loop(&client)?;
     more::stm(&client)?;
 

@@ -1,6 +1,7 @@
 //! The tour's second half: the primitives beyond the mutex, introspection, cancelling a
-//! wait, the supervised leader loop, and software transactions. Each step checks what it shows and returns an
-//! error if etcd-sync did something else, so the tour is also a smoke test.
+//! wait, barriers, the supervised leader loop, and software transactions. Each step checks
+//! what it shows and returns an error if etcd-sync did something else, so the tour is also
+//! a smoke test.
 
 use std::sync::mpsc;
 use std::thread;
@@ -111,6 +112,57 @@ pub fn status_and_cancel(client: &Client) -> Res<()> {
         left.waiters.len()
     );
     drop(held);
+    Ok(())
+}
+
+/// A double barrier of 3 lets its participants in together (not before the third comes),
+/// and a count-down latch opens its waiter after exactly 3 count-downs.
+pub fn barriers(client: &Client) -> Res<()> {
+    step("Barriers: enter together, leave together; a count-down latch");
+    let started = Instant::now();
+    let entered: Vec<_> = (0..3u32)
+        .map(|i| {
+            let session = client.session()?;
+            Ok(thread::spawn(move || -> Result<_, Error> {
+                thread::sleep(Duration::from_millis(200) * i);
+                let barrier = session.double_barrier("tour/rendezvous", 3)?;
+                barrier.enter_timeout(Duration::from_secs(10))?;
+                let at = started.elapsed();
+                barrier.leave_timeout(Duration::from_secs(10))?;
+                Ok(at)
+            }))
+        })
+        .collect::<Res<_>>()?;
+    let mut times = Vec::new();
+    for participant in entered {
+        times.push(participant.join().map_err(|_| "a participant panicked")??);
+    }
+    let first = times.iter().min().copied().unwrap_or_default();
+    if first < Duration::from_millis(400) {
+        return Err(format!("a participant entered at {first:?}, before the third came").into());
+    }
+    println!(
+        "   3 participants arrived 200 ms apart; all entered at {first:?} or later, then left"
+    );
+
+    let latch = client.count_down_latch("tour/loaded")?;
+    latch.try_set_count(3)?;
+    let (opened_tx, opened_rx) = mpsc::channel();
+    let waiter = client.count_down_latch("tour/loaded")?;
+    thread::spawn(move || {
+        let _ = opened_tx.send(waiter.wait_timeout(Duration::from_secs(10)));
+    });
+    for _ in 0..2 {
+        latch.count_down()?;
+    }
+    if opened_rx.recv_timeout(Duration::from_millis(300)).is_ok() {
+        return Err("the latch opened after 2 of 3 count-downs".into());
+    }
+    latch.count_down()?;
+    opened_rx.recv_timeout(Duration::from_secs(5))??;
+    println!(
+        "   the latch's waiter stayed blocked at 1 left and went on after the third count-down"
+    );
     Ok(())
 }
 

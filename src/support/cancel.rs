@@ -143,7 +143,8 @@ impl std::fmt::Debug for CancelToken {
 
 /// How long a blocking wait may last, and what may cancel it: what the `*_with` waits
 /// (`Mutex::lock_with`, `Election::campaign_with`, `RwLock::read_with`/`write_with`,
-/// `Semaphore::acquire_with`, `Observer::recv_with`) take.
+/// `Semaphore::acquire_with`, `Observer::recv_with`, `Barrier::wait_with`,
+/// `DoubleBarrier::enter_with`/`leave_with`, `CountDownLatch::wait_with`) take.
 ///
 /// A `&CancelToken` or a `Duration` converts into one, so the common cases stay short:
 /// `mutex.lock_with(&token)`, `mutex.lock_with(Duration::from_secs(5))`.

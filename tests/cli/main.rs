@@ -2,6 +2,7 @@
 //! the real `etcdctl`). Needs features `cli` and `testing`: `cargo test --all-features`.
 #![cfg(all(feature = "cli", feature = "testing"))]
 
+mod barrier;
 #[path = "../common/mod.rs"]
 mod common;
 mod modes;

@@ -240,6 +240,64 @@ pub enum Command {
     /// in line order; takes no lease
     #[command(after_help = SEE_EXIT_CODES, long_about = STATUS_ABOUT)]
     Status(StatusArgs),
+    /// Hold, release or wait for the barrier NAME (the key NAME, as etcd's Go
+    /// recipe.Barrier); takes no lease
+    #[command(after_help = SEE_EXIT_CODES, long_about = BARRIER_ABOUT)]
+    Barrier(BarrierArgs),
+}
+
+const BARRIER_ABOUT: &str = "\
+A barrier holds everyone who waits for it until it is released: the key NAME (no lease, \
+etcd's Go recipe.Barrier layout), whose value is the \"<hostname>:<pid>\" of who raised it. \
+It stays up after `hold` exits, until `release` or `etcdctl del NAME`.
+
+`hold NAME` raises it and prints `NAME: held` (`NAME: already held` if it was up; exit 0 \
+either way). `release NAME` removes it and prints `NAME: released` (`NAME: not held` if it \
+was not up; exit 0). `wait NAME` returns at once if it is not up, else when it is \
+released, and prints `NAME: released`; with --timeout it gives up after DURATION (exit 4), \
+and a signal ends the wait (exit 128+n).";
+
+#[derive(Debug, Args)]
+pub struct BarrierArgs {
+    #[command(subcommand)]
+    pub command: BarrierCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BarrierCommand {
+    /// Raise the barrier: waits block until it is released
+    Hold {
+        /// The barrier's name (its key)
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        name: String,
+    },
+    /// Release the barrier: every wait returns
+    Release {
+        /// The barrier's name (its key)
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        name: String,
+    },
+    /// Wait until the barrier is released (at once if it is not up)
+    Wait {
+        /// Give up after DURATION (exit 4)
+        #[arg(long, value_parser = text::parse_duration, value_name = "DURATION")]
+        timeout: Option<Duration>,
+
+        /// The barrier's name (its key)
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        name: String,
+    },
+}
+
+impl BarrierCommand {
+    /// The barrier's name, whatever the subcommand.
+    pub fn name(&self) -> &str {
+        match self {
+            BarrierCommand::Hold { name }
+            | BarrierCommand::Release { name }
+            | BarrierCommand::Wait { name, .. } => name,
+        }
+    }
 }
 
 const LOCK_ABOUT: &str = "\

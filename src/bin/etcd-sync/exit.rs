@@ -20,16 +20,19 @@ pub const EXIT_SIGNAL_BASE: Exit = 128;
 pub const EXIT_CODES: &str = "\
 Exit codes:
   0       Done: released/resigned after SIGINT, SIGTERM or SIGHUP; `elect --listen` stopped;
-          `status` printed NAME's line (held or free)
+          `status` printed NAME's line (held or free); `barrier hold`/`release` done, or
+          `barrier wait` saw the barrier released
   N       With CMD: CMD's own exit code, passed through
   1       Runtime error: cannot connect, etcd error, release failed, ...
   2       Bad arguments
   3       Lock or leadership lost (CMD, if any, was terminated)
-  4       --timeout expired before the lock or leadership was acquired
+  4       --timeout expired before the lock or leadership was acquired (`barrier wait`:
+          before the barrier was released)
   126     CMD could not be executed
   127     CMD was not found
   128+N   CMD was killed by signal N (e.g. 137 = SIGKILL), or signal N interrupted the
-          wait for the lock or leadership (130 = SIGINT, 143 = SIGTERM); no key is left
+          wait for the lock, leadership or barrier (130 = SIGINT, 143 = SIGTERM); no key
+          is left
 With CMD, codes 1-4 can also be CMD's own: etcd-sync reports its own failures on stderr.";
 
 /// Where a subcommand's `--help` points for the exit codes (listed once, in the top-level

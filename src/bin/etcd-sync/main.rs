@@ -8,7 +8,8 @@
 //! `etcd-sync lock -n N NAME` takes one of N permits of a semaphore and `lock --shared NAME`
 //! the read side of a read-write lock instead; both are held the same way.
 //! `etcd-sync elect --listen NAME` prints every leadership change and `etcd-sync status
-//! NAME` who holds and who waits; neither takes a lease.
+//! NAME` who holds and who waits; neither takes a lease. `etcd-sync barrier hold|release|wait
+//! NAME` raises, removes or waits for a barrier (no lease either).
 //!
 //! The library is blocking; the tool is plain threads. A blocking acquire runs on a worker
 //! thread while the main thread polls for signals; a signal while waiting closes the
@@ -19,9 +20,11 @@
 //! worker threads while signals are watched), [`lock`] (what `lock` takes: lock, read lock
 //! or permit), [`hold`] (acquire, hold, release or abandon),
 //! [`command`] (CMD while holding), [`child`] (CMD's process group), [`signals`], [`text`]
-//! (durations in, leadership events out, as text or JSON), [`status`] (who holds what).
+//! (durations in, leadership events out, as text or JSON), [`status`] (who holds what),
+//! [`barrier`] (hold, release, wait).
 
 mod args;
+mod barrier;
 mod child;
 mod command;
 mod exit;
@@ -71,6 +74,7 @@ fn run(cli: &Cli) -> Exit {
         Command::Elect(args) if args.listen => with_client(global, |client| listen(client, args)),
         Command::Elect(args) => with_session(global, |session| elect(session, args)),
         Command::Status(args) => with_client(global, |client| status::status(client, args)),
+        Command::Barrier(args) => with_client(global, |client| barrier::barrier(client, args)),
     }
 }
 

@@ -11,8 +11,10 @@ use std::fmt;
 /// * **waits**, whose limit the caller gave: [`Lock`](Operation::Lock),
 ///   [`Read`](Operation::Read), [`Write`](Operation::Write),
 ///   [`Acquire`](Operation::Acquire), [`Campaign`](Operation::Campaign) and
-///   [`Observe`](Operation::Observe). The lock, permit, leadership or event did not come
-///   in time; nothing is wrong with etcd.
+///   [`Observe`](Operation::Observe), and the barriers' [`Barrier`](Operation::Barrier),
+///   [`Enter`](Operation::Enter), [`Leave`](Operation::Leave) and
+///   [`Latch`](Operation::Latch). The lock, permit, leadership, event or release did not
+///   come in time; nothing is wrong with etcd.
 /// * **requests**, bounded by the client's request timeout:
 ///   [`Request`](Operation::Request), [`OpenWatch`](Operation::OpenWatch) and
 ///   [`Release`](Operation::Release). etcd (or the network) was too slow.
@@ -110,12 +112,45 @@ pub enum Operation {
     /// assert_eq!(etcd_sync::Operation::Observe.to_string(), "observe");
     /// ```
     Observe,
+    /// The limit of [`Barrier::wait_timeout`](crate::Barrier::wait_timeout) or
+    /// [`Barrier::wait_with`](crate::Barrier::wait_with): the barrier was not released in
+    /// time. Prints `barrier wait`.
+    ///
+    /// ```
+    /// assert_eq!(etcd_sync::Operation::Barrier.to_string(), "barrier wait");
+    /// ```
+    Barrier,
+    /// The limit of [`DoubleBarrier::enter_timeout`](crate::DoubleBarrier::enter_timeout)
+    /// or [`DoubleBarrier::enter_with`](crate::DoubleBarrier::enter_with): fewer than the
+    /// expected number of participants were in at once; our key was removed. Prints
+    /// `enter`.
+    ///
+    /// ```
+    /// assert_eq!(etcd_sync::Operation::Enter.to_string(), "enter");
+    /// ```
+    Enter,
+    /// The limit of [`DoubleBarrier::leave_timeout`](crate::DoubleBarrier::leave_timeout)
+    /// or [`DoubleBarrier::leave_with`](crate::DoubleBarrier::leave_with): others of our
+    /// round had not left yet (our own key is gone already). Prints `leave`.
+    ///
+    /// ```
+    /// assert_eq!(etcd_sync::Operation::Leave.to_string(), "leave");
+    /// ```
+    Leave,
+    /// The limit of [`CountDownLatch::wait_timeout`](crate::CountDownLatch::wait_timeout)
+    /// or [`CountDownLatch::wait_with`](crate::CountDownLatch::wait_with): the count did not
+    /// reach zero in time. Prints `latch wait`.
+    ///
+    /// ```
+    /// assert_eq!(etcd_sync::Operation::Latch.to_string(), "latch wait");
+    /// ```
+    Latch,
 }
 
 impl Operation {
     /// Every operation, waits last (for tests and exhaustive tables).
     #[cfg(test)]
-    pub(crate) const ALL: [Operation; 9] = [
+    pub(crate) const ALL: [Operation; 13] = [
         Operation::Request,
         Operation::OpenWatch,
         Operation::Release,
@@ -125,6 +160,10 @@ impl Operation {
         Operation::Acquire,
         Operation::Campaign,
         Operation::Observe,
+        Operation::Barrier,
+        Operation::Enter,
+        Operation::Leave,
+        Operation::Latch,
     ];
 
     /// True for a wait whose limit the caller gave (`lock`, `read`, `write`, `acquire`,
@@ -143,15 +182,20 @@ impl Operation {
             | Operation::Write
             | Operation::Acquire
             | Operation::Campaign
-            | Operation::Observe => true,
+            | Operation::Observe
+            | Operation::Barrier
+            | Operation::Enter
+            | Operation::Leave
+            | Operation::Latch => true,
             Operation::Request | Operation::OpenWatch | Operation::Release => false,
         }
     }
 
     /// True for a wait that takes something ([`is_wait`](Operation::is_wait) and not
-    /// [`Observe`](Operation::Observe)): a lock, a read or write lock, a permit or
-    /// leadership, which would have left a key in etcd had it succeeded. A timeout of such
-    /// a wait leaves no key behind.
+    /// [`Observe`](Operation::Observe), [`Barrier`](Operation::Barrier),
+    /// [`Leave`](Operation::Leave) or [`Latch`](Operation::Latch)): a lock, a read or write
+    /// lock, a permit, leadership or a place in a double barrier, which would have left a
+    /// key in etcd had it succeeded. A timeout of such a wait leaves no key behind.
     ///
     /// ```
     /// use etcd_sync::Operation;
@@ -159,7 +203,11 @@ impl Operation {
     /// assert!(!Operation::Observe.is_acquisition() && !Operation::Request.is_acquisition());
     /// ```
     pub const fn is_acquisition(self) -> bool {
-        self.is_wait() && !matches!(self, Operation::Observe)
+        self.is_wait()
+            && !matches!(
+                self,
+                Operation::Observe | Operation::Barrier | Operation::Leave | Operation::Latch
+            )
     }
 
     /// The words the error message uses for this operation (what `Display` prints).
@@ -180,6 +228,10 @@ impl Operation {
             Operation::Acquire => "acquire",
             Operation::Campaign => "campaign",
             Operation::Observe => "observe",
+            Operation::Barrier => "barrier wait",
+            Operation::Enter => "enter",
+            Operation::Leave => "leave",
+            Operation::Latch => "latch wait",
         }
     }
 }

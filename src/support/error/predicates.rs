@@ -133,7 +133,14 @@ impl Error {
     /// * [`Election::campaign_timeout`](crate::Election::campaign_timeout) and
     ///   `campaign_with`: [`Operation::Campaign`];
     /// * [`Observer::recv_timeout`](crate::Observer::recv_timeout) and `recv_with`:
-    ///   [`Operation::Observe`].
+    ///   [`Operation::Observe`];
+    /// * [`Barrier::wait_timeout`](crate::Barrier::wait_timeout) and `wait_with`:
+    ///   [`Operation::Barrier`];
+    /// * [`DoubleBarrier::enter_timeout`](crate::DoubleBarrier::enter_timeout) and
+    ///   `enter_with`: [`Operation::Enter`]; `leave_timeout` and `leave_with`:
+    ///   [`Operation::Leave`];
+    /// * [`CountDownLatch::wait_timeout`](crate::CountDownLatch::wait_timeout) and
+    ///   `wait_with`: [`Operation::Latch`].
     ///
     /// It is the shape of std's
     /// [`Receiver::recv_timeout`](std::sync::mpsc::Receiver::recv_timeout)

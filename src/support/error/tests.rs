@@ -296,6 +296,10 @@ fn operations_print_the_words_of_the_error_messages() {
             (Operation::Acquire, "acquire"),
             (Operation::Campaign, "campaign"),
             (Operation::Observe, "observe"),
+            (Operation::Barrier, "barrier wait"),
+            (Operation::Enter, "enter"),
+            (Operation::Leave, "leave"),
+            (Operation::Latch, "latch wait"),
         ]
     );
     for operation in Operation::ALL {
@@ -319,6 +323,7 @@ fn acquisitions_are_the_waits_that_take_something() {
             Operation::Write,
             Operation::Acquire,
             Operation::Campaign,
+            Operation::Enter,
         ]
     );
 }

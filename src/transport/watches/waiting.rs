@@ -86,6 +86,32 @@ impl Watches {
         known: i64,
         condition: C,
     ) -> Waiting<C> {
+        self.wait_with(spec, known, condition, false)
+    }
+
+    /// [`wait_for`](Self::wait_for), but a watcher created for it starts right after
+    /// `known` (as for [`subscribe_from`](Watches::subscribe_from)), so the condition is
+    /// judged on every event since, also those before the watcher existed: for a waiter to
+    /// whom a state that came and went matters (a double barrier's round that filled and
+    /// emptied, a barrier released and raised again). etcd serves such a watcher unsynced at
+    /// first: its first events may come up to 100 ms late. An existing watcher serves it as
+    /// usual (with its history; a read if that does not reach back to `known`).
+    pub(crate) fn wait_for_from<C: Condition>(
+        &self,
+        spec: Spec,
+        known: i64,
+        condition: C,
+    ) -> Waiting<C> {
+        self.wait_with(spec, known, condition, known > 0)
+    }
+
+    fn wait_with<C: Condition>(
+        &self,
+        spec: Spec,
+        known: i64,
+        condition: C,
+        from_known: bool,
+    ) -> Waiting<C> {
         let (sender, receiver) = unbounded_channel();
         let weak = sender.downgrade();
         let seen = Arc::new(AtomicI64::new(0));
@@ -94,7 +120,13 @@ impl Watches {
             sender,
             seen: seen.clone(),
         };
-        let handle = self.subscribe_with(spec, known, Box::new(judged), Some(&self.waiters), false);
+        let handle = self.subscribe_with(
+            spec,
+            known,
+            Box::new(judged),
+            Some(&self.waiters),
+            from_known,
+        );
         Waiting {
             handle,
             sender: weak,

@@ -1,0 +1,903 @@
+//! Barriers against a real etcd (issue 30, item 3): `Barrier` (hold, release, wait),
+//! `DoubleBarrier` (enter together, leave together, participants counted out when their
+//! session ends) and `CountDownLatch`; their time limits, cancels, leftover keys and bad
+//! input.
+
+#![cfg(feature = "testing")]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{client, etcd, eventually, keys, session};
+use etcd_sync::{CancelToken, Error, Operation, TryLockError, WaitOptions};
+
+/// A limit on every wait that must end, so that one that does not fails the test instead
+/// of hanging it.
+const BACKSTOP: Duration = Duration::from_secs(15);
+
+/// Runs `f` on a thread; its result and when it returned arrive on the receiver.
+fn spawn<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> mpsc::Receiver<(T, Instant)> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let result = f();
+        let _ = tx.send((result, Instant::now()));
+    });
+    rx
+}
+
+/// Asserts that nothing arrived on `rx` within `during`: the call still blocks.
+fn still_blocked<T: std::fmt::Debug>(
+    rx: &mpsc::Receiver<(T, Instant)>,
+    during: Duration,
+    what: &str,
+) {
+    match rx.recv_timeout(during) {
+        Err(mpsc::RecvTimeoutError::Timeout) => {}
+        other => panic!("{what} returned early: {other:?}"),
+    }
+}
+
+/// The result of the call on `rx`, which must return within [`BACKSTOP`].
+fn returned<T>(rx: &mpsc::Receiver<(T, Instant)>, what: &str) -> (T, Instant) {
+    rx.recv_timeout(BACKSTOP)
+        .unwrap_or_else(|e| panic!("{what} did not return within {BACKSTOP:?}: {e}"))
+}
+
+#[test]
+fn barrier_wait_returns_on_release_and_not_before() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let barrier = c.barrier("gate").unwrap();
+    assert!(barrier.try_wait().unwrap(), "a barrier never held is down");
+    barrier.wait().unwrap(); // at once
+    assert!(barrier.hold().unwrap(), "this call raised it");
+    assert!(!barrier.hold().unwrap(), "it was up already");
+    assert!(!barrier.try_wait().unwrap());
+    // Waiters on this client (sharing its watch stream) and on another client.
+    let other = client(&server.endpoints());
+    let waiters: Vec<_> = [&c, &c, &other]
+        .into_iter()
+        .map(|c| {
+            let b = c.barrier("gate").unwrap();
+            spawn(move || b.wait())
+        })
+        .collect();
+    for w in &waiters {
+        still_blocked(w, Duration::from_millis(300), "a wait on a held barrier");
+    }
+    let released_at = Instant::now();
+    assert!(barrier.release().unwrap(), "it was up");
+    for w in &waiters {
+        let (result, at) = returned(w, "a wait after the release");
+        result.unwrap();
+        let after = at.duration_since(released_at);
+        assert!(
+            after < Duration::from_secs(2),
+            "woke {after:?} after the release"
+        );
+    }
+    assert!(!barrier.release().unwrap(), "nothing left to release");
+    assert!(c.get("gate").unwrap().is_none());
+    // Anyone deleting the key releases it (etcdctl del, here a plain delete).
+    barrier.hold().unwrap();
+    let w = {
+        let b = other.barrier("gate").unwrap();
+        spawn(move || b.wait())
+    };
+    still_blocked(&w, Duration::from_millis(200), "a wait on a held barrier");
+    c.delete("gate").unwrap();
+    returned(&w, "a wait after a plain delete").0.unwrap();
+}
+
+#[test]
+fn barrier_waits_end_at_their_limit_or_cancel() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let barrier = c.barrier("held").unwrap();
+    barrier.hold().unwrap();
+    let started = Instant::now();
+    let e = barrier
+        .wait_timeout(Duration::from_millis(300))
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    assert!(
+        matches!(e, Error::Timeout { operation: Operation::Barrier, after, .. } if after == Duration::from_millis(300))
+    );
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+
+    let token = CancelToken::new();
+    let canceller = token.clone();
+    let started = Instant::now();
+    thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        canceller.cancel();
+    });
+    let e = barrier
+        .wait_with(WaitOptions::new().timeout(BACKSTOP).cancel_token(&token))
+        .unwrap_err();
+    assert!(e.is_cancelled(), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // An already cancelled token ends the wait before it starts.
+    assert!(barrier.wait_with(&token).unwrap_err().is_cancelled());
+    // A limit as a Duration.
+    assert!(
+        barrier
+            .wait_with(Duration::from_millis(50))
+            .unwrap_err()
+            .is_wait_timeout()
+    );
+    // None of it touched the barrier.
+    assert!(c.get("held").unwrap().is_some());
+}
+
+/// `count` participants on their own clients and sessions enter at staggered times and
+/// leave at staggered times: nobody's enter returns before the last one arrived, nobody's
+/// leave before the last one left, and nothing is left under the name.
+#[test]
+fn double_barrier_participants_enter_together_and_leave_together() {
+    const COUNT: usize = 3;
+    let server = etcd();
+    let endpoints = server.endpoints();
+    let step = Duration::from_millis(300);
+    let threads: Vec<_> = (0..COUNT)
+        .map(|i| {
+            let endpoints = endpoints.clone();
+            spawn(move || {
+                let c = client(&endpoints);
+                let s = session(&c, 10);
+                let b = s.double_barrier("rendezvous", COUNT).unwrap();
+                thread::sleep(step * i as u32);
+                let arrived = Instant::now();
+                b.enter_timeout(BACKSTOP).unwrap();
+                let entered = Instant::now();
+                assert!(b.is_entered());
+                // Leave in the opposite order of arrival.
+                thread::sleep(step * (COUNT - 1 - i) as u32);
+                let leaving = Instant::now();
+                b.leave_timeout(BACKSTOP).unwrap();
+                (arrived, entered, leaving, Instant::now())
+            })
+        })
+        .collect();
+    let times: Vec<_> = threads
+        .iter()
+        .map(|t| returned(t, "a participant").0)
+        .collect();
+    let last_arrival = times.iter().map(|t| t.0).max().unwrap();
+    let last_leave = times.iter().map(|t| t.2).max().unwrap();
+    for (i, (_, entered, _, left)) in times.iter().enumerate() {
+        assert!(
+            *entered >= last_arrival,
+            "participant {i} entered before the last arrived"
+        );
+        let lag = entered.duration_since(last_arrival);
+        assert!(
+            lag < Duration::from_secs(2),
+            "participant {i} entered {lag:?} late"
+        );
+        assert!(
+            *left >= last_leave,
+            "participant {i} left before the last one called leave"
+        );
+        assert!(left.duration_since(last_leave) < Duration::from_secs(2));
+    }
+    let c = client(&endpoints);
+    assert_eq!(
+        keys(&c, "rendezvous/"),
+        Vec::<String>::new(),
+        "leftover keys"
+    );
+}
+
+/// Twelve participants on two clients (sharing each client's watch stream) all enter and
+/// leave; nobody enters before the twelfth joined.
+#[test]
+fn a_dozen_participants_on_two_clients() {
+    const COUNT: usize = 12;
+    let server = etcd();
+    let clients = [client(&server.endpoints()), client(&server.endpoints())];
+    let started = Instant::now();
+    let participants: Vec<_> = (0..COUNT)
+        .map(|i| {
+            let s = session(&clients[i % 2], 10);
+            let b = s.double_barrier("dozen", COUNT).unwrap();
+            thread::sleep(Duration::from_millis(20));
+            let joined = Instant::now();
+            (
+                joined,
+                spawn(move || {
+                    b.enter_timeout(BACKSTOP)?;
+                    let entered = Instant::now();
+                    b.leave_timeout(BACKSTOP)?;
+                    Ok::<_, Error>(entered)
+                }),
+            )
+        })
+        .collect();
+    let last_joined = participants.iter().map(|p| p.0).max().unwrap();
+    for (_, p) in &participants {
+        let entered = returned(p, "a participant").0.unwrap();
+        assert!(entered >= last_joined, "entered before the twelfth joined");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(keys(&clients[0], "dozen/"), Vec::<String>::new());
+}
+
+#[test]
+fn a_participant_whose_session_ends_while_entering_is_counted_out() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (a, b, d, e) = (
+        session(&c, 10),
+        session(&c, 10),
+        session(&c, 10),
+        session(&c, 10),
+    );
+    let ab = a.double_barrier("fill", 3).unwrap();
+    let bb = Arc::new(b.double_barrier("fill", 3).unwrap());
+    let a_enter = spawn(move || ab.enter_timeout(BACKSTOP).map(|()| ab));
+    let b_enter = {
+        let bb = bb.clone();
+        spawn(move || bb.enter_timeout(BACKSTOP))
+    };
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "fill/")
+        .len()
+        == 2));
+    // B's session ends before the round fills: its enter fails, its key is gone.
+    b.close().unwrap();
+    let (result, _) = returned(&b_enter, "B's enter");
+    assert!(result.unwrap_err().is_session_lost());
+    assert_eq!(keys(&c, "fill/").len(), 1);
+    // A is not let in by B's (dead) key: two more are needed.
+    let db = d.double_barrier("fill", 3).unwrap();
+    let d_enter = spawn(move || db.enter_timeout(BACKSTOP).map(|()| db));
+    still_blocked(
+        &a_enter,
+        Duration::from_millis(400),
+        "A's enter with 2 of 3 in",
+    );
+    let eb = e.double_barrier("fill", 3).unwrap();
+    eb.enter_timeout(BACKSTOP).unwrap();
+    let ab = returned(&a_enter, "A's enter").0.unwrap();
+    let db = returned(&d_enter, "D's enter").0.unwrap();
+    // Everyone leaves; nothing is left.
+    let leaves: Vec<_> = [ab, db]
+        .into_iter()
+        .map(|b| spawn(move || b.leave_timeout(BACKSTOP)))
+        .collect();
+    eb.leave_timeout(BACKSTOP).unwrap();
+    for l in &leaves {
+        returned(l, "a leave").0.unwrap();
+    }
+    assert_eq!(keys(&c, "fill/"), Vec::<String>::new());
+}
+
+#[test]
+fn a_participant_whose_session_ends_inside_is_counted_out_of_leaving() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    // C's lease is short: orphaned, it expires on the server within about 2 s.
+    let (a, b, closed, orphaned) = (
+        session(&c, 10),
+        session(&c, 10),
+        session(&c, 10),
+        session(&c, 2),
+    );
+    let parts: Vec<_> = [&a, &b, &closed, &orphaned]
+        .into_iter()
+        .map(|s| {
+            let b = s.double_barrier("shrink", 4).unwrap();
+            spawn(move || b.enter_timeout(BACKSTOP).map(|()| b))
+        })
+        .collect();
+    let mut parts: Vec<_> = parts
+        .iter()
+        .map(|p| returned(p, "an enter").0.unwrap())
+        .collect();
+    // Kept (not dropped: that would remove their keys) until the end of the test.
+    let (_orphaned_part, _closed_part) = (parts.pop().unwrap(), parts.pop().unwrap());
+    let leaves: Vec<_> = parts
+        .into_iter()
+        .map(|b| spawn(move || b.leave_timeout(BACKSTOP)))
+        .collect();
+    for l in &leaves {
+        still_blocked(
+            l,
+            Duration::from_millis(300),
+            "a leave while two are inside",
+        );
+    }
+    // One ends by close (its key goes at once), one by expiry (orphan: no keep-alive).
+    closed.close().unwrap();
+    for l in &leaves {
+        still_blocked(l, Duration::from_millis(300), "a leave while one is inside");
+    }
+    let orphaned_at = Instant::now();
+    orphaned.orphan();
+    for l in &leaves {
+        let (result, at) = returned(l, "a leave after the last session ended");
+        result.unwrap();
+        let after = at.duration_since(orphaned_at);
+        assert!(
+            after < Duration::from_secs(6),
+            "left {after:?} after the orphan"
+        );
+    }
+    assert_eq!(keys(&c, "shrink/"), Vec::<String>::new());
+}
+
+/// A participant that fills the round and ends its session at once still let the other
+/// in: the round filled, whatever became of it since.
+#[test]
+fn a_round_that_filled_lets_everyone_in_even_if_its_last_one_left_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let waiter = session(&c, 10).double_barrier("brief", 2).unwrap();
+    let w = spawn(move || waiter.enter_timeout(BACKSTOP).map(|()| waiter));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "brief/")
+        .len()
+        == 1));
+    let other = client(&server.endpoints());
+    let s = session(&other, 10);
+    s.double_barrier("brief", 2)
+        .unwrap()
+        .enter_timeout(BACKSTOP)
+        .unwrap();
+    s.close().unwrap();
+    let waiter = returned(&w, "the waiter's enter").0.unwrap();
+    waiter.leave_timeout(BACKSTOP).unwrap();
+    assert_eq!(keys(&c, "brief/"), Vec::<String>::new());
+}
+
+#[test]
+fn a_latecomer_waits_for_the_next_round() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let sessions: Vec<_> = (0..4).map(|_| session(&c, 10)).collect();
+    let [a, b, late, fourth] =
+        [0, 1, 2, 3].map(|i| sessions[i].double_barrier("rounds", 2).unwrap());
+    let a_enter = spawn(move || a.enter_timeout(BACKSTOP).map(|()| a));
+    b.enter_timeout(BACKSTOP).unwrap();
+    let a = returned(&a_enter, "A's enter").0.unwrap();
+    // The round of A and B is on: a third waits, though two keys besides its own exist.
+    let late_enter = spawn(move || late.enter_timeout(BACKSTOP).map(|()| late));
+    still_blocked(
+        &late_enter,
+        Duration::from_millis(400),
+        "a latecomer's enter",
+    );
+    // A leaves; the latecomer is not in A's round, so A waits only for B.
+    let a_leave = spawn(move || a.leave_timeout(BACKSTOP));
+    still_blocked(
+        &a_leave,
+        Duration::from_millis(300),
+        "A's leave while B is in",
+    );
+    b.leave_timeout(BACKSTOP).unwrap();
+    returned(&a_leave, "A's leave").0.unwrap();
+    // The round is over; the latecomer now waits for a partner of its own round.
+    still_blocked(&late_enter, Duration::from_millis(300), "a latecomer alone");
+    fourth.enter_timeout(BACKSTOP).unwrap();
+    let late = returned(&late_enter, "the latecomer's enter").0.unwrap();
+    let l = spawn(move || late.leave_timeout(BACKSTOP));
+    fourth.leave_timeout(BACKSTOP).unwrap();
+    returned(&l, "the latecomer's leave").0.unwrap();
+    assert_eq!(keys(&c, "rounds/"), Vec::<String>::new());
+}
+
+#[test]
+fn double_barrier_limits_cancels_and_try_enter_leave_no_key() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (a, b) = (session(&c, 10), session(&c, 10));
+    let ab = a.double_barrier("limits", 2).unwrap();
+    let started = Instant::now();
+    let e = ab.enter_timeout(Duration::from_millis(300)).unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            e,
+            Error::Timeout {
+                operation: Operation::Enter,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert_eq!(
+        keys(&c, "limits/"),
+        Vec::<String>::new(),
+        "a timed-out enter left its key"
+    );
+
+    let token = CancelToken::new();
+    let canceller = token.clone();
+    thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        canceller.cancel();
+    });
+    let started = Instant::now();
+    let e = ab
+        .enter_with(WaitOptions::new().timeout(BACKSTOP).cancel_token(&token))
+        .unwrap_err();
+    assert!(e.is_cancelled(), "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        keys(&c, "limits/"),
+        Vec::<String>::new(),
+        "a cancelled enter left its key"
+    );
+
+    assert!(matches!(ab.try_enter(), Err(TryLockError::WouldBlock)));
+    assert_eq!(
+        keys(&c, "limits/"),
+        Vec::<String>::new(),
+        "try_enter left its key"
+    );
+    assert!(!ab.is_entered());
+
+    // With B waiting, A's try_enter fills the round.
+    let bb = b.double_barrier("limits", 2).unwrap();
+    let b_enter = spawn(move || bb.enter_timeout(BACKSTOP).map(|()| bb));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "limits/")
+        .len()
+        == 1));
+    ab.try_enter().unwrap();
+    let bb = returned(&b_enter, "B's enter").0.unwrap();
+    // Leaving: a limit and a cancel end the wait for the others; we are out all the same.
+    let started = Instant::now();
+    let e = ab.leave_timeout(Duration::from_millis(300)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Timeout {
+                operation: Operation::Leave,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(!ab.is_entered());
+    assert_eq!(keys(&c, "limits/").len(), 2, "B's key and the ready key");
+    bb.leave_with(&CancelToken::new()).unwrap();
+    assert_eq!(keys(&c, "limits/"), Vec::<String>::new());
+}
+
+/// On a frozen etcd, an enter with a limit still returns about at its limit (its join is
+/// cut short, and the removal of a key it may have created goes on in the background), and
+/// once etcd is back no key is left; a leave whose removal was not confirmed keeps the
+/// participant in, to leave again.
+#[test]
+fn waits_cut_short_on_a_frozen_etcd_return_in_time_and_leave_no_key() {
+    let server = etcd();
+    let c = client(&server.endpoints()); // request timeout 3 s
+    let s = session(&c, 20);
+    let b = s.double_barrier("frozen-enter", 2).unwrap();
+    server.pause().unwrap();
+    let started = Instant::now();
+    let e = b.enter_timeout(Duration::from_millis(500)).unwrap_err();
+    let took = started.elapsed();
+    server.resume().unwrap();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    // The limit, plus at most a quarter of the request timeout for the removal.
+    assert!(took < Duration::from_millis(500 + 750 + 500), "{took:?}");
+    // etcd may apply the join it had when it froze only now; the sweep removes that key
+    // as soon as it appears. (A participant joining in between would count it.)
+    thread::sleep(Duration::from_millis(500));
+    assert!(
+        eventually(Duration::from_secs(10), || keys(&c, "frozen-enter/")
+            .is_empty()),
+        "left {:?}",
+        keys(&c, "frozen-enter/")
+    );
+    // The participant can enter later as usual.
+    let other = session(&c, 10);
+    let ob = other.double_barrier("frozen-enter", 2).unwrap();
+    let w = spawn(move || ob.enter_timeout(BACKSTOP).map(|()| ob));
+    b.enter_timeout(BACKSTOP).unwrap();
+    let ob = returned(&w, "the other's enter").0.unwrap();
+    // A leave whose removal etcd does not confirm in time keeps us in: leave again.
+    server.pause().unwrap();
+    let e = b.leave_timeout(Duration::from_millis(300)).unwrap_err();
+    server.resume().unwrap();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    assert!(
+        b.is_entered(),
+        "out, though etcd never confirmed our key's removal"
+    );
+    let l = spawn(move || ob.leave_timeout(BACKSTOP));
+    b.leave_timeout(BACKSTOP).unwrap();
+    returned(&l, "a leave").0.unwrap();
+    assert!(keys(&c, "frozen-enter/").is_empty());
+}
+
+#[test]
+fn nothing_is_left_when_the_sessions_end_inside() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let sessions: Vec<_> = (0..3).map(|_| session(&c, 10)).collect();
+    let enters: Vec<_> = sessions
+        .iter()
+        .map(|s| {
+            let b = s.double_barrier("abandoned", 3).unwrap();
+            spawn(move || b.enter_timeout(BACKSTOP).map(|()| b))
+        })
+        .collect();
+    let inside: Vec<_> = enters
+        .iter()
+        .map(|e| returned(e, "an enter").0.unwrap())
+        .collect();
+    assert_eq!(
+        keys(&c, "abandoned/").len(),
+        4,
+        "three participants and the ready key"
+    );
+    for s in &sessions {
+        s.close().unwrap();
+    }
+    assert_eq!(keys(&c, "abandoned/"), Vec::<String>::new());
+    drop(inside);
+    // Dropping a participant that entered removes its key.
+    let s = session(&c, 10);
+    let solo = s.double_barrier("dropped", 1).unwrap();
+    solo.enter().unwrap();
+    assert_eq!(keys(&c, "dropped/").len(), 2);
+    drop(solo);
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "dropped/").is_empty()));
+}
+
+#[test]
+fn latch_counts_down_exactly_and_opens_its_waiters() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let latch = c.count_down_latch("loaded").unwrap();
+    assert!(latch.try_wait().unwrap(), "a latch never set is open");
+    assert_eq!(latch.count_down().unwrap(), 0, "nothing to count down");
+    assert!(latch.try_set_count(3).unwrap());
+    assert!(!latch.try_set_count(9).unwrap(), "set once");
+    assert_eq!(latch.count().unwrap(), 3);
+    let other = client(&server.endpoints());
+    let waiter = {
+        let l = other.count_down_latch("loaded").unwrap();
+        spawn(move || l.wait())
+    };
+    assert_eq!(latch.count_down().unwrap(), 2);
+    assert_eq!(latch.count_down().unwrap(), 1);
+    still_blocked(&waiter, Duration::from_millis(300), "a wait at count 1");
+    let e = latch.wait_timeout(Duration::from_millis(200)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Timeout {
+                operation: Operation::Latch,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let opened_at = Instant::now();
+    assert_eq!(latch.count_down().unwrap(), 0);
+    let (result, at) = returned(&waiter, "a wait after the last count-down");
+    result.unwrap();
+    assert!(at.duration_since(opened_at) < Duration::from_secs(2));
+    assert!(
+        c.get("loaded").unwrap().is_none(),
+        "an open latch leaves no key"
+    );
+    assert_eq!(latch.count().unwrap(), 0);
+    latch.wait_with(&CancelToken::new()).unwrap();
+
+    // Concurrent count-downs from several clients never merge: exactly 40 take it to 0.
+    assert!(
+        latch.try_set_count(40).unwrap(),
+        "a new latch once the last one opened"
+    );
+    let endpoints = server.endpoints();
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let endpoints = endpoints.clone();
+            spawn(move || {
+                let l = client(&endpoints).count_down_latch("loaded").unwrap();
+                (0..10)
+                    .map(|_| l.count_down().unwrap())
+                    .collect::<Vec<u64>>()
+            })
+        })
+        .collect();
+    let mut left: Vec<u64> = workers
+        .iter()
+        .flat_map(|w| returned(w, "a worker").0)
+        .collect();
+    left.sort_unstable();
+    assert_eq!(
+        left,
+        (0..40).collect::<Vec<u64>>(),
+        "each count seen exactly once"
+    );
+    assert!(latch.try_wait().unwrap());
+}
+
+#[test]
+fn concurrent_creation_of_a_latch_sets_one_count() {
+    let server = etcd();
+    let endpoints = server.endpoints();
+    let setters: Vec<_> = (1..=4u64)
+        .map(|n| {
+            let endpoints = endpoints.clone();
+            spawn(move || {
+                let l = client(&endpoints).count_down_latch("race").unwrap();
+                (n, l.try_set_count(n * 10).unwrap())
+            })
+        })
+        .collect();
+    let results: Vec<(u64, bool)> = setters.iter().map(|s| returned(s, "a setter").0).collect();
+    let winners: Vec<u64> = results
+        .iter()
+        .filter(|(_, won)| *won)
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let c = client(&endpoints);
+    assert_eq!(
+        c.count_down_latch("race").unwrap().count().unwrap(),
+        winners[0] * 10
+    );
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    assert!(c.barrier("").unwrap_err().is_invalid_argument());
+    assert!(c.count_down_latch("").unwrap_err().is_invalid_argument());
+    assert!(s.double_barrier("", 2).unwrap_err().is_invalid_argument());
+    assert!(s.double_barrier("x", 0).unwrap_err().is_invalid_argument());
+    assert!(
+        c.barrier(vec![b'a'; 5000])
+            .unwrap_err()
+            .is_invalid_argument()
+    );
+    let latch = c.count_down_latch("l").unwrap();
+    assert!(latch.try_set_count(0).unwrap_err().is_invalid_argument());
+
+    // A latch key that holds no count.
+    c.put("l", "not a number").unwrap();
+    for result in [
+        latch.count().map(|_| ()),
+        latch.count_down().map(|_| ()),
+        latch.wait(),
+    ] {
+        let e = result.unwrap_err();
+        assert!(
+            e.is_invalid_argument() && e.to_string().contains("not a latch count"),
+            "{e}"
+        );
+    }
+
+    // Leaving without entering, entering twice.
+    let one = s.double_barrier("once", 1).unwrap();
+    assert!(one.leave().unwrap_err().is_invalid_argument());
+    one.enter().unwrap();
+    assert!(one.enter().unwrap_err().is_invalid_argument());
+    one.leave().unwrap();
+
+    // Participants that disagree on the count: the younger refuses (and leaves no key),
+    // the older goes on without counting it.
+    let (s3, s2, s3b) = (session(&c, 10), session(&c, 10), session(&c, 10));
+    let older = s3.double_barrier("counts", 2).unwrap();
+    let waiting_older = spawn(move || older.enter_timeout(BACKSTOP).map(|()| older));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "counts/")
+        .len()
+        == 1));
+    let e = s2
+        .double_barrier("counts", 3)
+        .unwrap()
+        .enter_timeout(BACKSTOP)
+        .unwrap_err();
+    assert!(
+        e.is_invalid_argument() && e.to_string().contains("expects 2"),
+        "{e}"
+    );
+    assert_eq!(
+        keys(&c, "counts/").len(),
+        1,
+        "the refused participant left its key"
+    );
+    still_blocked(
+        &waiting_older,
+        Duration::from_millis(200),
+        "the older participant",
+    );
+    let partner = s3b.double_barrier("counts", 2).unwrap();
+    partner.enter_timeout(BACKSTOP).unwrap();
+    let older = returned(&waiting_older, "the older participant's enter")
+        .0
+        .unwrap();
+    let l = spawn(move || older.leave_timeout(BACKSTOP));
+    partner.leave_timeout(BACKSTOP).unwrap();
+    returned(&l, "a leave").0.unwrap();
+
+    // Keys under a double barrier's prefix that no double barrier wrote: found at the
+    // join, and while waiting (from the events); our key is removed either way.
+    c.put("dirty/notes", "x").unwrap();
+    let b = s.double_barrier("dirty", 2).unwrap();
+    let e = b.enter_timeout(BACKSTOP).unwrap_err();
+    assert!(
+        e.is_invalid_argument() && e.to_string().contains("dirty/notes"),
+        "{e}"
+    );
+    assert_eq!(keys(&c, "dirty/"), vec!["dirty/notes".to_string()]);
+    let b = s.double_barrier("spoiled", 2).unwrap();
+    let waiting = spawn(move || b.enter_timeout(BACKSTOP));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "spoiled/")
+        .len()
+        == 1));
+    c.put("spoiled/ready", "soon").unwrap();
+    let e = returned(&waiting, "an enter that met a foreign key")
+        .0
+        .unwrap_err();
+    assert!(
+        e.is_invalid_argument() && e.to_string().contains("spoiled/ready"),
+        "{e}"
+    );
+    assert_eq!(keys(&c, "spoiled/"), vec!["spoiled/ready".to_string()]);
+}
+
+/// Waits ride out compaction and a restart of etcd: their watcher's resume revision is
+/// compacted while the stream is down, so it starts again from now and each wait reads once
+/// (the gap) instead of missing the release that comes after.
+#[test]
+fn waits_outlive_compaction_and_a_restart() {
+    let server = etcd();
+    let c = common::try_client_for(&server.endpoints(), Duration::from_secs(2)).unwrap();
+    let barrier = c.barrier("compacted").unwrap();
+    barrier.hold().unwrap();
+    let w = {
+        let b = c.barrier("compacted").unwrap();
+        spawn(move || b.wait_timeout(Duration::from_secs(25)))
+    };
+    let latch = c.count_down_latch("compacted-latch").unwrap();
+    latch.try_set_count(1).unwrap();
+    let lw = {
+        let l = c.count_down_latch("compacted-latch").unwrap();
+        spawn(move || l.wait_timeout(Duration::from_secs(25)))
+    };
+    let (a, b) = (session(&c, 20), session(&c, 20));
+    let first = a.double_barrier("compacted-db", 2).unwrap();
+    let dw = spawn(move || first.enter_timeout(Duration::from_secs(25)).map(|()| first));
+    still_blocked(&w, Duration::from_millis(500), "a wait on a held barrier");
+    let rev = (0..20)
+        .map(|i| c.put("churn", i.to_string()).unwrap())
+        .max()
+        .unwrap();
+    c.compact(rev).unwrap();
+    server.kill().unwrap();
+    server.restart().unwrap();
+    assert!(eventually(Duration::from_secs(10), || c.get("x").is_ok()));
+    thread::sleep(Duration::from_secs(1));
+    let released = Instant::now();
+    barrier.release().unwrap();
+    latch.count_down().unwrap();
+    let second = b.double_barrier("compacted-db", 2).unwrap();
+    second.enter_timeout(BACKSTOP).unwrap();
+    let bound = Duration::from_secs(3);
+    let (result, at) = returned(&w, "a barrier wait after compaction and a restart");
+    result.unwrap();
+    assert!(
+        at.duration_since(released) < bound,
+        "{:?}",
+        at.duration_since(released)
+    );
+    let (result, at) = returned(&lw, "a latch wait after compaction and a restart");
+    result.unwrap();
+    assert!(
+        at.duration_since(released) < bound,
+        "{:?}",
+        at.duration_since(released)
+    );
+    let (first, at) = returned(&dw, "an enter after compaction and a restart");
+    let first = first.unwrap();
+    assert!(
+        at.duration_since(released) < bound,
+        "{:?}",
+        at.duration_since(released)
+    );
+    let l = spawn(move || first.leave_timeout(BACKSTOP));
+    second.leave_timeout(BACKSTOP).unwrap();
+    returned(&l, "a leave").0.unwrap();
+    assert_eq!(keys(&c, "compacted-db/"), Vec::<String>::new());
+}
+
+/// The release happens while the waiters' member is frozen, and its history is compacted
+/// before their client fails over: the watcher cannot resume, starts again from now, and
+/// only the read that closes the gap can tell the waiters the barrier, the latch and the
+/// round are open. Without it they would wait until their limit.
+#[test]
+fn a_release_missed_by_a_frozen_member_is_read_after_the_failover() {
+    let cl = common::cluster();
+    let all = cl.endpoints();
+    let leader = cl.leader().expect("the cluster's leader");
+    let frozen = (leader + 1) % all.len();
+    let from = |first: usize| -> Vec<String> {
+        (0..all.len())
+            .map(|i| all[(first + i) % all.len()].clone())
+            .collect()
+    };
+    // The waiters' client talks to `frozen` first; a session makes its keep-alive notice.
+    let c = common::try_client_for(&from(frozen), Duration::from_secs(1)).unwrap();
+    let s = session(&c, 4);
+    let other = common::try_client_for(&from(leader), Duration::from_secs(2)).unwrap();
+    let limit = Duration::from_secs(25);
+    other.barrier("frozen").unwrap().hold().unwrap();
+    let latch = other.count_down_latch("frozen-latch").unwrap();
+    latch.try_set_count(1).unwrap();
+    let w = {
+        let b = c.barrier("frozen").unwrap();
+        spawn(move || b.wait_timeout(limit))
+    };
+    let lw = {
+        let l = c.count_down_latch("frozen-latch").unwrap();
+        spawn(move || l.wait_timeout(limit))
+    };
+    let first = s.double_barrier("frozen-db", 2).unwrap();
+    let dw = spawn(move || first.enter_timeout(limit).map(|()| first));
+    still_blocked(&w, Duration::from_millis(500), "a wait on a held barrier");
+    cl.pause(frozen).unwrap();
+    let released = Instant::now();
+    other.barrier("frozen").unwrap().release().unwrap();
+    latch.count_down().unwrap();
+    let t = session(&other, 10);
+    let second = t.double_barrier("frozen-db", 2).unwrap();
+    second.enter_timeout(BACKSTOP).unwrap();
+    let rev = (0..20)
+        .map(|i| other.put("churn", i.to_string()).unwrap())
+        .max()
+        .unwrap();
+    other.compact(rev).unwrap();
+    let bound = Duration::from_secs(10);
+    let (result, at) = returned(&w, "a barrier wait");
+    result.unwrap();
+    assert!(
+        at.duration_since(released) < bound,
+        "{:?}",
+        at.duration_since(released)
+    );
+    returned(&lw, "a latch wait").0.unwrap();
+    let first = returned(&dw, "an enter").0.unwrap();
+    cl.resume(frozen).unwrap();
+    let l = spawn(move || first.leave_timeout(BACKSTOP));
+    second.leave_timeout(BACKSTOP).unwrap();
+    returned(&l, "a leave").0.unwrap();
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<etcd_sync::Barrier>();
+    check::<etcd_sync::CountDownLatch>();
+    check::<etcd_sync::DoubleBarrier>();
+}
