@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::time::Instant;
 
-use super::services::Shared;
 use crate::transport::generated::etcdserverpb as pb;
 
 /// How far back [`Applied`] remembers (longer than any lag the nemesis sets).
@@ -44,23 +43,14 @@ impl Applied {
     }
 }
 
-/// The answers of member `index`'s watch stream, each held back by the member's lag when
-/// it was made (in order: a later answer never overtakes an earlier one).
+/// The answers of a member's watch stream, each held back by the member's lag
+/// (`lag_of`) when it was made (in order: a later answer never overtakes an earlier one).
 pub(crate) fn delayed(
-    shared: std::sync::Arc<Shared>,
-    index: usize,
+    lag_of: impl Fn() -> Duration + Send + 'static,
     mut answers: UnboundedReceiver<pb::WatchResponse>,
 ) -> UnboundedReceiver<pb::WatchResponse> {
     let (stamped_tx, mut stamped) = unbounded_channel();
     let (out, delayed) = unbounded_channel();
-    let lag_of = move || {
-        shared
-            .lock()
-            .members
-            .get(index)
-            .and_then(|m| m.lag)
-            .unwrap_or_default()
-    };
     tokio::spawn(async move {
         while let Some(answer) = answers.recv().await {
             if stamped_tx

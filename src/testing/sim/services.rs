@@ -333,7 +333,9 @@ impl pb::watch_server::Watch for Member {
             }
             member.shared.lock().watchers.close(stream);
         });
-        let answers = super::lag::delayed(self.shared.clone(), self.index, answers);
+        let lagging = self.clone();
+        let lag_of = move || lagging.lag().unwrap_or_default();
+        let answers = super::lag::delayed(lag_of, answers);
         let member = self.clone();
         let answers = UnboundedReceiverStream::new(answers).map(move |mut answer| {
             let state = member.shared.lock();
