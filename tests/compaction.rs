@@ -211,3 +211,50 @@ fn progress_notifications_keep_a_quiet_watcher_resumable() {
     let ranges = common::handled(&metrics(), "Range");
     assert_eq!(ranges, 0, "{ranges} reads since the restart");
 }
+
+/// etcd before 3.4.34 and 3.5.15 (Debian's 3.4.23, PyPI's 3.5.1) loses the deletes at
+/// exactly its compact revision from a watcher that starts there (etcd #18089). A waiter's
+/// watcher resumed right after the last revision it saw: when the key ahead was deleted at
+/// that very revision and history was compacted there while the stream was down, the
+/// delete never came, and a waiter whose key was deleted with it could even take a later
+/// delete of a re-created key for its turn (found by the simulation, issue 29). The
+/// watcher now resumes one revision early, so that compaction is refused as compacted and
+/// the waiter reads. Fails before the fix on the old servers (the waiter times out).
+#[test]
+fn a_delete_at_exactly_the_compact_revision_reaches_a_resumed_waiter() {
+    let _serial = serial();
+    let cl = common::cluster();
+    let leader = cl.leader().expect("a leader");
+    let (stalled, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let cw = client_for(&starting_at(&cl, stalled));
+    let ch = client_for(&starting_at(&cl, other));
+    let holder = session(&ch, 30);
+    let guard = holder.mutex("c-exact").unwrap().lock().unwrap();
+    let waiter = park(session(&cw, 30).mutex("c-exact").unwrap());
+    // The waiter's stream stalls; nothing is written meanwhile but the delete, so the
+    // delete is the revision right after the last one the waiter's watcher saw.
+    cl.pause(stalled).expect("pause the waiter's member");
+    let key = guard.key().to_vec();
+    let deleted = ch
+        .txn(etcd_sync::Txn::new().and_then([etcd_sync::TxnOp::delete(key)]))
+        .expect("delete the holder's key");
+    ch.compact(deleted.revision).expect("compact at the delete");
+    // The member dies: the waiter's client resumes its watcher on another one.
+    cl.kill(stalled).expect("kill the waiter's member");
+    let released = Instant::now();
+    let acquired = waiter.join().expect("the waiter thread");
+    let at = acquired.unwrap_or_else(|e| {
+        panic!(
+            "the waiter never got the lock whose key went at the compact revision: {e} \
+             ({:?} after the delete)",
+            released.elapsed()
+        )
+    });
+    let took = at.saturating_duration_since(released);
+    eprintln!("waiter acquired {took:?} after a delete at the compact revision");
+    assert!(
+        took <= Duration::from_secs(10),
+        "the waiter acquired {took:?} after"
+    );
+    drop(guard);
+}

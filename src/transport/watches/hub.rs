@@ -317,18 +317,22 @@ impl Hub {
         let Some(watcher) = self.watchers.get_mut(&spec) else {
             return;
         };
-        if watcher.goes_back(&response.events) {
+        let mut events = response.events;
+        if !watcher.skip_overlap(&mut events) {
+            return;
+        }
+        if watcher.goes_back(&events) {
             // Not something to pass on as news: the events may not be the watcher's
             // history any more. Its subscribers read instead.
             tracing::warn!(
                 through = watcher.through,
-                first = response.events.first().map(|e| e.kv.mod_revision),
+                first = events.first().map(|e| e.kv.mod_revision),
                 "a watch response went back in time; watching again from now"
             );
             self.restart(&spec, stream, 0);
             return;
         }
-        watcher.record(response.events);
+        watcher.record(events);
     }
 
     /// Drops the watcher of `spec` from the stream and creates it again from now: the

@@ -33,6 +33,9 @@ pub(super) struct Watcher {
     history: VecDeque<Batch>,
     history_events: usize,
     pub(super) history_from: i64,
+    /// Re-created one revision early (see [`Watcher::create`]): the events of its first
+    /// answers at or before `through` repeat what it has, and are dropped.
+    pub(super) overlap: bool,
 }
 
 impl Watcher {
@@ -41,8 +44,37 @@ impl Watcher {
     }
 
     /// The create request for the current stream: continue after `through`, or from now.
-    pub(super) fn create(&self, spec: &Spec, id: i64) -> Watch {
-        spec.create(id, self.through.map_or(0, |through| through + 1))
+    ///
+    /// It continues *at* `through`, one revision early. etcd before 3.4.34 and 3.5.15
+    /// (etcd #18089, Debian's 3.4.23, PyPI's 3.5.1) loses the deletes at exactly its compact
+    /// revision from a watcher that starts there, and `through + 1` can be that revision: the
+    /// deletion of a key ahead of a waiter (or of a guard's key) would never arrive. Started
+    /// at `through`, which it has seen, such a compaction is refused as compacted instead,
+    /// and the watcher starts over with its subscribers reading. The repeated revision is
+    /// dropped ([`Watcher::overlap`]).
+    pub(super) fn create(&mut self, spec: &Spec, id: i64) -> Watch {
+        match self.through {
+            Some(through) if through > 0 => {
+                self.overlap = true;
+                spec.create(id, through)
+            }
+            _ => spec.create(id, 0),
+        }
+    }
+
+    /// Drops from the first answers after a re-creation the events it already has (see
+    /// [`Watcher::create`]); false if nothing is left of `events`.
+    pub(super) fn skip_overlap(&mut self, events: &mut Vec<Event>) -> bool {
+        if !self.overlap {
+            return true;
+        }
+        let through = self.through.unwrap_or(0);
+        events.retain(|event| event.kv.mod_revision > through);
+        if events.is_empty() {
+            return false;
+        }
+        self.overlap = false;
+        true
     }
 
     /// Tells one subscriber where the watcher stands and replays the history it lacks: the
@@ -115,6 +147,7 @@ impl Watcher {
         self.id = None;
         self.created = false;
         self.through = None;
+        self.overlap = false;
     }
 
     /// A progress notification at `revision` (a response with no events): etcd sends them
@@ -208,7 +241,8 @@ mod tests {
         let spec = Spec::key(b"k", Only::Deletes);
         let mut w = covering(10);
         w.progress(25);
-        assert_eq!(w.create(&spec, 1).start_revision, 26);
+        // One revision early (etcd #18089), the repeat dropped.
+        assert_eq!(w.create(&spec, 1).start_revision, 25);
         // A member that lags the one that sent the events proves nothing new.
         w.progress(20);
         assert_eq!(w.through, Some(25));
@@ -229,6 +263,25 @@ mod tests {
         assert_eq!(w.through, None);
         assert_eq!(w.create(&spec, 4).start_revision, 0);
         assert!(w.create(&spec, 4).progress_notify);
+    }
+
+    #[test]
+    fn a_re_created_watcher_starts_at_what_it_has_and_drops_the_repeat() {
+        let spec = Spec::key(b"k", Only::Deletes);
+        let mut w = covering(10);
+        assert_eq!(w.create(&spec, 1).start_revision, 10);
+        let mut repeat = vec![put(10)];
+        assert!(
+            !w.skip_overlap(&mut repeat),
+            "revision 10 alone: nothing new"
+        );
+        let mut next = vec![put(10), put(11)];
+        assert!(w.skip_overlap(&mut next));
+        assert_eq!(next.len(), 1);
+        assert!(!w.goes_back(&next));
+        // Past the overlap, a repeat goes back as before.
+        let mut again = vec![put(10)];
+        assert!(w.skip_overlap(&mut again) && w.goes_back(&again));
     }
 
     #[test]

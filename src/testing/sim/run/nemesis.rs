@@ -44,8 +44,21 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 }
             }
             0 => {
+                // Half the time every client's streams break first (a network blip), and
+                // the periodic compaction runs while all their watchers resume.
+                let everywhere = rng.below(2) == 0;
+                if everywhere {
+                    for m in 0..members as usize {
+                        world.cluster.break_connections(m);
+                    }
+                    tokio::time::sleep(rng.millis(0, 150)).await;
+                }
                 world.cluster.compact();
-                "compaction"
+                if everywhere {
+                    "broken connections everywhere, compaction meanwhile"
+                } else {
+                    "compaction"
+                }
             }
             1 => {
                 world.cluster.break_connections(member);
@@ -84,10 +97,20 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 "frozen member"
             }
             4 => {
+                // Half the time the periodic compaction runs during the election, while
+                // watchers that lost their streams wait to resume.
+                let compact = rng.below(2) == 0;
                 world.cluster.set_leader(None);
                 tokio::time::sleep(pause).await;
+                if compact {
+                    world.cluster.compact();
+                }
                 world.cluster.set_leader(Some(member));
-                "leader election"
+                if compact {
+                    "leader election, compaction meanwhile"
+                } else {
+                    "leader election"
+                }
             }
             5 => {
                 world.cluster.set_swallow_writes(member, true);
@@ -96,11 +119,24 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 "lost answers"
             }
             6 => {
+                // Half the time a member's streams break as the keys go, and the periodic
+                // compaction runs before its clients' watchers have resumed: the deletes
+                // are only in the compacted history.
+                let blip = rng.below(2) == 0;
+                if blip {
+                    world.cluster.break_connections(member);
+                }
                 for name in ["m", "s", "r", "e"] {
                     world.cluster.delete_prefix(&format!("{name}/"));
                 }
                 world.deleted();
-                "operator delete"
+                if blip {
+                    tokio::time::sleep(rng.millis(0, 50)).await;
+                    world.cluster.compact();
+                    "operator delete, broken connections and compaction"
+                } else {
+                    "operator delete"
+                }
             }
             7 => {
                 let holders: Vec<String> = world
