@@ -442,6 +442,20 @@ impl SimCluster {
         }
     }
 
+    /// Whether compaction keeps a delete at exactly the compact revision (etcd 3.4.34,
+    /// 3.5.15 and later) or drops it, so that a watcher starting there never gets it (the
+    /// start: etcd #18089, as Debian's 3.4.23 and PyPI's 3.5.1 do).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// cluster.set_keeps_compacted_tombstones(true);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_keeps_compacted_tombstones(&self, keeps: bool) {
+        self.shared.lock().store.keeps_compacted_tombstones = keeps;
+    }
+
     /// Makes every member send timed progress notifications this often to the watchers
     /// that ask for them (etcd's `--experimental-watch-progress-notify-interval`; `None`,
     /// the start: never within a run, as etcd's 10 minutes).

@@ -80,6 +80,9 @@ pub(crate) struct Store {
     compacted: i64,
     /// Every key's states, oldest first, back to the last one at or before `compacted`.
     keys: BTreeMap<Vec<u8>, Vec<Version>>,
+    /// Compaction keeps a delete at exactly the compact revision, so a watcher that starts
+    /// there gets it (etcd 3.4.34, 3.5.15 and later); before, it was dropped (etcd #18089).
+    pub(crate) keeps_compacted_tombstones: bool,
 }
 
 /// The keys `[key, end)` in etcd's encoding: an empty `end` is `key` alone, `"\0"` every
@@ -448,14 +451,14 @@ impl Store {
             return Err(Refusal::FUTURE_REV);
         }
         self.compacted = rev;
+        let keeps_tombstone = self.keeps_compacted_tombstones;
         self.keys.retain(|_, versions| {
             // Keep the newest state at or before `rev` (if a value) and everything after.
             let keep_from = versions.iter().rposition(|v| v.rev <= rev).unwrap_or(0);
             versions.drain(..keep_from);
-            if versions
-                .first()
-                .is_some_and(|v| v.rev <= rev && v.kv.is_none())
-            {
+            let dropped =
+                |v: &Version| v.kv.is_none() && (v.rev < rev || v.rev == rev && !keeps_tombstone);
+            if versions.first().is_some_and(dropped) {
                 versions.remove(0);
             }
             !versions.is_empty()

@@ -293,6 +293,27 @@ impl Script {
             .await?;
         self.put("c/4").await?;
         self.answers("put c/4", &mut answers).await?;
+        // A compact revision that is a delete, and a watcher that starts there: etcd
+        // before 3.4.34 and 3.5.15 loses that delete (etcd #18089).
+        self.put("c/5").await?;
+        let deleted = self.delete("c/5").await?;
+        let line = match kv_client
+            .compact(pb::CompactionRequest {
+                revision: deleted,
+                physical: true,
+            })
+            .await
+        {
+            Ok(resp) => format!("rev {}", revision(&resp.get_ref().header)),
+            Err(status) => refused(&status),
+        };
+        self.note(format!("compact at a delete: {line}"));
+        let _ = send.send(create(22, "c/", &c_end, deleted, false, false));
+        self.answers(
+            "create 22 from a compact revision that is a delete",
+            &mut answers,
+        )
+        .await?;
         Ok(())
     }
 }
