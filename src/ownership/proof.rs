@@ -8,6 +8,10 @@
 //! was deleted during its lock-delay returned a guard that said "held" beside the guard of
 //! whoever took the free name meanwhile (issue 25).
 //!
+//! When the step ends, one read of the key confirms the proof once more: the watcher can
+//! be down just then (a broken stream, a resume from compacted history), and its news of
+//! a deletion late (found by the simulation, issue 29).
+//!
 //! The guard's follow subscription then starts from that same proof revision (see
 //! `acquire.rs`), so a deletion between the end of the step and the guard's creation ends
 //! the guard as soon as its event arrives.
@@ -64,7 +68,16 @@ pub(super) async fn while_ours<T>(
                 Delivery::Failed(e) => return Err(e),
                 Delivery::From { .. } => {}
             },
-            result = &mut step => return result,
+            result = &mut step => {
+                let value = result?;
+                // The watcher may have been down when the step ended (a broken stream,
+                // compaction: its deletes not delivered yet). One read says whether the
+                // proof still holds now; the step was long (a lock-delay), the read is not.
+                return match still_ours(rpc, session, ours).await? {
+                    Some(_) => Ok(value),
+                    None => Err(queue::key_gone_error(rpc, session).await),
+                };
+            }
         }
     }
 }

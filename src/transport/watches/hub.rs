@@ -30,7 +30,14 @@ pub(super) struct Hub {
     /// Watch id → spec, for the current stream.
     by_id: HashMap<i64, Spec>,
     next_id: i64,
+    /// When the current stream opened (its creates answered), if it did.
+    opened_at: Option<std::time::Instant>,
 }
+
+/// A stream that served this long was healthy: a break after it is news, and the next
+/// stream opens after the shortest pause, not after the pauses of breaks long past (a
+/// guard must hear of its key's deletion within a second).
+const HEALTHY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why a stream ended.
 enum Ended {
@@ -59,6 +66,13 @@ pub(super) async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Command>) {
             Ok(Ended::Reopen) => backoff.reset(),
             Err(e) => {
                 tracing::debug!(error = %e, "watch stream failed; reopening");
+                if hub
+                    .opened_at
+                    .take()
+                    .is_some_and(|at| crate::support::clock::since(at) >= HEALTHY)
+                {
+                    backoff.reset();
+                }
                 // Commands keep arriving while we wait.
                 let pause = backoff.next_pause();
                 let until = tokio::time::Instant::now() + pause;
@@ -217,6 +231,7 @@ impl Hub {
             self.by_id.insert(id, spec.clone());
         }
         let (mut stream, created, _) = WatchStream::open_tolerant(rpc, creates).await?;
+        self.opened_at = Some(crate::support::clock::now());
         for answer in created.answers {
             self.on_created(answer, &stream);
         }
