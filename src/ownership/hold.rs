@@ -149,8 +149,30 @@ impl Held {
             return Ok(None);
         }
         self.hold.line.session.lease().check()?;
-        let ownership = Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev());
-        guarded_txn(self.hold.line.session.client(), ownership, txn)
+        guarded_txn(self.hold.line.session.client(), vec![self.ownership()], txn)
+    }
+
+    /// The condition "our key still has our create revision".
+    fn ownership(&self) -> Compare {
+        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev())
+    }
+
+    /// Makes this guard's "lost" signal `shared` (a guard over several holds: the first
+    /// loss of any of them fires it). Fires it at once if this hold's signal already
+    /// fired. Under the hold's state lock, so no loss falls between the two signals.
+    pub(crate) fn share_signal(&mut self, shared: &Arc<Signal>) {
+        let mut state = self.hold.state();
+        if state.generation == self.generation {
+            if state.ended || state.signal.is_fired() {
+                shared.fire();
+            }
+            state.signal = shared.clone();
+        } else {
+            shared.fire();
+        }
+        drop(state);
+        self.signal = shared.clone();
+        self.hold.line.session.lease().on_lost(shared);
     }
 
     /// Puts `key = value` while we own: the revision of the write, or `None` if not ours.
@@ -430,14 +452,31 @@ async fn remove_until_answered(
     }
 }
 
+/// [`Held::guarded_txn`] over every hold of `helds` (on one client): `txn` commits only
+/// while every key still has its create revision, all compares in one Txn. `Ok(None)`
+/// if any is not ours; nothing is sent once this process knows one hold is over.
+pub(crate) fn guarded_txn_all(helds: &[Held], txn: Txn) -> Result<Option<TxnResponse>> {
+    let Some(first) = helds.first() else {
+        return Ok(None);
+    };
+    if !helds.iter().all(Held::is_current) {
+        return Ok(None);
+    }
+    for held in helds {
+        held.hold.line.session.lease().check()?;
+    }
+    let ownership = helds.iter().map(Held::ownership).collect();
+    guarded_txn(first.hold.line.session.client(), ownership, txn)
+}
+
 /// Runs `txn` nested inside an outer transaction that first checks `ownership`:
 /// `Ok(Some(response))` if we still own, `Ok(None)` if not.
 fn guarded_txn(
     client: &crate::client::Client,
-    ownership: Compare,
+    ownership: Vec<Compare>,
     txn: Txn,
 ) -> Result<Option<TxnResponse>> {
-    let outer = Txn::new().when([ownership]).and_then([TxnOp::txn(txn)]);
+    let outer = Txn::new().when(ownership).and_then([TxnOp::txn(txn)]);
     let rpc = client.rpc().clone();
     let response = client.block_on(rpc.txn(&outer, Retry::Never))?;
     if !response.succeeded {

@@ -10,6 +10,7 @@ pub(crate) mod election;
 pub(crate) mod guard;
 pub(crate) mod holder;
 pub(crate) mod leader_loop;
+pub(crate) mod multi_lock;
 pub(crate) mod mutex;
 pub(crate) mod observe;
 pub(crate) mod rwlock;
