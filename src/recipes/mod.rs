@@ -1,5 +1,6 @@
 //! What users hold: [`Mutex`](mutex::Mutex), [`RwLock`](rwlock::RwLock),
-//! [`Semaphore`](semaphore::Semaphore), [`Election`](election::Election) with its
+//! [`Semaphore`](semaphore::Semaphore), several locks at once
+//! ([`MultiLock`](multi_lock::MultiLock)), [`Election`](election::Election) with its
 //! [`Observer`](observe::Observer) and [`LeaderLoop`](leader_loop::LeaderLoop), their
 //! guards (one generic [`Guard`](guard::Guard)), and the [`Status`](holder::Status) of a
 //! name. Each recipe is a thin layer over
