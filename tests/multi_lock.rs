@@ -149,21 +149,22 @@ fn failed_attempts_release_what_they_took_within_their_limit() {
         "a cancelled wait left a key"
     );
 
-    // One deadline for the whole set: 400 ms spent waiting for f-a count against the
-    // 700 ms limit, so the wait for f-c ends 700 ms after the call, not 700 ms after f-a.
+    // One deadline for the whole set: 600 ms spent waiting for f-a count against the
+    // 900 ms limit, so the wait for f-c ends 900 ms after the call, not 900 ms after f-a
+    // (1,500 ms).
     let first = holder.mutex("f-a").unwrap().lock().unwrap();
     let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(400));
+        std::thread::sleep(Duration::from_millis(600));
         drop(first);
     });
     let started = Instant::now();
-    let options = WaitOptions::new().timeout(Duration::from_millis(700));
+    let options = WaitOptions::new().timeout(Duration::from_millis(900));
     let e = multi.lock_with(options).unwrap_err();
     let took = started.elapsed();
     releaser.join().unwrap();
     assert!(e.is_wait_timeout(), "{e:?}");
     assert!(
-        took >= Duration::from_millis(700) && took < Duration::from_millis(1050),
+        took >= Duration::from_millis(900) && took < Duration::from_millis(1400),
         "one deadline for the set: {took:?}"
     );
     assert_eq!(keys_under(&c, &names), busy_key, "lock_with left a key");
