@@ -222,24 +222,9 @@ impl Held {
         if let Some(pending) = self.pending.take() {
             return self.await_release(pending, wait, crate::support::clock::now());
         }
-        let turn = {
-            let mut state = self.hold.state();
-            if state.generation != self.generation || state.ended {
-                return Ok(Released::NotCurrent);
-            }
-            state.ended = true;
-            state.signal.fire();
-            state.turn.take()
+        let Some(turn) = self.end() else {
+            return Ok(Released::NotCurrent);
         };
-        let hold = &self.hold;
-        let session_loss = || hold.line.session.lease().loss_reason();
-        crate::support::telemetry::released(
-            &hold.line.name,
-            hold.kind.operation(),
-            hold.acquired,
-            session_loss,
-        );
-        tracing::debug!(key = %text(self.key()), fencing_token = self.rev(), "releasing");
         let line = self.hold.line.clone();
         let owned = Owned::Revision(self.hold.rev);
         let Some(limit) = wait else {
@@ -265,6 +250,30 @@ impl Held {
                 self.await_release(pending, Some(left), started)
             }
         }
+    }
+
+    /// Ends the hold for its release: `None` if this guard no longer owns it, else the
+    /// turn, to be kept until etcd has answered the removal of our key.
+    fn end(&mut self) -> Option<Option<OwnedMutexGuard<()>>> {
+        let turn = {
+            let mut state = self.hold.state();
+            if state.generation != self.generation || state.ended {
+                return None;
+            }
+            state.ended = true;
+            state.signal.fire();
+            state.turn.take()
+        };
+        let hold = &self.hold;
+        let session_loss = || hold.line.session.lease().loss_reason();
+        crate::support::telemetry::released(
+            &hold.line.name,
+            hold.kind.operation(),
+            hold.acquired,
+            session_loss,
+        );
+        tracing::debug!(key = %text(self.key()), fencing_token = self.rev(), "releasing");
+        Some(turn)
     }
 
     /// Waits up to `wait` for a release running in the background; a timeout reports the
@@ -300,7 +309,11 @@ impl Held {
     /// The bound for a release from `Drop`: none inside an async runtime or once the lease
     /// is gone (etcd deletes the key with it and may be unreachable), else one request
     /// timeout.
-    fn drop_wait(&self) -> Option<Duration> {
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.hold.line.session.client().rpc().request_timeout()
+    }
+
+    pub(crate) fn drop_wait(&self) -> Option<Duration> {
         let session = &self.hold.line.session;
         if crate::client::runtime::inside_async() || !session.is_alive() {
             None
@@ -450,6 +463,77 @@ async fn remove_until_answered(
             answered => return answered,
         }
     }
+}
+
+/// Releases every hold of `helds` at once (a guard over several holds): each removal is
+/// the one a single release sends, all sent together, each in a task that owns its turn
+/// until etcd answers. Waits at most `wait` for all the answers (`None`: not at all); an
+/// unanswered removal goes on in the background, and its guard's outcome is a
+/// [`Error::Timeout`] (calling [`Held::release_now`] waits for it again). One outcome per
+/// hold, in order.
+pub(crate) fn release_together(
+    helds: &mut [Held],
+    wait: Option<Duration>,
+) -> Vec<Result<Released>> {
+    let started = crate::support::clock::now();
+    let mut outcomes = Vec::with_capacity(helds.len());
+    let mut removals = Vec::new();
+    for (i, held) in helds.iter_mut().enumerate() {
+        if held.pending.is_some() {
+            outcomes.push(held.release(wait));
+            continue;
+        }
+        outcomes.push(Ok(Released::NotCurrent));
+        if let Some(turn) = held.end() {
+            let line = &held.hold.line;
+            let owned = Owned::Revision(held.hold.rev);
+            removals.push((
+                i,
+                spawn_removal(&line.session, line.key.clone(), owned, turn),
+            ));
+        }
+    }
+    let (Some(limit), Some(first)) = (wait, helds.first()) else {
+        return outcomes; // the removals run in the background
+    };
+    let client = first.hold.line.session.client().clone();
+    let first_removal = removals.first().map(|(i, _)| *i);
+    let answered = client.block_on(async {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut answers = Vec::with_capacity(removals.len());
+        for (i, mut removal) in removals {
+            let answer = tokio::time::timeout_at(deadline, &mut removal).await;
+            answers.push((i, removal, answer));
+        }
+        Ok(answers)
+    });
+    let answers = match answered {
+        Ok(answers) => answers,
+        Err(e) => {
+            // Not waited for (an async worker thread): the removals go on regardless.
+            if let Some(i) = first_removal {
+                outcomes[i] = Err(e);
+            }
+            return outcomes;
+        }
+    };
+    for (i, removal, answer) in answers {
+        outcomes[i] = match answer {
+            Ok(Ok(Ok(true))) => Ok(Released::Deleted),
+            Ok(Ok(Ok(false))) => Ok(Released::NotOurs),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(_)) => Err(Error::Closed),
+            Err(_) => {
+                helds[i].pending = Some(removal);
+                Err(Error::Timeout {
+                    operation: Operation::Release,
+                    after: started.elapsed(),
+                    endpoint: None,
+                })
+            }
+        };
+    }
+    outcomes
 }
 
 /// [`Held::guarded_txn`] over every hold of `helds` (on one client): `txn` commits only

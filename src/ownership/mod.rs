@@ -43,7 +43,7 @@ mod proof;
 pub(crate) use acquire::acquire;
 pub use delay::MAX_LOCK_DELAY;
 pub(crate) use delay::checked as checked_lock_delay;
-pub(crate) use hold::{Held, Hold, Released, guarded_txn_all, proclaim};
+pub(crate) use hold::{Held, Hold, Released, guarded_txn_all, proclaim, release_together};
 
 /// One acquisition of `line` for a lock guard, traced under `operation`.
 pub(crate) fn lock(

@@ -137,7 +137,7 @@ impl From<&Mutex> for MultiLockMember {
 /// * **The guard holds every key:** [`MultiLockGuard`].
 ///
 /// Not done: taking every free name in one Txn. Each name is one `Mutex::lock` (one Txn
-/// when free), one after the other; release is one Txn per name too.
+/// when free), one after the other; the releases (one Txn per name) are sent together.
 ///
 /// A key taken early that is deleted while a later name is awaited is noticed when that
 /// wait ends ([`Error::LockLost`]: everything is released); a lost session ends the wait

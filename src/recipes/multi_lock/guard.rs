@@ -9,16 +9,17 @@ use crate::ownership::{self, Held, Released};
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse, text};
 
-/// Releases in reverse order, each as a guard's `Drop` does.
+/// Releases every hold at once (see [`ownership::release_together`]), waiting as a
+/// guard's `Drop` does: at most one request timeout, not at all inside an async runtime or
+/// once the session is lost.
 pub(super) fn release_all(mut held: Vec<Held>) {
-    while let Some(h) = held.pop() {
-        drop(h);
-    }
+    let wait = held.first().and_then(Held::drop_wait);
+    let _ = ownership::release_together(&mut held, wait);
 }
 
-/// Proof that every lock of a [`MultiLock`](crate::MultiLock) is held; releases them all on `Drop` (in
-/// reverse order, each as a [`MutexGuard`](crate::MutexGuard) does: at most one request
-/// timeout each).
+/// Proof that every lock of a [`MultiLock`](crate::MultiLock) is held; releases them all on
+/// `Drop`, all at once (each key's release is a [`MutexGuard`](crate::MutexGuard)'s; `Drop`
+/// waits at most one request timeout for them all).
 ///
 /// The surface of a [`Guard`](crate::Guard), for every key at once: a fencing token per
 /// name, [`is_held`](MultiLockGuard::is_held) (all held), [`lost`](MultiLockGuard::lost)
@@ -239,8 +240,9 @@ impl MultiLockGuard {
         })
     }
 
-    /// Releases every lock (in reverse order) and reports the outcome. Every key is
-    /// released whatever happens to the others; the first error is returned.
+    /// Releases every lock, all at once, and reports the outcome within about one request
+    /// timeout. Every key is released whatever happens to the others; the first error (by
+    /// name order) is returned.
     ///
     /// # Errors
     ///
@@ -257,18 +259,23 @@ impl MultiLockGuard {
     /// # Ok(()) }
     /// ```
     pub fn release(mut self) -> Result<()> {
-        let mut first = Ok(());
-        while let Some(mut h) = self.held.pop() {
-            let outcome = match h.release_now() {
+        crate::client::runtime::ensure_blocking_allowed()?;
+        let Some(first) = self.held.first() else {
+            return Ok(());
+        };
+        let wait = first.request_timeout();
+        let mut outcome = Ok(());
+        for released in ownership::release_together(&mut self.held, Some(wait)) {
+            let released = match released {
                 Ok(Released::Deleted) => Ok(()),
                 Ok(Released::NotOurs | Released::NotCurrent) => Err(Error::LockLost),
                 Err(e) => Err(e),
             };
-            if first.is_ok() {
-                first = outcome;
+            if outcome.is_ok() {
+                outcome = released;
             }
         }
-        first
+        outcome
     }
 }
 
