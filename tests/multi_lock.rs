@@ -324,3 +324,38 @@ fn etcdctl_lock_and_multi_lock_exclude_each_other() {
     )
     .is_empty()));
 }
+
+#[test]
+fn a_key_deleted_while_a_later_name_is_awaited_ends_the_wait() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let holder = session(&c, 10);
+    let s = session(&c, 10);
+    let busy = holder.mutex("w-b").unwrap().lock().unwrap();
+    let multi = s.multi_lock(["w-a", "w-b"]).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(multi.lock().map(|g| g.fencing_tokens().len()));
+    });
+    // Our key under w-a, then our key queued behind the holder's under w-b.
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "w-b/")
+        .len()
+        == 2));
+    let ours = keys(&c, "w-a/");
+    assert_eq!(ours.len(), 1);
+    let started = Instant::now();
+    c.delete(&ours[0]).unwrap();
+    let result = rx
+        .recv_timeout(Duration::from_secs(3))
+        .expect("the wait for w-b ends when our w-a key is deleted");
+    assert!(matches!(result, Err(Error::LockLost)), "{result:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        keys_under(&c, &["w-a", "w-b"]),
+        vec![busy.key_str().into_owned()]
+    );
+}

@@ -144,6 +144,17 @@ impl Wait {
         }
     }
 
+    /// The cancel token the caller gave, if any.
+    pub(crate) fn cancel_token(&self) -> Option<&CancelToken> {
+        self.cancel.as_ref()
+    }
+
+    /// With `cancel` as its token instead.
+    pub(crate) fn with_cancel(mut self, cancel: CancelToken) -> Wait {
+        self.cancel = Some(cancel);
+        self
+    }
+
     /// With a lock-delay (already checked against its maximum).
     pub(crate) fn with_delay(mut self, delay: Duration) -> Wait {
         self.delay = delay;

@@ -17,7 +17,7 @@ use crate::ownership::{self, Held, Line, Wait};
 use crate::recipes::mutex::Mutex;
 use crate::recipes::rwlock::RwLock;
 use crate::session::Session;
-use crate::support::cancel::WaitOptions;
+use crate::support::cancel::{CancelToken, WaitOptions};
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
 use crate::support::error::{Error, Result};
@@ -139,9 +139,9 @@ impl From<&Mutex> for MultiLockMember {
 /// Not done: taking every free name in one Txn. Each name is one `Mutex::lock` (one Txn
 /// when free), one after the other; the releases (one Txn per name) are sent together.
 ///
-/// A key taken early that is deleted while a later name is awaited is noticed when that
-/// wait ends ([`Error::LockLost`]: everything is released); a lost session ends the wait
-/// at once.
+/// A key taken early that is deleted while a later name is awaited ends the wait at once
+/// with [`Error::LockLost`] (everything is released), as a lost session ends it with
+/// [`Error::SessionLost`].
 ///
 /// ```no_run
 /// # fn main() -> etcd_sync::Result<()> {
@@ -381,31 +381,51 @@ impl MultiLock {
     }
 
     /// Takes the members in order under one `wait` (its deadline is one instant for all).
+    /// The holds taken share one signal from the start, which also cancels the waits for
+    /// the names after them: a key of ours deleted while a later name is awaited ends that
+    /// wait at once.
     fn acquire(&self, wait: Wait) -> std::result::Result<MultiLockGuard, TryLockError> {
+        let caller = wait.cancel_token().cloned();
+        let ended = caller
+            .as_ref()
+            .map_or_else(CancelToken::new, CancelToken::child);
+        let signal = Arc::new(Signal::cancelling(ended.cancellation()));
+        let wait = wait.with_cancel(ended);
         let mut held = Vec::with_capacity(self.members.len());
         for member in self.members.iter() {
             let wait = wait.clone().with_delay(member.delay);
             match ownership::lock(&member.line, member.operation, wait) {
-                Ok(h) => held.push(h),
+                Ok(mut h) => {
+                    h.share_signal(&signal);
+                    held.push(h);
+                }
                 Err(e) => {
                     guard::release_all(held);
-                    return Err(e);
+                    return Err(match e {
+                        // Our signal, not the caller's token: one of our holds ended.
+                        TryLockError::Error(Error::Cancelled)
+                            if !caller.as_ref().is_some_and(CancelToken::is_cancelled) =>
+                        {
+                            self.lost().into()
+                        }
+                        e => e,
+                    });
                 }
             }
         }
-        // A key taken early may have gone while a later name was awaited.
+        // A key taken early may have gone just as the last name was taken.
         if !held.iter().all(Held::is_held) {
-            let lost = match self.session().lease().check() {
-                Err(e) => e,
-                Ok(()) => Error::LockLost,
-            };
             guard::release_all(held);
-            return Err(lost.into());
-        }
-        let signal = Arc::new(Signal::new());
-        for h in &mut held {
-            h.share_signal(&signal);
+            return Err(self.lost().into());
         }
         Ok(MultiLockGuard::new(self.names.clone(), held))
+    }
+
+    /// Why a hold taken for this lock ended before the rest were taken.
+    fn lost(&self) -> Error {
+        match self.session().lease().check() {
+            Err(e) => e,
+            Ok(()) => Error::LockLost,
+        }
     }
 }
