@@ -1,5 +1,7 @@
-//! Issue 30: several locks at once, uncontended. Lock + unlock of a `MultiLock` of 2 and of
+//! Issue 30: several locks at once. Uncontended: lock + unlock of a `MultiLock` of 2 and of
 //! 4 names beside a single `Mutex`, interleaved in one run so drift hits all three alike.
+//! Contended: two processes (each its own client) taking the same names in opposite orders
+//! for 3 s, beside two taking one mutex, in acquisitions per second.
 
 use std::time::{Duration, Instant};
 
@@ -78,5 +80,55 @@ pub fn multi(args: &Args, summary: &mut Summary) -> Res<()> {
         ));
     }
     session.close()?;
+    contended(args, summary)
+}
+
+/// Two contenders, each with its own client and session, for `SECS` seconds each row: one
+/// mutex, then 2 and 4 names given in opposite orders (the multi-lock takes them in one).
+fn contended(args: &Args, summary: &mut Summary) -> Res<()> {
+    const SECS: u64 = 3;
+    let mut rates = Vec::new();
+    for names in [1usize, 2, 4] {
+        let prefix = format!("{}/multi-contended/{names}", args.prefix);
+        let mut threads = Vec::new();
+        for contender in 0..2 {
+            let client = connect(args)?;
+            let prefix = prefix.clone();
+            threads.push(std::thread::spawn(move || -> Res<u64> {
+                let session = client.session()?;
+                let mut list: Vec<String> = (0..names).map(|i| format!("{prefix}-{i}")).collect();
+                if contender == 1 {
+                    list.reverse();
+                }
+                let single = session.mutex(&list[0])?;
+                let multi = session.multi_lock(&list)?;
+                let until = Instant::now() + Duration::from_secs(SECS);
+                let mut count = 0;
+                while Instant::now() < until {
+                    if names == 1 {
+                        single.lock_timeout(WAIT)?.release()?;
+                    } else {
+                        multi.lock_timeout(WAIT)?.release()?;
+                    }
+                    count += 1;
+                }
+                session.close()?;
+                Ok(count)
+            }));
+        }
+        let mut total = 0;
+        for t in threads {
+            total += t.join().map_err(|_| "a contender panicked")??;
+        }
+        let rate = total as f64 / SECS as f64;
+        println!(
+            "RESULT rust multi_contended names={names} contenders=2 acquisitions_per_s={rate:.0}"
+        );
+        rates.push(rate);
+    }
+    summary.text(format!(
+        "2 contenders, opposite orders: {:.0} acquisitions/s on one Mutex, {:.0} with 2 names, {:.0} with 4",
+        rates[0], rates[1], rates[2]
+    ));
     Ok(())
 }

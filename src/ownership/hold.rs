@@ -306,13 +306,14 @@ impl Held {
         }
     }
 
-    /// The bound for a release from `Drop`: none inside an async runtime or once the lease
-    /// is gone (etcd deletes the key with it and may be unreachable), else one request
-    /// timeout.
+    /// The client's request timeout: how long an explicit release waits for etcd.
     pub(crate) fn request_timeout(&self) -> Duration {
         self.hold.line.session.client().rpc().request_timeout()
     }
 
+    /// The bound for a release from `Drop`: none inside an async runtime or once the lease
+    /// is gone (etcd deletes the key with it and may be unreachable), else one request
+    /// timeout.
     pub(crate) fn drop_wait(&self) -> Option<Duration> {
         let session = &self.hold.line.session;
         if crate::client::runtime::inside_async() || !session.is_alive() {
