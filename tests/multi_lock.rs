@@ -242,6 +242,14 @@ fn mixed_modes_over_existing_handles() {
 }
 
 #[test]
+fn handles_and_guards_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<MultiLock>();
+    send_sync::<MultiLockMember>();
+    send_sync::<etcd_sync::MultiLockGuard>();
+}
+
+#[test]
 fn bad_input_is_refused() {
     let server = etcd();
     let c = client(&server.endpoints());
