@@ -77,6 +77,7 @@ pub use recipes::holder::{Holder, KeyMode, Status};
 pub use recipes::latch::CountDownLatch;
 pub use recipes::leader_loop::health::{LoopHealth, LoopState, TermEnd};
 pub use recipes::leader_loop::{DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop};
+pub use recipes::multi_lock::{MAX_MULTI_LOCK_NAMES, MultiLock, MultiLockGuard, MultiLockMember};
 pub use recipes::mutex::{Mutex, MutexGuard};
 pub use recipes::observe::{LeaderEvent, Observer};
 pub use recipes::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};

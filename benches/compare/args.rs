@@ -91,7 +91,8 @@ struct Cli {
     /// waiters on a semaphore and behind a write lock: who a release admits, its reads and
     /// the watch events etcd delivers), rows (the contender-count rows of --rows with the
     /// semaphore and read-write lock rows; contended runs them too), stm (transactions per
-    /// second with no conflict and with every worker on one key)
+    /// second with no conflict and with every worker on one key), multi (lock + unlock of a
+    /// multi-lock of 2 and 4 names beside a single mutex, uncontended)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 

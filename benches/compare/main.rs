@@ -15,7 +15,8 @@
 //! run), [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`shared`] (g),
 //! [`herd`] (h), [`rows`] and [`readers`] (the contender-count rows of issue 28, with
 //! [`fleet`] connecting up to 1,024 contenders), [`stm`] (software transactions per second,
-//! without and with conflicts), [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
+//! without and with conflicts), [`multi`] (multi-locks of 2 and 4 names beside a mutex),
+//! [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
 mod contended;
@@ -25,6 +26,7 @@ mod fleet;
 mod handoff_floor;
 mod herd;
 mod metrics;
+mod multi;
 mod readers;
 mod resources;
 mod rows;
@@ -203,6 +205,7 @@ fn main() {
         wants("uncontended"),
         &uncontended::uncontended,
     );
+    run("multi", wants("multi"), &multi::multi);
     run("election", wants("election"), &election::election);
     run("cost", wants("cost"), &cost::cost);
     // Right before the handoffs it is the floor of, in the same process.

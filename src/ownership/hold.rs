@@ -149,8 +149,30 @@ impl Held {
             return Ok(None);
         }
         self.hold.line.session.lease().check()?;
-        let ownership = Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev());
-        guarded_txn(self.hold.line.session.client(), ownership, txn)
+        guarded_txn(self.hold.line.session.client(), vec![self.ownership()], txn)
+    }
+
+    /// The condition "our key still has our create revision".
+    fn ownership(&self) -> Compare {
+        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev())
+    }
+
+    /// Makes this guard's "lost" signal `shared` (a guard over several holds: the first
+    /// loss of any of them fires it). Fires it at once if this hold's signal already
+    /// fired. Under the hold's state lock, so no loss falls between the two signals.
+    pub(crate) fn share_signal(&mut self, shared: &Arc<Signal>) {
+        let mut state = self.hold.state();
+        if state.generation == self.generation {
+            if state.ended || state.signal.is_fired() {
+                shared.fire();
+            }
+            state.signal = shared.clone();
+        } else {
+            shared.fire();
+        }
+        drop(state);
+        self.signal = shared.clone();
+        self.hold.line.session.lease().on_lost(shared);
     }
 
     /// Puts `key = value` while we own: the revision of the write, or `None` if not ours.
@@ -200,24 +222,9 @@ impl Held {
         if let Some(pending) = self.pending.take() {
             return self.await_release(pending, wait, crate::support::clock::now());
         }
-        let turn = {
-            let mut state = self.hold.state();
-            if state.generation != self.generation || state.ended {
-                return Ok(Released::NotCurrent);
-            }
-            state.ended = true;
-            state.signal.fire();
-            state.turn.take()
+        let Some(turn) = self.end() else {
+            return Ok(Released::NotCurrent);
         };
-        let hold = &self.hold;
-        let session_loss = || hold.line.session.lease().loss_reason();
-        crate::support::telemetry::released(
-            &hold.line.name,
-            hold.kind.operation(),
-            hold.acquired,
-            session_loss,
-        );
-        tracing::debug!(key = %text(self.key()), fencing_token = self.rev(), "releasing");
         let line = self.hold.line.clone();
         let owned = Owned::Revision(self.hold.rev);
         let Some(limit) = wait else {
@@ -243,6 +250,30 @@ impl Held {
                 self.await_release(pending, Some(left), started)
             }
         }
+    }
+
+    /// Ends the hold for its release: `None` if this guard no longer owns it, else the
+    /// turn, to be kept until etcd has answered the removal of our key.
+    fn end(&mut self) -> Option<Option<OwnedMutexGuard<()>>> {
+        let turn = {
+            let mut state = self.hold.state();
+            if state.generation != self.generation || state.ended {
+                return None;
+            }
+            state.ended = true;
+            state.signal.fire();
+            state.turn.take()
+        };
+        let hold = &self.hold;
+        let session_loss = || hold.line.session.lease().loss_reason();
+        crate::support::telemetry::released(
+            &hold.line.name,
+            hold.kind.operation(),
+            hold.acquired,
+            session_loss,
+        );
+        tracing::debug!(key = %text(self.key()), fencing_token = self.rev(), "releasing");
+        Some(turn)
     }
 
     /// Waits up to `wait` for a release running in the background; a timeout reports the
@@ -275,10 +306,15 @@ impl Held {
         }
     }
 
+    /// The client's request timeout: how long an explicit release waits for etcd.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.hold.line.session.client().rpc().request_timeout()
+    }
+
     /// The bound for a release from `Drop`: none inside an async runtime or once the lease
     /// is gone (etcd deletes the key with it and may be unreachable), else one request
     /// timeout.
-    fn drop_wait(&self) -> Option<Duration> {
+    pub(crate) fn drop_wait(&self) -> Option<Duration> {
         let session = &self.hold.line.session;
         if crate::client::runtime::inside_async() || !session.is_alive() {
             None
@@ -430,14 +466,102 @@ async fn remove_until_answered(
     }
 }
 
+/// Releases every hold of `helds` at once (a guard over several holds): each removal is
+/// the one a single release sends, all sent together, each in a task that owns its turn
+/// until etcd answers. Waits at most `wait` for all the answers (`None`: not at all); an
+/// unanswered removal goes on in the background, and its guard's outcome is a
+/// [`Error::Timeout`] (calling [`Held::release_now`] waits for it again). One outcome per
+/// hold, in order.
+pub(crate) fn release_together(
+    helds: &mut [Held],
+    wait: Option<Duration>,
+) -> Vec<Result<Released>> {
+    let started = crate::support::clock::now();
+    let mut outcomes = Vec::with_capacity(helds.len());
+    let mut removals = Vec::new();
+    for (i, held) in helds.iter_mut().enumerate() {
+        if held.pending.is_some() {
+            outcomes.push(held.release(wait));
+            continue;
+        }
+        outcomes.push(Ok(Released::NotCurrent));
+        if let Some(turn) = held.end() {
+            let line = &held.hold.line;
+            let owned = Owned::Revision(held.hold.rev);
+            removals.push((
+                i,
+                spawn_removal(&line.session, line.key.clone(), owned, turn),
+            ));
+        }
+    }
+    let (Some(limit), Some(first)) = (wait, helds.first()) else {
+        return outcomes; // the removals run in the background
+    };
+    let client = first.hold.line.session.client().clone();
+    let first_removal = removals.first().map(|(i, _)| *i);
+    let answered = client.block_on(async {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut answers = Vec::with_capacity(removals.len());
+        for (i, mut removal) in removals {
+            let answer = tokio::time::timeout_at(deadline, &mut removal).await;
+            answers.push((i, removal, answer));
+        }
+        Ok(answers)
+    });
+    let answers = match answered {
+        Ok(answers) => answers,
+        Err(e) => {
+            // Not waited for (an async worker thread): the removals go on regardless.
+            if let Some(i) = first_removal {
+                outcomes[i] = Err(e);
+            }
+            return outcomes;
+        }
+    };
+    for (i, removal, answer) in answers {
+        outcomes[i] = match answer {
+            Ok(Ok(Ok(true))) => Ok(Released::Deleted),
+            Ok(Ok(Ok(false))) => Ok(Released::NotOurs),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(_)) => Err(Error::Closed),
+            Err(_) => {
+                helds[i].pending = Some(removal);
+                Err(Error::Timeout {
+                    operation: Operation::Release,
+                    after: started.elapsed(),
+                    endpoint: None,
+                })
+            }
+        };
+    }
+    outcomes
+}
+
+/// [`Held::guarded_txn`] over every hold of `helds` (on one client): `txn` commits only
+/// while every key still has its create revision, all compares in one Txn. `Ok(None)`
+/// if any is not ours; nothing is sent once this process knows one hold is over.
+pub(crate) fn guarded_txn_all(helds: &[Held], txn: Txn) -> Result<Option<TxnResponse>> {
+    let Some(first) = helds.first() else {
+        return Ok(None);
+    };
+    if !helds.iter().all(Held::is_current) {
+        return Ok(None);
+    }
+    for held in helds {
+        held.hold.line.session.lease().check()?;
+    }
+    let ownership = helds.iter().map(Held::ownership).collect();
+    guarded_txn(first.hold.line.session.client(), ownership, txn)
+}
+
 /// Runs `txn` nested inside an outer transaction that first checks `ownership`:
 /// `Ok(Some(response))` if we still own, `Ok(None)` if not.
 fn guarded_txn(
     client: &crate::client::Client,
-    ownership: Compare,
+    ownership: Vec<Compare>,
     txn: Txn,
 ) -> Result<Option<TxnResponse>> {
-    let outer = Txn::new().when([ownership]).and_then([TxnOp::txn(txn)]);
+    let outer = Txn::new().when(ownership).and_then([TxnOp::txn(txn)]);
     let rpc = client.rpc().clone();
     let response = client.block_on(rpc.txn(&outer, Retry::Never))?;
     if !response.succeeded {

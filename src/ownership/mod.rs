@@ -43,7 +43,7 @@ mod proof;
 pub(crate) use acquire::acquire;
 pub use delay::MAX_LOCK_DELAY;
 pub(crate) use delay::checked as checked_lock_delay;
-pub(crate) use hold::{Held, Hold, Released, proclaim};
+pub(crate) use hold::{Held, Hold, Released, guarded_txn_all, proclaim, release_together};
 
 /// One acquisition of `line` for a lock guard, traced under `operation`.
 pub(crate) fn lock(
@@ -142,6 +142,17 @@ impl Wait {
             cancel: options.cancel_token_value().cloned(),
             delay: Duration::ZERO,
         }
+    }
+
+    /// The cancel token the caller gave, if any.
+    pub(crate) fn cancel_token(&self) -> Option<&CancelToken> {
+        self.cancel.as_ref()
+    }
+
+    /// With `cancel` as its token instead.
+    pub(crate) fn with_cancel(mut self, cancel: CancelToken) -> Wait {
+        self.cancel = Some(cancel);
+        self
     }
 
     /// With a lock-delay (already checked against its maximum).

@@ -1,5 +1,6 @@
 //! What users hold: [`Mutex`](mutex::Mutex), [`RwLock`](rwlock::RwLock),
-//! [`Semaphore`](semaphore::Semaphore), [`Election`](election::Election) with its
+//! [`Semaphore`](semaphore::Semaphore), several locks at once
+//! ([`MultiLock`](multi_lock::MultiLock)), [`Election`](election::Election) with its
 //! [`Observer`](observe::Observer) and [`LeaderLoop`](leader_loop::LeaderLoop), their
 //! guards (one generic [`Guard`](guard::Guard)), and the [`Status`](holder::Status) of a
 //! name. Each lock recipe is a thin layer over
@@ -16,6 +17,7 @@ pub(crate) mod guard;
 pub(crate) mod holder;
 pub(crate) mod latch;
 pub(crate) mod leader_loop;
+pub(crate) mod multi_lock;
 pub(crate) mod mutex;
 pub(crate) mod observe;
 pub(crate) mod rwlock;

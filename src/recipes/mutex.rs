@@ -310,6 +310,11 @@ impl Mutex {
         self.acquire(Wait::never())
     }
 
+    /// The line and lock-delay, for a [`MultiLock`](crate::MultiLock) over this mutex.
+    pub(crate) fn line_and_delay(&self) -> (&Arc<Line>, Duration) {
+        (&self.line, self.lock_delay)
+    }
+
     fn acquire(&self, wait: Wait) -> std::result::Result<MutexGuard, TryLockError> {
         let held = ownership::lock(
             &self.line,

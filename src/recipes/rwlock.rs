@@ -345,6 +345,13 @@ impl RwLock {
         self.write_for(Wait::never())
     }
 
+    /// The line of one side (`write`: the writers') and the lock-delay, for a
+    /// [`MultiLock`](crate::MultiLock) over this lock.
+    pub(crate) fn line_and_delay(&self, write: bool) -> (&Arc<Line>, Duration) {
+        let line = if write { &self.writers } else { &self.readers };
+        (line, self.lock_delay)
+    }
+
     fn read_for(&self, wait: Wait) -> std::result::Result<RwLockReadGuard, TryLockError> {
         let held = ownership::lock(
             &self.readers,

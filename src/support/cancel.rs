@@ -118,6 +118,22 @@ impl CancelToken {
         self.inner.signal.get().receiver()
     }
 
+    /// A token cancelled with this one, or on its own (its cancel does not reach this
+    /// one).
+    pub(crate) fn child(&self) -> CancelToken {
+        CancelToken {
+            inner: Arc::new(Inner {
+                token: self.inner.token.child_token(),
+                signal: SignalCell::default(),
+            }),
+        }
+    }
+
+    /// The flag, for what must cancel this token without a `CancelToken` in hand.
+    pub(crate) fn cancellation(&self) -> CancellationToken {
+        self.inner.token.clone()
+    }
+
     /// Resolves when the token is cancelled (at once if it already is).
     pub(crate) async fn wait(&self) {
         self.inner.token.cancelled().await;

@@ -5,11 +5,14 @@
 use std::sync::Mutex as StdMutex;
 
 use crossbeam_channel::{Receiver, Sender};
+use tokio_util::sync::CancellationToken;
 
 pub(crate) struct Signal {
     /// Dropped on fire: that is what disconnects the receivers.
     tx: StdMutex<Option<Sender<()>>>,
     rx: Receiver<()>,
+    /// Cancelled on fire too, for async waits that must end with it.
+    token: Option<CancellationToken>,
 }
 
 impl Signal {
@@ -18,12 +21,25 @@ impl Signal {
         Signal {
             tx: StdMutex::new(Some(tx)),
             rx,
+            token: None,
+        }
+    }
+
+    /// A signal whose firing also cancels `token`.
+    pub(crate) fn cancelling(token: CancellationToken) -> Signal {
+        Signal {
+            token: Some(token),
+            ..Signal::new()
         }
     }
 
     /// Fires once; returns whether this call fired it.
     pub(crate) fn fire(&self) -> bool {
-        self.sender().take().is_some()
+        let fired = self.sender().take().is_some();
+        if let Some(token) = &self.token {
+            token.cancel();
+        }
+        fired
     }
 
     pub(crate) fn is_fired(&self) -> bool {
