@@ -138,6 +138,18 @@ fn seeded_schedules_under_faults_break_no_invariant() {
 ///   found a writer key of its earlier life under the name and waited behind it with its
 ///   read (and everyone behind with it) for as long as the session lived; fixed in
 ///   `ownership/leftover.rs` (and pinned against real etcd in `tests/rwlock.rs`).
+/// - 1795512401326470, 1795512401326469: a watcher resumed right after the last revision
+///   it saw; a server with etcd #18089 (Debian's 3.4.23) loses the deletes at exactly its
+///   compact revision from a watcher that starts there, so a waiter never saw its own key
+///   and the key ahead go, and took a later delete of a re-created key for its turn (rule
+///   4). Fixed in `transport/watches/watcher.rs` (resume one revision early; pinned against
+///   real etcd in `tests/compaction.rs`).
+/// - 1748: the watch stream's reconnect backoff grew with every break of the run and never
+///   shrank after a healthy stream, so one blip after old failures left every watcher
+///   blind for a second (rule 2). Fixed in `transport/watches/hub.rs` (`HEALTHY`).
+/// - 1795513100111575: a lock-delay that ended while the watcher's stream was down
+///   returned a guard whose key had just been deleted (rule 4). Fixed in
+///   `ownership/proof.rs` (one read when the step ends).
 ///
 /// A seed names a schedule of the workload as it was when the seed was found: the first
 /// five were found before the workload restarted processes and cancelled waits, and now
@@ -153,6 +165,10 @@ fn seeds_that_found_defects_stay_clean() {
         1_795_502_016_563_042,
         1_795_510_111_326_349,
         1_795_510_111_327_266,
+        1_795_512_401_326_470,
+        1_795_512_401_326_469,
+        1_748,
+        1_795_513_100_111_575,
     ] {
         let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
         assert!(
