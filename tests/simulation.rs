@@ -144,9 +144,10 @@ fn seeded_schedules_under_faults_break_no_invariant() {
 ///   and the key ahead go, and took a later delete of a re-created key for its turn (rule
 ///   4). Fixed in `transport/watches/watcher.rs` (resume one revision early; pinned against
 ///   real etcd in `tests/compaction.rs`).
-/// - 1748: the watch stream's reconnect backoff grew with every break of the run and never
-///   shrank after a healthy stream, so one blip after old failures left every watcher
-///   blind for a second (rule 2). Fixed in `transport/watches/hub.rs` (`HEALTHY`).
+/// - 1748, 1795514135847217: the watch stream's reconnect backoff grew with every break of
+///   the run and never shrank after a healthy stream, so one blip after old failures left
+///   every watcher blind for a second (rule 2). Fixed in `transport/watches/hub.rs`
+///   (`HEALTHY`; the second seed, with a leader loop, needed it at 100 ms, not 1 s).
 /// - 1795513100111575: a lock-delay that ended while the watcher's stream was down
 ///   returned a guard whose key had just been deleted (rule 4). Fixed in
 ///   `ownership/proof.rs` (one read when the step ends).
@@ -169,6 +170,7 @@ fn seeds_that_found_defects_stay_clean() {
         1_795_512_401_326_469,
         1_748,
         1_795_513_100_111_575,
+        1_795_514_135_847_217,
     ] {
         let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
         assert!(

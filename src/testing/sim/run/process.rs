@@ -83,7 +83,7 @@ impl Kind {
 }
 
 /// An error's kind for the trace (its text names endpoints, which differ between runs).
-fn kind(e: &Error) -> &'static str {
+pub(super) fn kind(e: &Error) -> &'static str {
     if e.is_wait_timeout() {
         "wait timeout"
     } else if e.is_cancelled() {
@@ -335,6 +335,10 @@ fn take_and_hold(
             got(world);
             hold(world, (me, p), (what, guard, session), rng);
         }
+        Kind::Lead if rng.below(4) == 0 => {
+            got(world);
+            super::leader_loop::lead(world, (me, p), session, rng)?;
+        }
         Kind::Lead => {
             let guard = session.election(name)?.campaign_with(me, options)?;
             got(world);
@@ -404,6 +408,23 @@ fn hold<K: GuardKind>(
     (what, guard, session): (Kind, Guard<K>, &Session),
     rng: &mut Rng,
 ) {
+    watch(world, (me, p), (what, &guard, session), rng, true);
+    match guard.release() {
+        Ok(()) => world.note(me, "released".into()),
+        Err(e) => world.note(me, format!("release: {}", kind(&e))),
+    }
+}
+
+/// Checks a guard just returned (rules 4 and 1, fencing), then holds it a while, checking
+/// that it follows its key (rule 2) and, if `may_close`, now and then closing the session
+/// under it.
+pub(super) fn watch<K: GuardKind>(
+    world: &World,
+    (me, p): (&str, usize),
+    (what, guard, session): (Kind, &Guard<K>, &Session),
+    rng: &mut Rng,
+    may_close: bool,
+) {
     let name = what.name();
     let key = guard.key_str().into_owned();
     let token = guard.fencing_token();
@@ -466,12 +487,13 @@ fn hold<K: GuardKind>(
     world.note(me, format!("{what:?} {key} token {token}"));
     let until = Instant::now() + rng.millis(0, 500);
     // A tenth of the holds end with the session closed under the guard.
-    let mut close_at = (rng.below(10) == 0).then(|| Instant::now() + rng.millis(0, 400));
+    let mut close_at =
+        (may_close && rng.below(10) == 0).then(|| Instant::now() + rng.millis(0, 400));
     let mut gone_since: Option<Instant> = None;
     loop {
         if close_at.is_some_and(|at| Instant::now() >= at) {
             close_at = None;
-            close_under(world, me, session, &guard, (name, &key, token));
+            close_under(world, me, session, guard, (name, &key, token));
         }
         if !guard.is_held() {
             world.note(me, "lost".into());
@@ -500,10 +522,6 @@ fn hold<K: GuardKind>(
         sleep(Duration::from_millis(50));
     }
     world.log().holders.remove(&p);
-    match guard.release() {
-        Ok(()) => world.note(me, "released".into()),
-        Err(e) => world.note(me, format!("release: {}", kind(&e))),
-    }
 }
 
 /// Closes the session under a held guard: the guard says so at once, and once the close
