@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{Held, LOSS_BOUND, Rng, Waiting, World, sleep};
 use crate::client::Client;
-use crate::recipes::guard::{Guard, GuardKind};
+use crate::recipes::guard::{Guard, GuardKind, LeaderKind};
 use crate::session::Session;
 use crate::support::cancel::{CancelToken, WaitOptions};
 use crate::support::error::{Error, Result};
@@ -83,7 +83,7 @@ impl Kind {
 }
 
 /// An error's kind for the trace (its text names endpoints, which differ between runs).
-pub(super) fn kind(e: &Error) -> &'static str {
+fn kind(e: &Error) -> &'static str {
     if e.is_wait_timeout() {
         "wait timeout"
     } else if e.is_cancelled() {
@@ -337,7 +337,15 @@ fn take_and_hold(
         }
         Kind::Lead if rng.below(4) == 0 => {
             got(world);
-            super::leader_loop::lead(world, (me, p), session, rng)?;
+            let run_for = rng.millis(500, 4000);
+            world.note(me, "leader loop".into());
+            let term = |leadership: &Guard<LeaderKind>| {
+                watch(world, (me, p), (what, leadership, session), rng, false);
+            };
+            match super::leader_loop::lead(session, name, (me, run_for), term) {
+                Ok(terms) => world.note(me, format!("leader loop stopped after {terms} term(s)")),
+                Err(e) => world.note(me, format!("leader loop: {}", kind(&e))),
+            }
         }
         Kind::Lead => {
             let guard = session.election(name)?.campaign_with(me, options)?;
@@ -362,9 +370,9 @@ fn re_campaign(
     world: &World,
     me: &str,
     session: &Session,
-    old: Guard<crate::recipes::guard::LeaderKind>,
+    old: Guard<LeaderKind>,
     limit: Duration,
-) -> Option<Guard<crate::recipes::guard::LeaderKind>> {
+) -> Option<Guard<LeaderKind>> {
     let again = session
         .election(Kind::Lead.name())
         .and_then(|election| election.campaign_timeout(format!("{me}+"), limit));
@@ -418,7 +426,7 @@ fn hold<K: GuardKind>(
 /// Checks a guard just returned (rules 4 and 1, fencing), then holds it a while, checking
 /// that it follows its key (rule 2) and, if `may_close`, now and then closing the session
 /// under it.
-pub(super) fn watch<K: GuardKind>(
+fn watch<K: GuardKind>(
     world: &World,
     (me, p): (&str, usize),
     (what, guard, session): (Kind, &Guard<K>, &Session),
