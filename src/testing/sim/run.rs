@@ -372,7 +372,6 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     Ok(outcome)
 }
 
-mod leader_loop;
 mod liveness;
 mod nemesis;
 mod process;

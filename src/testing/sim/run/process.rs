@@ -335,18 +335,6 @@ fn take_and_hold(
             got(world);
             hold(world, (me, p), (what, guard, session), rng);
         }
-        Kind::Lead if rng.below(4) == 0 => {
-            got(world);
-            let run_for = rng.millis(500, 4000);
-            world.note(me, "leader loop".into());
-            let term = |leadership: &Guard<LeaderKind>| {
-                watch(world, (me, p), (what, leadership, session), rng, false);
-            };
-            match super::leader_loop::lead(session, name, (me, run_for), term) {
-                Ok(terms) => world.note(me, format!("leader loop stopped after {terms} term(s)")),
-                Err(e) => world.note(me, format!("leader loop: {}", kind(&e))),
-            }
-        }
         Kind::Lead => {
             let guard = session.election(name)?.campaign_with(me, options)?;
             got(world);
