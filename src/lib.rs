@@ -66,6 +66,7 @@ pub use client::builder::{
 /// re-exported so that `select!` needs no version guessing.
 pub use crossbeam_channel;
 pub use line::mode::MAX_PERMITS;
+pub use line::request::ReleaseRequest;
 pub use ownership::MAX_LOCK_DELAY;
 pub use recipes::barrier::Barrier;
 pub use recipes::double_barrier::DoubleBarrier;
@@ -80,6 +81,7 @@ pub use recipes::leader_loop::{DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, Leade
 pub use recipes::multi_lock::{MAX_MULTI_LOCK_NAMES, MultiLock, MultiLockGuard, MultiLockMember};
 pub use recipes::mutex::{Mutex, MutexGuard};
 pub use recipes::observe::{LeaderEvent, Observer};
+pub use recipes::revoke::MAX_REASON_LEN;
 pub use recipes::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use recipes::semaphore::{Permit, Semaphore};
 pub use recipes::stm::tx::StmTx;

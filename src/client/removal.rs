@@ -48,8 +48,28 @@ pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> 
     Ok(remove_at(rpc, key, owned).await?.0)
 }
 
+/// [`remove`], also deleting `also` in the same Txn if `key` is ours (a held key's
+/// release request, which goes with the hold).
+pub(crate) async fn remove_with(
+    rpc: &Rpc,
+    key: &[u8],
+    owned: Owned,
+    also: Option<&[u8]>,
+) -> Result<bool> {
+    Ok(remove_at_with(rpc, key, owned, also).await?.0)
+}
+
 /// [`remove`], with the store revision of the answer.
 pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bool, i64)> {
+    remove_at_with(rpc, key, owned, None).await
+}
+
+async fn remove_at_with(
+    rpc: &Rpc,
+    key: &[u8],
+    owned: Owned,
+    also: Option<&[u8]>,
+) -> Result<(bool, i64)> {
     let Owned::Revision(rev) = owned;
     #[cfg(feature = "simulation")]
     if crate::support::mutation::active(crate::support::mutation::Mutation::UnguardedRelease) {
@@ -63,7 +83,9 @@ pub(crate) async fn remove_at(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<(bo
         return Ok((deleted, resp.revision));
     }
     let ours = Compare::create_revision(key, CompareOp::Equal, rev);
-    let txn = Txn::new().when([ours]).and_then([TxnOp::delete(key)]);
+    let mut deletes = vec![TxnOp::delete(key)];
+    deletes.extend(also.map(TxnOp::delete));
+    let txn = Txn::new().when([ours]).and_then(deletes);
     let resp = rpc.txn(&txn, Retry::Safe).await?;
     Ok((resp.succeeded, resp.revision))
 }

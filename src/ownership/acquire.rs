@@ -122,12 +122,7 @@ pub(crate) fn acquire(
             Ok(seen_at) => Ok((enqueued, turn, seen_at)),
             Err(e) => {
                 // Known revision: this deletes nothing but the key this attempt created.
-                let pending = spawn_removal(
-                    &line.session,
-                    line.key.clone(),
-                    Owned::Revision(enqueued.rev),
-                    Some(turn),
-                );
+                let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(turn));
                 // Bounded: the caller gets its error within one request timeout.
                 #[cfg(feature = "simulation")]
                 if crate::support::mutation::active(
@@ -155,6 +150,7 @@ pub(crate) fn acquire(
             value_rev: enqueued.value_rev,
         }),
         proclaiming: tokio::sync::Mutex::new(()),
+        requests: StdMutex::new(None),
     });
     *line.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&hold);
     client.follower().follow(Follow::Guard {
@@ -231,7 +227,7 @@ async fn join_within(
         Some(Ok(enqueued)) => {
             // Known revision: this deletes nothing but the key this attempt created.
             let owned = Owned::Revision(enqueued.rev);
-            let removed = spawn_removal(&line.session, line.key.clone(), owned, Some(turn));
+            let removed = spawn_removal(line, owned, Some(turn));
             let _ = tokio::time::timeout_at(settle_by, removed).await;
         }
         _ => {

@@ -12,7 +12,7 @@ use crate::client::follow::Followed;
 use crate::client::lease::LeaseState;
 use crate::client::removal::{self, Owned};
 use crate::line::queue;
-use crate::session::Session;
+use crate::line::request;
 use crate::support::backoff::Backoff;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
@@ -32,6 +32,8 @@ pub(crate) struct Hold {
     pub(super) state: StdMutex<HoldState>,
     /// Serialises proclamations, whose exactly-once condition is the last value revision.
     pub(super) proclaiming: tokio::sync::Mutex<()>,
+    /// Its release requests' follower, once asked for (`requests.rs`).
+    pub(super) requests: StdMutex<Option<super::requests::Requests>>,
 }
 
 pub(super) struct HoldState {
@@ -127,6 +129,10 @@ impl Held {
 
     pub(crate) fn key(&self) -> &[u8] {
         &self.hold.line.key
+    }
+
+    pub(super) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
     }
 
     pub(crate) fn rev(&self) -> i64 {
@@ -229,7 +235,7 @@ impl Held {
         let owned = Owned::Revision(self.hold.rev);
         let Some(limit) = wait else {
             // Not waiting at all: the whole release runs in the background.
-            drop(spawn_removal(&line.session, line.key.clone(), owned, turn));
+            drop(spawn_removal(&line, owned, turn));
             return Ok(Released::NotCurrent);
         };
         // The first attempt runs on the caller's thread (no hand-over to the runtime on
@@ -237,14 +243,16 @@ impl Held {
         let rpc = line.session.client().rpc().clone();
         let started = crate::support::clock::now();
         let first = line.session.client().block_on(async {
-            Ok(tokio::time::timeout(limit, removal::remove(&rpc, &line.key, owned)).await)
+            let request = request::request_key(&line.name, &line.key);
+            let removal = removal::remove_with(&rpc, &line.key, owned, request.as_deref());
+            Ok(tokio::time::timeout(limit, removal).await)
         })?;
         match first {
             Ok(Ok(true)) => Ok(Released::Deleted),
             Ok(Ok(false)) => Ok(Released::NotOurs),
             Ok(Err(e)) if !e.is_transient() => Err(e),
             _ => {
-                let pending = spawn_removal(&line.session, line.key.clone(), owned, turn);
+                let pending = spawn_removal(&line, owned, turn);
                 // What is left of the caller's bound; a timeout reports all of it.
                 let left = limit.saturating_sub(started.elapsed());
                 self.await_release(pending, Some(left), started)
@@ -424,20 +432,22 @@ async fn proclaim_once(rpc: &Rpc, hold: &Hold, value: &[u8]) -> Result<bool> {
     }
 }
 
-/// Deletes `key` in a task that owns `turn` until etcd answered; the receiver gets the
-/// first answer. Transient failures are retried until answered or the session is lost
-/// (the lease then takes the key with it).
+/// Deletes the line's key (and its release request, `line/request.rs`) in a task that owns
+/// `turn` until etcd answered; the receiver gets the first answer. Transient failures are
+/// retried until answered or the session is lost (the lease then takes the key with it).
 pub(super) fn spawn_removal(
-    session: &Session,
-    key: Vec<u8>,
+    line: &Line,
     owned: Owned,
     turn: Option<OwnedMutexGuard<()>>,
 ) -> tokio::sync::oneshot::Receiver<Result<bool>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let session = &line.session;
     let rpc = session.client().rpc().clone();
     let shared = session.lease().clone();
+    let key = line.key.clone();
+    let request = request::request_key(&line.name, &line.key);
     session.client().spawn(async move {
-        let answer = remove_until_answered(&rpc, &shared, &key, owned).await;
+        let answer = remove_until_answered(&rpc, &shared, &key, request.as_deref(), owned).await;
         let _ = tx.send(answer);
         drop(turn);
     });
@@ -449,11 +459,12 @@ async fn remove_until_answered(
     rpc: &Rpc,
     session: &LeaseState,
     key: &[u8],
+    request: Option<&[u8]>,
     owned: Owned,
 ) -> Result<bool> {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
-        match removal::remove(rpc, key, owned).await {
+        match removal::remove_with(rpc, key, owned, request).await {
             Err(e) if e.is_transient() => {
                 if let Some(reason) = session.loss_reason() {
                     return Err(Error::SessionLost(reason));
@@ -488,10 +499,7 @@ pub(crate) fn release_together(
         if let Some(turn) = held.end() {
             let line = &held.hold.line;
             let owned = Owned::Revision(held.hold.rev);
-            removals.push((
-                i,
-                spawn_removal(&line.session, line.key.clone(), owned, turn),
-            ));
+            removals.push((i, spawn_removal(line, owned, turn)));
         }
     }
     let (Some(limit), Some(first)) = (wait, helds.first()) else {

@@ -39,11 +39,13 @@ mod delay;
 mod hold;
 mod leftover;
 mod proof;
+mod requests;
 
 pub(crate) use acquire::acquire;
 pub use delay::MAX_LOCK_DELAY;
 pub(crate) use delay::checked as checked_lock_delay;
 pub(crate) use hold::{Held, Hold, Released, guarded_txn_all, proclaim, release_together};
+pub(crate) use requests::Stop as RequestsStop;
 
 /// One acquisition of `line` for a lock guard, traced under `operation`.
 pub(crate) fn lock(

@@ -311,6 +311,41 @@ impl<K: GuardKind> Guard<K> {
         self.held.lost()
     }
 
+    /// A channel that receives every request to let go of this hold
+    /// ([`Client::request_release`](crate::Client::request_release), `Mutex::request_release`,
+    /// `etcd-sync revoke`), naming who asked. The holder decides: a request changes nothing
+    /// by itself. A request made before this call (during the hold) arrives too, so it is
+    /// never missed by calling late; one made for an earlier hold of the key does not.
+    ///
+    /// The first call starts following the hold's request key on the client's watch stream
+    /// (a guard that never asks costs etcd nothing); every call returns the same channel,
+    /// which stays open until the guard is dropped, so a `select!` over it and
+    /// [`lost`](Guard::lost) does not spin after a loss.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("shard-7")?.lock()?;
+    /// let asked = guard.release_requested();
+    /// loop {
+    ///     crossbeam_channel::select! {
+    ///         recv(asked) -> request => {
+    ///             if let Ok(request) = request {
+    ///                 eprintln!("{} asks for shard-7", request.requester);
+    ///             }
+    ///             break; // finish up, then release
+    ///         }
+    ///         recv(guard.lost()) -> _ => break,
+    ///         default(std::time::Duration::from_millis(100)) => { /* a unit of work */ }
+    ///     }
+    /// }
+    /// guard.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn release_requested(&self) -> Receiver<crate::ReleaseRequest> {
+        self.held.release_requested()
+    }
+
     /// The condition "we still hold this" (our key still has our create revision), to add
     /// to your own transactions: Go's `Mutex.IsOwner()`.
     ///

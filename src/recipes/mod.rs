@@ -20,6 +20,7 @@ pub(crate) mod leader_loop;
 pub(crate) mod multi_lock;
 pub(crate) mod mutex;
 pub(crate) mod observe;
+pub(crate) mod revoke;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 pub(crate) mod status;

@@ -89,7 +89,7 @@ impl Client {
 
 /// Reads every key under `prefix`, oldest first: the line, how many of its keys hold,
 /// and the revision of the read.
-async fn read_line(rpc: &Rpc, prefix: &[u8]) -> Result<(Vec<KeyValue>, usize, i64)> {
+pub(super) async fn read_line(rpc: &Rpc, prefix: &[u8]) -> Result<(Vec<KeyValue>, usize, i64)> {
     let range = Range {
         by_create_revision: Some(true),
         ..Range::prefix(prefix)
@@ -105,7 +105,7 @@ async fn read_line(rpc: &Rpc, prefix: &[u8]) -> Result<(Vec<KeyValue>, usize, i6
 const LOOKUPS_IN_FLIGHT: usize = 64;
 
 /// `kvs` as [`Holder`]s, with one LeaseTimeToLive per distinct lease, sent concurrently.
-async fn describe(rpc: &Rpc, prefix: &[u8], kvs: Vec<KeyValue>) -> Result<Vec<Holder>> {
+pub(super) async fn describe(rpc: &Rpc, prefix: &[u8], kvs: Vec<KeyValue>) -> Result<Vec<Holder>> {
     let mut leases: Vec<i64> = kvs.iter().map(|kv| kv.lease).filter(|&l| l != 0).collect();
     leases.sort_unstable();
     leases.dedup();

@@ -1,11 +1,12 @@
 //! The guard of a [`MultiLock`](crate::MultiLock): every key of the set, one "lost"
 //! signal shared by their holds, and writes guarded by every key's compare in one Txn.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::Receiver;
 
-use crate::ownership::{self, Held, Released};
+use crate::line::request::ReleaseRequest;
+use crate::ownership::{self, Held, Released, RequestsStop};
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse, text};
 
@@ -46,6 +47,8 @@ pub struct MultiLockGuard {
     names: Arc<[Vec<u8>]>,
     /// One per name, in the same order.
     held: Vec<Held>,
+    /// The release requests of every hold on one channel, once asked for.
+    requests: OnceLock<(Receiver<ReleaseRequest>, Vec<RequestsStop>)>,
 }
 
 impl std::fmt::Debug for MultiLockGuard {
@@ -60,7 +63,11 @@ impl std::fmt::Debug for MultiLockGuard {
 
 impl MultiLockGuard {
     pub(super) fn new(names: Arc<[Vec<u8>]>, held: Vec<Held>) -> MultiLockGuard {
-        MultiLockGuard { names, held }
+        MultiLockGuard {
+            names,
+            held,
+            requests: OnceLock::new(),
+        }
     }
 
     /// The names held, bytewise in order.
@@ -156,6 +163,34 @@ impl MultiLockGuard {
             Some(h) => h.lost(),
             None => crossbeam_channel::never(),
         }
+    }
+
+    /// A channel that receives every request to let go of any of the keys
+    /// ([`Client::request_release`](crate::Client::request_release) on one of the names);
+    /// [`ReleaseRequest::key`] says which. As [`Guard::release_requested`](crate::Guard::release_requested):
+    /// the first call starts following the requests, requests made earlier in the hold
+    /// arrive too, and the channel stays open until the guard is dropped.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.multi_lock(["a", "b"])?.lock()?;
+    /// if let Ok(request) = guard.release_requested().recv() {
+    ///     eprintln!("{} wants {}", request.requester, String::from_utf8_lossy(&request.key));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn release_requested(&self) -> Receiver<ReleaseRequest> {
+        let (receiver, _) = self.requests.get_or_init(|| {
+            let (sender, receiver) = crossbeam_channel::unbounded();
+            let stops = self
+                .held
+                .iter()
+                .map(|held| held.forward_release_requests(sender.clone()))
+                .collect();
+            (receiver, stops)
+        });
+        receiver.clone()
     }
 
     /// The conditions "we still hold every key" (each key's create revision), to add to

@@ -1,0 +1,151 @@
+//! The holder's side of release requests (`line/request.rs`): a task that reads the request
+//! key of a hold and then follows its puts on the client's watch stream, and hands every
+//! request meant for this hold to a crossbeam channel. Started on the first call to
+//! `release_requested()` (a guard nobody asks about costs etcd nothing), stopped when the
+//! hold is dropped.
+
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+use tokio::sync::oneshot;
+
+use super::{Held, Hold};
+use crate::line::request::{self, ReleaseRequest};
+use crate::support::backoff::Backoff;
+use crate::support::error::Result;
+use crate::support::kv::{KeyValue, Range, text};
+use crate::transport::Rpc;
+use crate::transport::watch::{EventKind, Only};
+use crate::transport::watches::{Delivery, Spec, Watches};
+
+/// A hold's request follower: its channel, and the task's stop (dropping it stops it).
+pub(crate) struct Requests {
+    receiver: Receiver<ReleaseRequest>,
+    _stop: Stop,
+}
+
+/// Stops a request follower when dropped.
+pub(crate) struct Stop(#[allow(dead_code)] oneshot::Sender<()>);
+
+impl Held {
+    /// The hold's release requests (see [`Guard::release_requested`](crate::Guard::release_requested)):
+    /// the first call starts following them, every call returns the same channel.
+    pub(crate) fn release_requested(&self) -> Receiver<ReleaseRequest> {
+        let hold = self.hold();
+        let mut requests = hold.requests.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(requests) = &*requests {
+            return requests.receiver.clone();
+        }
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        let stop = start(hold, sender);
+        *requests = Some(Requests {
+            receiver: receiver.clone(),
+            _stop: stop,
+        });
+        receiver
+    }
+
+    /// Follows the hold's release requests into `sender` (a guard over several holds
+    /// gathers theirs on one channel) until the returned [`Stop`] is dropped.
+    pub(crate) fn forward_release_requests(&self, sender: Sender<ReleaseRequest>) -> Stop {
+        start(self.hold(), sender)
+    }
+}
+
+fn start(hold: &Arc<Hold>, sender: Sender<ReleaseRequest>) -> Stop {
+    let (stop, stopped) = oneshot::channel();
+    let client = hold.line.session.client();
+    let Some(request_key) = request::request_key(&hold.line.name, &hold.line.key) else {
+        return Stop(stop); // our keys are always under the name: nothing to follow
+    };
+    let follower = Follower {
+        rpc: client.rpc().clone(),
+        watches: client.watches().clone(),
+        key: hold.line.key.clone(),
+        request_key,
+        created: hold.rev,
+        sender,
+        covered: 0,
+    };
+    client.spawn(async move {
+        tokio::select! {
+            _ = stopped => {}
+            result = follower.run() => {
+                if let Err(e) = result {
+                    tracing::warn!(error = %e, "release requests can no longer be followed");
+                }
+            }
+        }
+    });
+    Stop(stop)
+}
+
+struct Follower {
+    rpc: Rpc,
+    watches: Watches,
+    /// The held key.
+    key: Vec<u8>,
+    request_key: Vec<u8>,
+    /// The held key's create revision: requests for another hold of it are not ours.
+    created: i64,
+    sender: Sender<ReleaseRequest>,
+    /// Every put of the request key up to this revision has been handed on (or was older
+    /// than what a read saw).
+    covered: i64,
+}
+
+impl Follower {
+    async fn run(mut self) -> Result<()> {
+        self.read().await?;
+        let spec = Spec::key(&self.request_key, Only::Puts);
+        let mut puts = self.watches.subscribe(spec, self.covered);
+        loop {
+            match puts.next().await {
+                // The watcher starts later than what we know: a put in between is not on it.
+                Delivery::From { after, .. } if after > self.covered => self.read().await?,
+                Delivery::From { .. } => {}
+                Delivery::Events(batch) => {
+                    for event in batch.iter().filter(|e| e.kind == EventKind::Put) {
+                        self.hand_on(&event.kv);
+                    }
+                }
+                Delivery::Failed(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads the request key (retrying until etcd answers) and hands on what it finds.
+    async fn read(&mut self) -> Result<()> {
+        let mut backoff = Backoff::quick();
+        let read = loop {
+            match self.rpc.read(&Range::key(&self.request_key)).await {
+                Ok(read) => break read,
+                Err(e) if e.is_transient() => backoff.sleep().await,
+                Err(e) => return Err(e),
+            }
+        };
+        if let Some(kv) = read.kvs.first() {
+            self.hand_on(kv);
+        }
+        self.covered = self.covered.max(read.revision);
+        Ok(())
+    }
+
+    /// Hands on the request `kv` (a version of the request key) once, if it is for us.
+    fn hand_on(&mut self, kv: &KeyValue) {
+        if kv.mod_revision <= self.covered {
+            return;
+        }
+        self.covered = kv.mod_revision;
+        let decoded = request::decode(&kv.value);
+        match ReleaseRequest::of(decoded, &self.key, self.created, kv.mod_revision) {
+            Some(asked) => {
+                tracing::debug!(key = %text(&self.key), by = %asked.requester, "release requested");
+                let _ = self.sender.send(asked);
+            }
+            None => {
+                tracing::debug!(key = %text(&self.key), "a release request for an earlier hold")
+            }
+        }
+    }
+}
