@@ -7,6 +7,7 @@ mod barrier;
 mod common;
 mod modes;
 mod proc;
+mod revoke;
 mod status;
 
 use proc::{Proc, etcd_sync, etcd_sync_bare, etcdctl, lease_of, leases};

@@ -244,6 +244,30 @@ pub enum Command {
     /// recipe.Barrier); takes no lease
     #[command(after_help = SEE_EXIT_CODES, long_about = BARRIER_ABOUT)]
     Barrier(BarrierArgs),
+    /// Ask whoever holds the lock, semaphore, read-write lock or election NAME to let go;
+    /// takes no lease
+    #[command(after_help = SEE_EXIT_CODES, long_about = REVOKE_ABOUT)]
+    Revoke(RevokeArgs),
+}
+
+const REVOKE_ABOUT: &str = "\
+Asks every current holder of NAME to let go, and prints one line per holder asked: \
+`NAME: asked KEY (IDENTITY)`, or `NAME: not held` (exit 0 either way). Nothing is forced: \
+a holder of this crate hears the request on its guard (`etcd-sync lock \
+--release-on-request` releases, stopping CMD first) and decides; `etcdctl lock` never \
+looks. The request is the key NAME.revoke/<rest of the holder's key>, bound to the \
+holder's lease, so `etcdctl lock NAME` does not count it. To force a release, delete the \
+holder's key (`etcdctl del KEY`).";
+
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    /// Why, for the holder to read (at most 1024 bytes)
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+
+    /// The lock's, semaphore's or election's name
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
+    pub name: String,
 }
 
 const BARRIER_ABOUT: &str = "\
@@ -433,6 +457,12 @@ pub struct HoldOpts {
     /// process group gets SIGKILL
     #[arg(long, default_value = "5s", value_parser = text::parse_duration, value_name = "DURATION")]
     pub kill_grace: Duration,
+
+    /// Give up the lock or leadership when someone asks (`etcd-sync revoke NAME`): stop
+    /// CMD as on a signal (SIGTERM, SIGKILL after --kill-grace), then release and exit
+    /// with CMD's code; without CMD, release and exit 0
+    #[arg(long)]
+    pub release_on_request: bool,
 
     /// Command to run while holding the lock or leadership, and its arguments
     #[arg(last = true, value_name = "CMD")]

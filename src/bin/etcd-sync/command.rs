@@ -1,5 +1,6 @@
 //! Running CMD while holding: its exit code passed through, signals forwarded to it, and
-//! its process group stopped when the lock or leadership is lost.
+//! its process group stopped when the lock or leadership is lost (or, with
+//! `--release-on-request`, when someone asks for it).
 
 use std::io;
 use std::thread;
@@ -10,7 +11,7 @@ use etcd_sync::Session;
 use crate::args::HoldOpts;
 use crate::child;
 use crate::exit::{EXIT_CANNOT_EXECUTE, EXIT_ERROR, EXIT_NOT_FOUND, Exit};
-use crate::hold::{Held, abandon, loss_reason, release};
+use crate::hold::{Held, abandon, asked, loss_reason, release};
 use crate::signals;
 use crate::wait::TICK;
 
@@ -35,6 +36,7 @@ pub fn run_command(session: &Session, held: Held, opts: &HoldOpts) -> Exit {
         }
     };
     let lost = held.lost();
+    let requests = held.release_requests(opts);
     let mut is_lost = false;
     // Set once we started stopping CMD (loss or signal): when its group gets SIGKILL.
     let mut kill_at: Option<Instant> = None;
@@ -58,6 +60,15 @@ pub fn run_command(session: &Session, held: Held, opts: &HoldOpts) -> Exit {
         }
         if let Some(signo) = signals::take() {
             child.signal_group(signo);
+            kill_at.get_or_insert_with(|| Instant::now() + opts.kill_grace);
+        }
+        if let Ok(request) = requests.try_recv() {
+            eprintln!(
+                "etcd-sync: {}; stopping {program:?} (SIGTERM, SIGKILL after {:?})",
+                asked(held.what(), &request),
+                opts.kill_grace
+            );
+            child.signal_group(libc::SIGTERM);
             kill_at.get_or_insert_with(|| Instant::now() + opts.kill_grace);
         }
         if !is_lost && lost.try_recv() == Err(crossbeam_channel::TryRecvError::Disconnected) {

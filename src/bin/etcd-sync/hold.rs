@@ -6,7 +6,11 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use etcd_sync::{CancelToken, Error, GuardKind, LeaderKind, Leadership, Session, WaitOptions};
+use etcd_sync::{
+    CancelToken, Error, GuardKind, LeaderKind, Leadership, ReleaseRequest, Session, WaitOptions,
+};
+
+use crate::args::HoldOpts;
 
 use crate::exit::{EXIT_ERROR, EXIT_LOST, EXIT_OK, EXIT_SIGNAL_BASE, EXIT_TIMEOUT, Exit, fail};
 use crate::lock::LockGuard;
@@ -41,6 +45,17 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.lost(),
             Held::Leadership(leadership, _) => leadership.lost(),
+        }
+    }
+
+    /// Requests to let go (`etcd-sync revoke`), if `--release-on-request` listens for them.
+    pub fn release_requests(&self, opts: &HoldOpts) -> Receiver<ReleaseRequest> {
+        if !opts.release_on_request {
+            return crossbeam_channel::never();
+        }
+        match self {
+            Held::Lock(guard) => guard.release_requested(),
+            Held::Leadership(leadership, _) => leadership.release_requested(),
         }
     }
 
@@ -111,8 +126,9 @@ pub fn acquire(
     }
 }
 
-/// Prints the key and holds until a signal (release, exit 0) or a loss (exit 3).
-pub fn hold_until_signal(session: &Session, held: Held) -> Exit {
+/// Prints the key and holds until a signal or, with `--release-on-request`, a request to
+/// let go (release, exit 0), or a loss (exit 3).
+pub fn hold_until_signal(session: &Session, held: Held, opts: &HoldOpts) -> Exit {
     {
         // If nobody reads our output any more, keep holding all the same.
         let mut out = io::stdout().lock();
@@ -121,14 +137,30 @@ pub fn hold_until_signal(session: &Session, held: Held) -> Exit {
             .and_then(|()| out.flush());
     }
     let lost = held.lost();
+    let requests = held.release_requests(opts);
     loop {
         if signals::take().is_some() {
+            return release(session, held, EXIT_OK);
+        }
+        if let Ok(request) = requests.try_recv() {
+            eprintln!("etcd-sync: {}; releasing", asked(held.what(), &request));
             return release(session, held, EXIT_OK);
         }
         if let Err(RecvTimeoutError::Disconnected) = lost.recv_timeout(TICK) {
             eprintln!("etcd-sync: {} lost: {}", held.what(), loss_reason(session));
             return abandon(held);
         }
+    }
+}
+
+/// "release of the lock requested by WHO (REASON)", for messages.
+pub fn asked(what: &str, request: &ReleaseRequest) -> String {
+    match &request.reason {
+        Some(reason) => format!(
+            "release of the {what} requested by {} ({reason})",
+            request.requester
+        ),
+        None => format!("release of the {what} requested by {}", request.requester),
     }
 }
 

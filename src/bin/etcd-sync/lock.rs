@@ -4,7 +4,7 @@
 //! loss and release have one code path whatever the mode.
 
 use crossbeam_channel::Receiver;
-use etcd_sync::{Guard, GuardKind, Mutex, RwLock, Semaphore, Session, WaitOptions};
+use etcd_sync::{Guard, GuardKind, Mutex, ReleaseRequest, RwLock, Semaphore, Session, WaitOptions};
 
 use crate::args::LockArgs;
 
@@ -15,6 +15,7 @@ pub trait LockGuard: Send {
     fn key(&self) -> String;
     fn fencing_token(&self) -> i64;
     fn lost(&self) -> Receiver<()>;
+    fn release_requested(&self) -> Receiver<ReleaseRequest>;
     /// Releases (deleting the key only if it is still ours) and reports the outcome.
     fn release(self: Box<Self>) -> etcd_sync::Result<()>;
 }
@@ -32,6 +33,9 @@ impl<K: GuardKind> LockGuard for Guard<K> {
     }
     fn lost(&self) -> Receiver<()> {
         Guard::lost(self)
+    }
+    fn release_requested(&self) -> Receiver<ReleaseRequest> {
+        Guard::release_requested(self)
     }
     fn release(self: Box<Self>) -> etcd_sync::Result<()> {
         Guard::release(*self)

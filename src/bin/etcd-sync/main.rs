@@ -9,7 +9,9 @@
 //! the read side of a read-write lock instead; both are held the same way.
 //! `etcd-sync elect --listen NAME` prints every leadership change and `etcd-sync status
 //! NAME` who holds and who waits; neither takes a lease. `etcd-sync barrier hold|release|wait
-//! NAME` raises, removes or waits for a barrier (no lease either).
+//! NAME` raises, removes or waits for a barrier (no lease either). `etcd-sync revoke NAME`
+//! asks the holders of NAME to let go; `lock`/`elect --release-on-request` give up when
+//! asked.
 //!
 //! The library is blocking; the tool is plain threads. A blocking acquire runs on a worker
 //! thread while the main thread polls for signals; a signal while waiting closes the
@@ -21,7 +23,7 @@
 //! or permit), [`hold`] (acquire, hold, release or abandon),
 //! [`command`] (CMD while holding), [`child`] (CMD's process group), [`signals`], [`text`]
 //! (durations in, leadership events out, as text or JSON), [`status`] (who holds what),
-//! [`barrier`] (hold, release, wait).
+//! [`barrier`] (hold, release, wait), [`revoke`] (ask the holders to let go).
 
 mod args;
 mod barrier;
@@ -30,6 +32,7 @@ mod command;
 mod exit;
 mod hold;
 mod lock;
+mod revoke;
 mod signals;
 mod status;
 mod text;
@@ -75,6 +78,7 @@ fn run(cli: &Cli) -> Exit {
         Command::Elect(args) => with_session(global, |session| elect(session, args)),
         Command::Status(args) => with_client(global, |client| status::status(client, args)),
         Command::Barrier(args) => with_client(global, |client| barrier::barrier(client, args)),
+        Command::Revoke(args) => with_client(global, |client| revoke::revoke(client, args)),
     }
 }
 
@@ -173,7 +177,7 @@ fn elect(session: &Session, args: &ElectArgs) -> Exit {
 /// Holds until a signal or a loss, or runs CMD while holding.
 fn hold(session: &Session, held: Held, opts: &HoldOpts) -> Exit {
     if opts.command.is_empty() {
-        hold_until_signal(session, held)
+        hold_until_signal(session, held, opts)
     } else {
         command::run_command(session, held, opts)
     }
