@@ -228,6 +228,17 @@ fn a_least_privilege_user_uses_every_recipe() {
         Some(b"node-a2".to_vec())
     );
 
+    // A release request: the restricted user may bind it to the holder's lease (etcd
+    // checks that the asker may write every key of that lease), and the holder hears it.
+    let asked = leadership.release_requested();
+    assert_eq!(c2.request_release("app/e").unwrap().len(), 1);
+    let request = asked.recv_timeout(Duration::from_secs(5)).expect("the leader hears it");
+    assert_eq!(request.key, leadership.key());
+    drop((asked, leadership));
+    assert!(common::eventually(Duration::from_secs(3), || {
+        c1.get_prefix("app/e").is_ok_and(|kvs| kvs.is_empty())
+    }));
+
     // Outside its prefix the user is refused, and no key is left behind.
     assert!(matches!(
         s1.election("elsewhere").unwrap().campaign("x"),
