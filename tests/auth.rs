@@ -232,7 +232,9 @@ fn a_least_privilege_user_uses_every_recipe() {
     // checks that the asker may write every key of that lease), and the holder hears it.
     let asked = leadership.release_requested();
     assert_eq!(c2.request_release("app/e").unwrap().len(), 1);
-    let request = asked.recv_timeout(Duration::from_secs(5)).expect("the leader hears it");
+    let request = asked
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the leader hears it");
     assert_eq!(request.key, leadership.key());
     drop((asked, leadership));
     assert!(common::eventually(Duration::from_secs(3), || {

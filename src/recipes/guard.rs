@@ -342,7 +342,7 @@ impl<K: GuardKind> Guard<K> {
     /// guard.release()?;
     /// # Ok(()) }
     /// ```
-    pub fn release_requested(&self) -> Receiver<crate::ReleaseRequest> {
+    pub fn release_requested(&self) -> Receiver<crate::line::request::ReleaseRequest> {
         self.held.release_requested()
     }
 
