@@ -5,6 +5,7 @@
 //! the semaphore, the read-write lock, status, cancelling a wait and the leader loop.
 
 mod more;
+mod revoke;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -154,6 +155,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     more::barriers(&client)?;
     more::leader_loop(&client)?;
     more::stm(&client)?;
+    revoke::release_request(&client)?;
 
     step("Losing a lease: freeze etcd and watch the guard's loss signal");
     let short = client
