@@ -92,7 +92,8 @@ struct Cli {
     /// the watch events etcd delivers), rows (the contender-count rows of --rows with the
     /// semaphore and read-write lock rows; contended runs them too), stm (transactions per
     /// second with no conflict and with every worker on one key), multi (lock + unlock of a
-    /// multi-lock of 2 and 4 names beside a single mutex, uncontended)
+    /// multi-lock of 2 and 4 names beside a single mutex, uncontended), revoke (a release
+    /// request: the call, and until the holder hears it, beside a mutex)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 
