@@ -87,6 +87,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     let (mut schedules, mut virtual_time, mut acquisitions) = (0u64, Duration::ZERO, 0u64);
     let mut compacted_watchers = 0;
     let mut progress_notifications = 0;
+    let (mut requests_asked, mut requests_heard) = (0, 0);
     let mut failed = Vec::new();
     let mut faults = std::collections::BTreeMap::new();
     while started.elapsed() < Duration::from_secs(secs) {
@@ -97,6 +98,8 @@ fn seeded_schedules_under_faults_break_no_invariant() {
         acquisitions += outcome.acquisitions;
         compacted_watchers += outcome.compacted_watchers;
         progress_notifications += outcome.progress_notifications;
+        requests_asked += outcome.requests_asked;
+        requests_heard += outcome.requests_heard;
         for (kind, n) in &outcome.faults {
             *faults.entry(*kind).or_insert(0u64) += n;
         }
@@ -108,7 +111,9 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     println!(
         "{schedules} schedules ({per_minute:.0} per minute), {acquisitions} acquisitions, \
          {:.1} s of virtual time per schedule, {compacted_watchers} watchers resumed from \
-         compacted history, {progress_notifications} progress notifications, faults {faults:?}",
+         compacted history, {progress_notifications} progress notifications, \
+         {requests_asked} holders asked to let go ({requests_heard} requests heard), faults \
+         {faults:?}",
         virtual_time.as_secs_f64() / schedules.max(1) as f64
     );
     assert!(
@@ -121,6 +126,10 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     assert!(
         progress_notifications > 0,
         "some watchers got progress notifications"
+    );
+    assert!(
+        requests_heard > 0,
+        "some holders were asked to let go, and heard it"
     );
 }
 

@@ -12,7 +12,6 @@ use crate::client::follow::Followed;
 use crate::client::lease::LeaseState;
 use crate::client::removal::{self, Owned};
 use crate::line::queue;
-use crate::line::request;
 use crate::support::backoff::Backoff;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
@@ -243,7 +242,7 @@ impl Held {
         let rpc = line.session.client().rpc().clone();
         let started = crate::support::clock::now();
         let first = line.session.client().block_on(async {
-            let request = request::request_key(&line.name, &line.key);
+            let request = super::requests::release_request_key(&line);
             let removal = removal::remove_with(&rpc, &line.key, owned, request.as_deref());
             Ok(tokio::time::timeout(limit, removal).await)
         })?;
@@ -445,7 +444,7 @@ pub(super) fn spawn_removal(
     let rpc = session.client().rpc().clone();
     let shared = session.lease().clone();
     let key = line.key.clone();
-    let request = request::request_key(&line.name, &line.key);
+    let request = super::requests::release_request_key(line);
     session.client().spawn(async move {
         let answer = remove_until_answered(&rpc, &shared, &key, request.as_deref(), owned).await;
         let _ = tx.send(answer);

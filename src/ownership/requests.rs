@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 use tokio::sync::oneshot;
 
-use super::{Held, Hold};
+use super::{Held, Hold, Line};
 use crate::line::request::{self, ReleaseRequest};
 use crate::support::backoff::Backoff;
 use crate::support::error::Result;
@@ -50,6 +50,16 @@ impl Held {
     pub(crate) fn forward_release_requests(&self, sender: Sender<ReleaseRequest>) -> Stop {
         start(self.hold(), sender)
     }
+}
+
+/// The release request of the line's key, which every release and cleanup deletes with
+/// the key (`hold.rs`).
+pub(super) fn release_request_key(line: &Line) -> Option<Vec<u8>> {
+    #[cfg(feature = "simulation")]
+    if crate::support::mutation::active(crate::support::mutation::Mutation::ReleaseKeepsRequest) {
+        return None;
+    }
+    request::request_key(&line.name, &line.key)
 }
 
 fn start(hold: &Arc<Hold>, sender: Sender<ReleaseRequest>) -> Stop {

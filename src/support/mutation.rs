@@ -43,15 +43,18 @@ pub enum Mutation {
     /// A wait that ends on its limit or cancel token returns at once, before etcd answered
     /// the removal of the key it queued: the caller sees the name still blocked by it.
     CancelReturnsEarly,
+    /// A release deletes our key but not its release request (`<name>.revoke/…`), which
+    /// then outlives the hold it was for, until the session ends.
+    ReleaseKeepsRequest,
 }
 
 impl Mutation {
     /// Every mutation, in the order of the table in RELIABILITY.md.
     ///
     /// ```
-    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 8);
+    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 9);
     /// ```
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 9] = [
         Mutation::ResumeCompacted,
         Mutation::EnqueueWithoutCondition,
         Mutation::DelayIgnoresDeletion,
@@ -60,6 +63,7 @@ impl Mutation {
         Mutation::ReCampaignAliases,
         Mutation::UnguardedRelease,
         Mutation::CancelReturnsEarly,
+        Mutation::ReleaseKeepsRequest,
     ];
 
     fn code(self) -> u8 {
@@ -72,6 +76,7 @@ impl Mutation {
             Mutation::ReCampaignAliases => 6,
             Mutation::UnguardedRelease => 7,
             Mutation::CancelReturnsEarly => 8,
+            Mutation::ReleaseKeepsRequest => 9,
         }
     }
 }

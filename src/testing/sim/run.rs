@@ -120,6 +120,10 @@ pub struct Outcome {
     pub compacted_watchers: u64,
     /// Progress notifications the cluster sent to the processes' watchers.
     pub progress_notifications: u64,
+    /// Holders asked to let go (`Client::request_release`), and requests they heard.
+    pub requests_asked: u64,
+    /// Requests that listening holders heard.
+    pub requests_heard: u64,
 }
 
 /// splitmix64: small, fast, and the same everywhere.
@@ -178,6 +182,8 @@ struct Log {
     /// When each process last restarted (resumed its lease with a new client), and the
     /// store's revision then.
     restarted: BTreeMap<usize, (Instant, i64)>,
+    /// Release requests asked and heard (`requests.rs`).
+    requests: requests::Requests,
 }
 
 struct World {
@@ -191,6 +197,9 @@ struct World {
     calm_since: Mutex<Option<Instant>>,
     /// When the nemesis last deleted lock keys (an operator delete, a revoked lease).
     deleted_at: Mutex<Option<Instant>>,
+    /// Whether processes ask holders to let go in this run (a third of the seeds, none of
+    /// those pinned before requests existed, whose schedules stay as they were).
+    asking: bool,
 }
 
 impl World {
@@ -297,6 +306,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             running: AtomicUsize::new(config.processes),
             calm_since: Mutex::new(Some(Instant::now())),
             deleted_at: Mutex::new(None),
+            asking: matches!(config.seed % 9, 5 | 6 | 8),
         });
         // A third of the runs have etcd send progress notifications (production clusters
         // that set the interval, as Kubernetes asks): a quiet watcher's resume revision
@@ -344,8 +354,11 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             // Every process closed its session (or lost it): once a lease's TTL has run out
             // too, nothing of theirs is left.
             tokio::time::sleep(LEFT_BEHIND_AFTER).await;
-            for name in process::Kind::NAMES {
-                let left = world.cluster.keys(&format!("{name}/"));
+            let prefixes = process::Kind::NAMES
+                .iter()
+                .flat_map(|name| [format!("{name}/"), format!("{name}.revoke/")]);
+            for prefix in prefixes {
+                let left = world.cluster.keys(&prefix);
                 if !left.is_empty() {
                     world.violation(
                         "run",
@@ -375,6 +388,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
 mod liveness;
 mod nemesis;
 mod process;
+mod requests;
 use liveness::liveness;
 use nemesis::nemesis;
 use process::process;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::requests::{self, Listening};
 use super::{Held, LOSS_BOUND, Rng, Waiting, World, sleep};
 use crate::client::Client;
 use crate::recipes::guard::{Guard, GuardKind, LeaderKind};
@@ -83,7 +84,7 @@ impl Kind {
 }
 
 /// An error's kind for the trace (its text names endpoints, which differ between runs).
-fn kind(e: &Error) -> &'static str {
+pub(super) fn kind(e: &Error) -> &'static str {
     if e.is_wait_timeout() {
         "wait timeout"
     } else if e.is_cancelled() {
@@ -183,6 +184,10 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
                 }
             },
         };
+        // In the runs that ask, a quarter of the steps first ask a name's holders to let go.
+        if world.asking && rng.below(4) == 0 {
+            requests::ask(world, &me, &client, &mut rng);
+        }
         // Half the time the same again (a process that takes one name in a loop, whose
         // next key has the name of its last one); else any.
         if rng.below(2) == 0 {
@@ -405,8 +410,12 @@ fn hold<K: GuardKind>(
     rng: &mut Rng,
 ) {
     watch(world, (me, p), (what, &guard, session), rng, true);
+    let request = crate::line::request::request_key(what.name().as_bytes(), guard.key());
     match guard.release() {
-        Ok(()) => world.note(me, "released".into()),
+        Ok(()) => {
+            world.note(me, "released".into());
+            requests::released(world, me, request.as_deref());
+        }
         Err(e) => world.note(me, format!("release: {}", kind(&e))),
     }
 }
@@ -481,6 +490,10 @@ fn watch<K: GuardKind>(
         log.outcome.acquisitions += 1;
     }
     world.note(me, format!("{what:?} {key} token {token}"));
+    // In the runs that ask, half the holds listen, and let go when asked.
+    let listening =
+        (world.asking && rng.below(2) == 0).then(|| Listening::new(guard.release_requested()));
+    let mut lost = false;
     let until = Instant::now() + rng.millis(0, 500);
     // A tenth of the holds end with the session closed under the guard.
     let mut close_at =
@@ -492,6 +505,7 @@ fn watch<K: GuardKind>(
             close_under(world, me, session, guard, (name, &key, token));
         }
         if !guard.is_held() {
+            lost = true;
             world.note(me, "lost".into());
             // A key adopted after a restart (a campaign keeps its place) may be deleted by
             // a removal of the earlier life that applies late (the guard says so: rule 2
@@ -510,12 +524,22 @@ fn watch<K: GuardKind>(
             let owed = world.calm_since().map(|calm| since.max(calm));
             if owed.is_some_and(|owed| Instant::now().duration_since(owed) > LOSS_BOUND) {
                 world.violation(me, format!("still held {LOSS_BOUND:?} after {key} went"));
+                lost = true;
                 break;
             }
         } else if Instant::now() >= until {
             break;
         }
+        if listening
+            .as_ref()
+            .is_some_and(|l| l.hear(world, me, (&key, token)))
+        {
+            break; // asked to let go: the caller releases
+        }
         sleep(Duration::from_millis(50));
+    }
+    if let Some(listening) = listening.filter(|_| !lost) {
+        listening.settle(world, me, (&key, token));
     }
     world.log().holders.remove(&p);
 }
