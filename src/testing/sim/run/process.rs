@@ -84,7 +84,7 @@ impl Kind {
 }
 
 /// An error's kind for the trace (its text names endpoints, which differ between runs).
-pub(super) fn kind(e: &Error) -> &'static str {
+fn kind(e: &Error) -> &'static str {
     if e.is_wait_timeout() {
         "wait timeout"
     } else if e.is_cancelled() {
@@ -186,7 +186,11 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
         };
         // In the runs that ask, a quarter of the steps first ask a name's holders to let go.
         if world.asking && rng.below(4) == 0 {
-            requests::ask(world, &me, &client, &mut rng);
+            let name = Kind::NAMES[rng.below(Kind::NAMES.len() as u64) as usize];
+            match requests::ask(world, &client, name) {
+                Ok(keys) => world.note(&me, format!("asked {name}: {keys:?}")),
+                Err(e) => world.note(&me, format!("ask {name}: {}", kind(&e))),
+            }
         }
         // Half the time the same again (a process that takes one name in a loop, whose
         // next key has the name of its last one); else any.

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use crossbeam_channel::Receiver;
 use tokio::time::Instant;
 
-use super::process::Kind;
-use super::{LOSS_BOUND, Rng, World};
+use super::{LOSS_BOUND, World};
 use crate::client::Client;
 use crate::line::request::ReleaseRequest;
+use crate::support::error::Result;
 
 /// What the run's processes asked and heard, by the hold (key, create revision).
 #[derive(Debug, Default)]
@@ -24,24 +24,17 @@ pub(super) struct Requests {
     heard: BTreeMap<(String, i64), Instant>,
 }
 
-/// Asks the holders of one of the names, and notes whom.
-pub(super) fn ask(world: &World, me: &str, client: &Client, rng: &mut Rng) {
-    let name = Kind::NAMES[rng.below(Kind::NAMES.len() as u64) as usize];
+/// Asks the holders of `name` to let go, and notes whom: their keys.
+pub(super) fn ask(world: &World, client: &Client, name: &str) -> Result<Vec<String>> {
     let at = Instant::now();
-    match client.request_release(name) {
-        Ok(holders) => {
-            let mut log = world.log();
-            log.outcome.requests_asked += holders.len() as u64;
-            for holder in &holders {
-                let hold = (holder.key_str().into_owned(), holder.create_revision);
-                log.requests.asked.insert(hold, at);
-            }
-            drop(log);
-            let keys: Vec<_> = holders.iter().map(|h| h.key_str().into_owned()).collect();
-            world.note(me, format!("asked {name}: {keys:?}"));
-        }
-        Err(e) => world.note(me, format!("ask {name}: {}", super::process::kind(&e))),
+    let holders = client.request_release(name)?;
+    let mut log = world.log();
+    log.outcome.requests_asked += holders.len() as u64;
+    for holder in &holders {
+        let hold = (holder.key_str().into_owned(), holder.create_revision);
+        log.requests.asked.insert(hold, at);
     }
+    Ok(holders.iter().map(|h| h.key_str().into_owned()).collect())
 }
 
 /// After a release etcd answered (our key deleted by us): no request for the hold is left
