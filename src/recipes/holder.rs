@@ -170,8 +170,8 @@ impl Holder {
 }
 
 /// A name's line at one revision: who holds it and who waits, by the rules the waiters
-/// themselves apply (the oldest key holds; readers in a row share; the first N permits of
-/// a semaphore of N hold). From [`Client::status`], and from the `status()` of
+/// themselves apply (the oldest key holds; readers in a row share; the first permits of a
+/// semaphore of N whose weights fit in N hold). From [`Client::status`], and from the `status()` of
 /// [`Mutex`](crate::Mutex), [`RwLock`](crate::RwLock), [`Semaphore`](crate::Semaphore)
 /// and [`Election`](crate::Election).
 ///
@@ -189,8 +189,9 @@ impl Holder {
 pub struct Status {
     /// The name (the keys are under `<name>/`).
     pub name: Vec<u8>,
-    /// The keys that hold the name now, oldest first: one exclusive key, or readers, or up
-    /// to N permits. Empty when nobody holds it.
+    /// The keys that hold the name now, oldest first: one exclusive key, or readers, or
+    /// permits that take at most N in all ([`Holder::num_permits`]). Empty when nobody
+    /// holds it.
     pub holders: Vec<Holder>,
     /// The other keys, in line order (create revision): who gets the name next comes
     /// first.

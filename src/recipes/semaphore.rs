@@ -178,7 +178,7 @@ impl Semaphore {
 
     /// Who holds the name now and who waits for a permit, in line order: the same read as
     /// [`Client::status`](crate::Client::status) of this name. The holders, oldest first,
-    /// are up to N permits, each with its holder's [`identity`](crate::Session::identity),
+    /// are permits that take up to N in all, each with its holder's [`identity`](crate::Session::identity),
     /// lease, fencing token ([`create_revision`](crate::Holder::create_revision)) and lease
     /// TTL left. While a key this semaphore waits for as a whole (a `Mutex`, `etcdctl
     /// lock`) is oldest, that key is the one holder (its [`mode`](crate::Holder::mode)
