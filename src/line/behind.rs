@@ -109,9 +109,12 @@ pub(crate) fn front() -> usize {
 }
 
 /// How many keys ahead must still go before `keys` let a waiter hold: every key that blocks,
-/// and the permits beyond the free ones.
+/// and the permits beyond the free ones. With weighted permits (`acquire_many`), which
+/// permits go first is not known here: the weight in excess counts, at most one per key (so
+/// it is exact when every permit weighs 1, and never less than the keys that must go).
 pub(crate) fn distance(keys: &Sorted) -> usize {
-    keys.blocking.len() + (keys.counted.len() + 1).saturating_sub(keys.room)
+    let excess = (keys.weight() + 1).saturating_sub(keys.room);
+    keys.blocking.len() + excess.min(keys.counted.len())
 }
 
 /// The keys a waiter far from its turn watches (see the module's documentation): one of
@@ -162,21 +165,27 @@ fn lookout_within(
 }
 
 /// The lookout of a permit `distance` from its turn, behind the permits `order` (oldest
-/// first). A permit holds once fewer than `room` permits are ahead, and holders release in
-/// any order, so no one key's delete must come before its turn. But `room` of them together
-/// do: while all `room` newest permits ahead exist, `room` are ahead. So it watches those:
-/// the first of them goes only once it was admitted (fewer than `room` older ones left),
-/// which leaves the waiter at most `room - 1` from its turn (earlier if a waiter ahead
-/// gives up), and it reads its place then. A permit behind keys of another mode (a Go
-/// mutex on the same name) waits at the front.
+/// first). A permit holds once the permits ahead weigh less than `room` (fewer than `room`
+/// of them when each is one permit), and holders release in any order, so no one key's
+/// delete must come before its turn. But the newest permits ahead whose weights add up to
+/// `room` together do: while they all exist, they alone weigh `room`. So it watches those
+/// (at most `room` keys): the first of them goes once it was admitted or gave up, which
+/// leaves the waiter closer to its turn, and it reads its place then. A permit behind keys
+/// of another mode (a Go mutex on the same name) waits at the front.
 fn permit_lookout(keys: &Sorted, order: &[(&Vec<u8>, i64)], distance: usize) -> Option<Lookout> {
-    if !keys.blocking.is_empty() || order.len() < keys.room {
+    if !keys.blocking.is_empty() || keys.weight() < keys.room {
         return None;
     }
-    let newest = order[order.len() - keys.room..]
-        .iter()
-        .map(|&(key, rev)| (key.clone(), rev))
-        .collect();
+    let mut weight = 0;
+    let mut newest = Vec::new();
+    for &(key, rev) in order.iter().rev() {
+        if weight >= keys.room {
+            break;
+        }
+        weight += keys.counted.get(key).copied().unwrap_or(1) as usize;
+        newest.push((key.clone(), rev));
+    }
+    newest.reverse();
     Some(Lookout {
         keys: newest,
         away: distance,
@@ -411,7 +420,7 @@ mod tests {
         // ETCD_SYNC_FRONT=0). While the two newest exist, two are ahead: one of them goes
         // before our turn.
         let line = names(FRONT + 4, ".permits-2");
-        let (keys, created) = sorted(Mode::Permits(2), &line);
+        let (keys, created) = sorted(Mode::Permits(2, 1), &line);
         assert_eq!(distance(&keys), FRONT + 3);
         let newest = |n: usize| {
             (line.len() - n..line.len())
@@ -427,13 +436,41 @@ mod tests {
         assert_eq!(lookout_within(WIDTHS, &keys, &created), expected(FRONT + 3));
         assert_eq!(lookout_within((0, 0), &keys, &created), expected(FRONT + 3));
         // Near its turn: at the front.
-        let (keys, created) = sorted(Mode::Permits(2), &names(FRONT + 1, ".permits-2"));
+        let (keys, created) = sorted(Mode::Permits(2, 1), &names(FRONT + 1, ".permits-2"));
         assert_eq!(lookout_within(WIDTHS, &keys, &created), None);
         // Behind a key of another mode (a Go mutex on the same name): at the front.
         let mut mixed = line.clone();
         mixed.push("p/fff".into());
-        let (keys, created) = sorted(Mode::Permits(2), &mixed);
+        let (keys, created) = sorted(Mode::Permits(2, 1), &mixed);
         assert_eq!(lookout_within(WIDTHS, &keys, &created), None);
+    }
+
+    #[test]
+    fn a_far_weighted_permit_watches_the_newest_permits_that_fill_its_room() {
+        // 4 permits, a request of 3 (room 2: the older permits must weigh at most 1), behind
+        // FRONT + 4 permits, the newest weighing 2, then 1s: the newest alone fills the
+        // room, so it alone is watched; with 1s newest, two of them.
+        let mut line = names(FRONT + 3, ".permits-4");
+        line.push("p/fff.permits-4.x2".into());
+        let (keys, created) = sorted(Mode::Permits(4, 3), &line);
+        assert_eq!(keys.weight(), FRONT + 5);
+        assert!(distance(&keys) > FRONT);
+        let watched = |l: Option<Lookout>| l.map(|l| l.keys.into_iter().map(|(k, _)| k));
+        let newest: Vec<Vec<u8>> = vec![line[FRONT + 3].clone().into_bytes()];
+        assert_eq!(
+            watched(lookout_within(WIDTHS, &keys, &created)).map(Vec::from_iter),
+            Some(newest)
+        );
+        let line = names(FRONT + 4, ".permits-4");
+        let (keys, created) = sorted(Mode::Permits(4, 3), &line);
+        assert_eq!(
+            watched(lookout_within(WIDTHS, &keys, &created)).map(|k| k.count()),
+            Some(2)
+        );
+        // The distance is never less than the keys that must go, oldest first: one key of
+        // weight 3 ahead of a request of 2 of 4 is one key to go, not 2.
+        let (keys, _) = sorted(Mode::Permits(4, 2), &["p/1.permits-4.x3".to_string()]);
+        assert_eq!(distance(&keys), 1);
     }
 
     #[test]

@@ -95,7 +95,7 @@ mod tests {
 
     #[test]
     fn a_permit_is_cleared_when_fewer_than_n_older_permits_remain() {
-        let keys = Mode::Permits(2)
+        let keys = Mode::Permits(2, 1)
             .sort(
                 b"l/",
                 ["l/1.permits-2", "l/2.permits-2", "l/3.shared"]
@@ -114,6 +114,33 @@ mod tests {
         assert!(matches!(
             a.apply(&[delete(b"l/3.shared", 12)]),
             Some(Crossed::Cleared { at: 12, .. })
+        ));
+    }
+
+    #[test]
+    fn k_permits_are_cleared_when_the_older_permits_weigh_at_most_n_minus_k() {
+        // 4 permits, a request of 2: ahead weigh 1 + 3 + 1 = 5, at most 2 may remain.
+        let keys = Mode::Permits(4, 2)
+            .sort(
+                b"l/",
+                ["l/1.permits-4", "l/2.permits-4.x3", "l/3.permits-4"]
+                    .iter()
+                    .map(|k| k.as_bytes().to_vec()),
+            )
+            .unwrap_or_else(|d| panic!("{d:?}"));
+        let mut a = Awaited {
+            own: b"l/4.permits-4.x2".to_vec(),
+            keys,
+            complete: true,
+            known: 10,
+        };
+        // Two single permits go: 3 remain, one too many.
+        assert!(a.apply(&[delete(b"l/1.permits-4", 11)]).is_none());
+        assert!(a.apply(&[delete(b"l/3.permits-4", 12)]).is_none());
+        // The weight of 3 goes: 0 remain.
+        assert!(matches!(
+            a.apply(&[delete(b"l/2.permits-4.x3", 13)]),
+            Some(Crossed::Cleared { at: 13, .. })
         ));
     }
 

@@ -83,7 +83,7 @@ impl Ahead {
 
     /// Every key ahead that kept us waiting (blocking or counted).
     pub(crate) fn keys(&self) -> impl Iterator<Item = &Vec<u8>> {
-        self.keys.blocking.iter().chain(&self.keys.counted)
+        self.keys.keys()
     }
 }
 

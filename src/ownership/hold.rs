@@ -138,6 +138,11 @@ impl Held {
         self.hold.rev
     }
 
+    /// How the key shares its name's line.
+    pub(crate) fn mode(&self) -> crate::line::mode::Mode {
+        self.hold.line.mode
+    }
+
     /// Whether this guard is the hold's live one and the hold has not ended.
     pub(crate) fn is_current(&self) -> bool {
         let state = self.hold.state();

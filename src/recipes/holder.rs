@@ -34,7 +34,9 @@ pub enum KeyMode {
     Exclusive,
     /// `<name>/<lease hex>.shared`: an [`RwLock`](crate::RwLock) reader.
     Shared,
-    /// `<name>/<lease hex>.permits-<N>`: a permit of a [`Semaphore`](crate::Semaphore) of N.
+    /// `<name>/<lease hex>.permits-<N>`: a permit of a [`Semaphore`](crate::Semaphore) of N;
+    /// `<name>/<lease hex>.permits-<N>.x<k>`: k of its permits at once
+    /// ([`Holder::num_permits`]).
     Permits(u32),
     /// Any other key under `<name>/` (data, a nested lock name): every participant waits
     /// for it as for an exclusive holder.
@@ -47,7 +49,7 @@ impl KeyMode {
         match Mode::of_key(prefix, key) {
             Some(Mode::Exclusive) => KeyMode::Exclusive,
             Some(Mode::Shared) => KeyMode::Shared,
-            Some(Mode::Permits(n)) => KeyMode::Permits(n),
+            Some(Mode::Permits(n, _)) => KeyMode::Permits(n),
             None => KeyMode::Other,
         }
     }
@@ -121,6 +123,26 @@ impl Holder {
         text(&self.key)
     }
 
+    /// How many permits of a [`Semaphore`](crate::Semaphore) this key takes (holds, or
+    /// waits for): `k` for a key of [`acquire_many(k)`](crate::Semaphore::acquire_many),
+    /// 1 for any other permit; `None` for a key that is not a permit.
+    ///
+    /// ```
+    /// # use etcd_sync::{Holder, KeyMode};
+    /// let h = Holder { key: b"gpus/694d.permits-8.x3".to_vec(), value: vec![], lease: 0x694d, create_revision: 7, mod_revision: 7, mode: KeyMode::Permits(8), ttl: None };
+    /// assert_eq!(h.num_permits(), Some(3));
+    /// let one = Holder { key: b"gpus/694e.permits-8".to_vec(), ..h.clone() };
+    /// assert_eq!(one.num_permits(), Some(1));
+    /// let lock = Holder { key: b"gpus/694f".to_vec(), mode: KeyMode::Exclusive, ..h };
+    /// assert_eq!(lock.num_permits(), None);
+    /// ```
+    pub fn num_permits(&self) -> Option<u32> {
+        match self.mode {
+            KeyMode::Permits(_) => Mode::weight_of_permit_key(&self.key),
+            KeyMode::Exclusive | KeyMode::Shared | KeyMode::Other => None,
+        }
+    }
+
     /// The value as text (invalid UTF-8 replaced).
     ///
     /// ```
@@ -148,8 +170,8 @@ impl Holder {
 }
 
 /// A name's line at one revision: who holds it and who waits, by the rules the waiters
-/// themselves apply (the oldest key holds; readers in a row share; the first N permits of
-/// a semaphore of N hold). From [`Client::status`], and from the `status()` of
+/// themselves apply (the oldest key holds; readers in a row share; the first permits of a
+/// semaphore of N whose weights fit in N hold). From [`Client::status`], and from the `status()` of
 /// [`Mutex`](crate::Mutex), [`RwLock`](crate::RwLock), [`Semaphore`](crate::Semaphore)
 /// and [`Election`](crate::Election).
 ///
@@ -167,8 +189,9 @@ impl Holder {
 pub struct Status {
     /// The name (the keys are under `<name>/`).
     pub name: Vec<u8>,
-    /// The keys that hold the name now, oldest first: one exclusive key, or readers, or up
-    /// to N permits. Empty when nobody holds it.
+    /// The keys that hold the name now, oldest first: one exclusive key, or readers, or
+    /// permits that take at most N in all ([`Holder::num_permits`]). Empty when nobody
+    /// holds it.
     pub holders: Vec<Holder>,
     /// The other keys, in line order (create revision): who gets the name next comes
     /// first.

@@ -399,6 +399,11 @@ pub type RwLockReadGuard = Guard<ReadKind>;
 /// Nobody else holds the name while this guard does: no reader, no writer, no `Mutex`
 /// or `etcdctl lock`.
 ///
+/// It has no `downgrade()` to a read guard yet: a read key created at that point would
+/// queue behind the writers that came meanwhile, a gap in which one of them holds. Keep
+/// the write guard while you read if no writer may get in between (docs/locks.md,
+/// "Read-write lock"; ARCHITECTURE.md, "Downgrading a write lock").
+///
 /// # Example
 ///
 /// ```no_run

@@ -7,8 +7,15 @@
 //! hold; a waiter holds once fewer than N older permits remain. A key of another N, and
 //! any key that is not a permit (a `Mutex`, `etcdctl lock`, a reader), is waited for
 //! entirely, so `etcdctl lock NAME` excludes every permit holder. See `line/mode.rs`.
+//!
+//! `acquire_many(k)` takes k permits at once with one key of weight k,
+//! `<name>/<lease hex>.permits-<N>.x<k>`: it holds once the older permits of N still
+//! present weigh at most N − k, and every younger request counts its weight while it
+//! waits, so nobody overtakes it. Versions of this crate before weights read that key as
+//! an unknown one, which they wait for as a whole: safe with them, if not as fair.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use crate::line::mode::{MAX_PERMITS, Mode};
@@ -33,6 +40,9 @@ use crate::support::error::{Error, Result};
 ///
 /// As with `Mutex`, one session holds at most one permit of a name at a time: threads of
 /// one session take turns on that session's key. Use one session per concurrent holder.
+/// [`acquire_many`](Semaphore::acquire_many) takes several permits at once, all or none,
+/// in the same line (one key that weighs k permits; threads of one session take turns on
+/// it too).
 ///
 /// # Example
 ///
@@ -51,6 +61,9 @@ pub struct Semaphore {
     line: Arc<Line>,
     permits: u32,
     lock_delay: Duration,
+    /// The lines of `acquire_many(k)` for k > 1 used so far, kept so that their next wait
+    /// finds the name's watcher running (as the one-permit line does).
+    many: Arc<StdMutex<BTreeMap<u32, Arc<Line>>>>,
 }
 
 impl Session {
@@ -80,9 +93,10 @@ impl Session {
             )));
         }
         Ok(Semaphore {
-            line: Line::of(self, name.as_ref(), Mode::Permits(permits))?,
+            line: Line::of(self, name.as_ref(), Mode::Permits(permits, 1))?,
             permits,
             lock_delay: Duration::ZERO,
+            many: Arc::default(),
         })
     }
 }
@@ -164,7 +178,7 @@ impl Semaphore {
 
     /// Who holds the name now and who waits for a permit, in line order: the same read as
     /// [`Client::status`](crate::Client::status) of this name. The holders, oldest first,
-    /// are up to N permits, each with its holder's [`identity`](crate::Session::identity),
+    /// are permits that take up to N in all, each with its holder's [`identity`](crate::Session::identity),
     /// lease, fencing token ([`create_revision`](crate::Holder::create_revision)) and lease
     /// TTL left. While a key this semaphore waits for as a whole (a `Mutex`, `etcdctl
     /// lock`) is oldest, that key is the one holder (its [`mode`](crate::Holder::mode)
@@ -279,13 +293,161 @@ impl Semaphore {
         self.acquire_for(Wait::never())
     }
 
+    /// Blocks until `k` permits are held at once, all or none: until the permits queued
+    /// before ours that are still there take at most N − `k` of them, and no key of this
+    /// name that is not a permit of this size is older. `acquire_many(1)` is
+    /// [`acquire`](Semaphore::acquire).
+    ///
+    /// Fair: first come, first served, whatever the sizes. A request of `k` permits that
+    /// waits keeps every request that queued after it waiting too, even one that would
+    /// fit in the permits free now, so a large request is never starved by small ones.
+    ///
+    /// One key holds the `k` permits (`<name>/<lease hex>.permits-<N>.x<k>`), and one
+    /// guard releases them all. A `Semaphore` of this crate from before `acquire_many`
+    /// reads that key as an unknown key and waits for it as a whole (safe, but it does not
+    /// share the free permits with it meanwhile): upgrade every participant.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: `k` is 0 or more than the semaphore's permits
+    ///   (nothing is sent), or a key ahead of ours is a permit of another size (our key is
+    ///   removed).
+    /// * Otherwise as [`acquire`](Semaphore::acquire).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let gpus = session.semaphore("gpus", 8)?;
+    /// let four = gpus.acquire_many(4)?; // 4 of the 8, all at once
+    /// assert_eq!(four.num_permits(), 4);
+    /// assert!(gpus.acquire_many(9).is_err()); // InvalidArgument: more than there are
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_many(&self, k: u32) -> Result<Permit> {
+        ownership::blocking(self.acquire_many_for(k, Wait::forever()))
+    }
+
+    /// Like [`acquire_many`](Semaphore::acquire_many), but gives up after `timeout`,
+    /// leaving no key behind.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] with [`Operation::Acquire`]
+    /// ([`is_wait_timeout`](Error::is_wait_timeout)) when the limit ran out; otherwise as
+    /// [`acquire_many`](Semaphore::acquire_many).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.semaphore("gpus", 8)?.acquire_many_timeout(4, Duration::from_secs(2)) {
+    ///     Ok(_four) => println!("training on 4 GPUs"),
+    ///     Err(e) if e.is_wait_timeout() => println!("4 GPUs did not free up in time"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_many_timeout(&self, k: u32, timeout: Duration) -> Result<Permit> {
+        ownership::blocking(self.acquire_many_for(k, Wait::from_timeout(timeout)))
+    }
+
+    /// Like [`acquire_many`](Semaphore::acquire_many), with a time limit and/or a
+    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`](crate::Error::Cancelled) when the token is cancelled (no key is
+    /// left behind), a wait timeout when the limit passes, otherwise as
+    /// [`acquire_many`](Semaphore::acquire_many).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let token = etcd_sync::CancelToken::new();
+    /// let options = etcd_sync::WaitOptions::new().timeout(Duration::from_secs(30)).cancel_token(&token);
+    /// let _three = session.semaphore("gpus", 8)?.acquire_many_with(3, options)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_many_with(&self, k: u32, options: impl Into<WaitOptions>) -> Result<Permit> {
+        ownership::blocking(self.acquire_many_for(k, Wait::from_options(options.into())))
+    }
+
+    /// Takes `k` permits only if that many are free now and nobody queued before us
+    /// waits.
+    ///
+    /// # Errors
+    ///
+    /// [`TryLockError::WouldBlock`] if fewer than `k` permits are free, or a request
+    /// queued before us waits (our queued key is removed); otherwise as
+    /// [`acquire_many`](Semaphore::acquire_many), in [`TryLockError::Error`].
+    ///
+    /// ```no_run
+    /// use etcd_sync::TryLockError;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// match session.semaphore("gpus", 8)?.try_acquire_many(2) {
+    ///     Ok(_two) => println!("two GPUs"),
+    ///     Err(TryLockError::WouldBlock) => println!("fewer than 2 GPUs free"),
+    ///     Err(TryLockError::Error(e)) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire_many(&self, k: u32) -> std::result::Result<Permit, TryLockError> {
+        self.acquire_many_for(k, Wait::never())
+    }
+
     fn acquire_for(&self, wait: Wait) -> std::result::Result<Permit, TryLockError> {
-        let held = ownership::lock(
-            &self.line,
-            Operation::Acquire,
-            wait.with_delay(self.lock_delay),
-        )?;
+        Self::acquire_on(&self.line, wait.with_delay(self.lock_delay))
+    }
+
+    fn acquire_many_for(&self, k: u32, wait: Wait) -> std::result::Result<Permit, TryLockError> {
+        if !(1..=self.permits).contains(&k) {
+            return Err(Error::InvalidArgument(format!(
+                "acquire_many takes 1 to {} permits of this semaphore, not {k}",
+                self.permits
+            ))
+            .into());
+        }
+        if k == 1 {
+            return self.acquire_for(wait);
+        }
+        let line = {
+            let mut many = self.many.lock().unwrap_or_else(|e| e.into_inner());
+            match many.get(&k) {
+                Some(line) => line.clone(),
+                None => {
+                    let mode = Mode::Permits(self.permits, k);
+                    let line = Line::of(self.session(), self.name(), mode)?;
+                    many.insert(k, line.clone());
+                    line
+                }
+            }
+        };
+        Self::acquire_on(&line, wait.with_delay(self.lock_delay))
+    }
+
+    fn acquire_on(line: &Arc<Line>, wait: Wait) -> std::result::Result<Permit, TryLockError> {
+        let held = ownership::lock(line, Operation::Acquire, wait)?;
         Ok(Guard::new(held))
+    }
+}
+
+impl Guard<PermitKind> {
+    /// How many permits this guard holds: 1 from [`acquire`](Semaphore::acquire), `k`
+    /// from [`acquire_many(k)`](Semaphore::acquire_many). All of them are released
+    /// together.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let gpus = session.semaphore("gpus", 8)?;
+    /// assert_eq!(gpus.acquire()?.num_permits(), 1);
+    /// assert_eq!(gpus.acquire_many(3)?.num_permits(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn num_permits(&self) -> u32 {
+        self.held.mode().weight().unwrap_or(1)
     }
 }
 

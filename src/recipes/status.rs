@@ -18,8 +18,10 @@ use crate::transport::Rpc;
 impl Client {
     /// Who holds lock, semaphore, read-write lock or election `name` now, and who waits, in
     /// line order; needs no session. The holders are decided by the rules the waiters
-    /// apply: the oldest key holds, readers in a row hold together, the first N permits of
-    /// a semaphore of N hold, and any other key under `<name>/` counts as exclusive.
+    /// apply: the oldest key holds, readers in a row hold together, the first permits of a
+    /// semaphore of N hold as long as their weights fit in N (one each, k for
+    /// [`acquire_many(k)`](crate::Semaphore::acquire_many)), and any other key under
+    /// `<name>/` counts as exclusive.
     ///
     /// One linearizable read of the keys under `<name>/`, then one lease lookup per
     /// distinct lease for [`Holder::ttl`]. A key taken by `etcdctl lock` has an empty

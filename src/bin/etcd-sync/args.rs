@@ -381,7 +381,7 @@ H, W waiting` or `NAME: free`.
 With --json, one object: {\"name\":..,\"holders\":[..],\"waiters\":[..]}, each key as \
 {\"key\":..,\"identity\":<string or null>,\"lease\":\"<hex>\" or null,\"revision\":<create \
 revision>,\"ttl\":<seconds left or null>,\"mode\":\"exclusive\"|\"shared\"|\"permits\"|\"other\"} \
-(with \"permits\":N for permits); \"holders\":[] when nobody holds NAME.
+(with \"permits\":N for permits, and \"takes\":k for a key of k permits); \"holders\":[] when nobody holds NAME.
 
 Exits 0 whether or not NAME is held, 1 if etcd could not be read.";
 

@@ -78,6 +78,9 @@ pub fn human(status: &Status) -> String {
             KeyMode::Shared => out.push_str("  shared"),
             KeyMode::Permits(n) => {
                 let _ = write!(out, "  permits {n}");
+                if let Some(k) = key.num_permits().filter(|&k| k > 1) {
+                    let _ = write!(out, "  takes {k}");
+                }
             }
             KeyMode::Other => out.push_str("  not a lock key"),
         }
@@ -117,6 +120,9 @@ struct KeyJson {
     /// Only for `"mode":"permits"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     permits: Option<u32>,
+    /// Only for a key of several permits (`acquire_many`): how many it takes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    takes: Option<u32>,
 }
 
 impl KeyJson {
@@ -135,6 +141,7 @@ impl KeyJson {
             ttl: key.ttl.map(|ttl| ttl.as_secs()),
             mode,
             permits,
+            takes: key.num_permits().filter(|&k| k > 1),
         }
     }
 }
@@ -175,8 +182,15 @@ mod tests {
                     KeyMode::Permits(2),
                 ),
                 key("jobs/data", "x", 0, 12, KeyMode::Other),
+                key(
+                    "jobs/6950.permits-2.x2",
+                    "",
+                    0x6950,
+                    13,
+                    KeyMode::Permits(2),
+                ),
             ],
-            revision: 12,
+            revision: 13,
         }
     }
 
@@ -184,11 +198,12 @@ mod tests {
     fn human_lines() {
         assert_eq!(
             human(&line()),
-            "jobs: held by 1, 3 waiting\n\
+            "jobs: held by 1, 4 waiting\n\
              holder  jobs/694d  host-a:42  lease 694d  token 7  ttl 9s\n\
              waiter  jobs/694e  (none: etcdctl or Go)  lease 694e  token 9  ttl 9s\n\
              waiter  jobs/694f.permits-2  say \"hi\"  lease 694f  token 11  ttl 9s  permits 2\n\
-             waiter  jobs/data  x  lease none  token 12  ttl none  not a lock key"
+             waiter  jobs/data  x  lease none  token 12  ttl none  not a lock key\n\
+             waiter  jobs/6950.permits-2.x2  (none: etcdctl or Go)  lease 6950  token 13  ttl 9s  permits 2  takes 2"
         );
         let free = Status {
             holders: vec![],
@@ -206,7 +221,8 @@ mod tests {
                 r#"{"name":"jobs","holders":[{"key":"jobs/694d","identity":"host-a:42","lease":"694d","revision":7,"ttl":9,"mode":"exclusive"}],"#,
                 r#""waiters":[{"key":"jobs/694e","identity":null,"lease":"694e","revision":9,"ttl":9,"mode":"exclusive"},"#,
                 r#"{"key":"jobs/694f.permits-2","identity":"say \"hi\"","lease":"694f","revision":11,"ttl":9,"mode":"permits","permits":2},"#,
-                r#"{"key":"jobs/data","identity":"x","lease":null,"revision":12,"ttl":null,"mode":"other"}]}"#
+                r#"{"key":"jobs/data","identity":"x","lease":null,"revision":12,"ttl":null,"mode":"other"},"#,
+                r#"{"key":"jobs/6950.permits-2.x2","identity":null,"lease":"6950","revision":13,"ttl":9,"mode":"permits","permits":2,"takes":2}]}"#
             )
         );
         let free = Status {

@@ -15,7 +15,7 @@ fn keys_match_go_layout() {
         b"mylock/694d82254d5fa305.shared"
     );
     assert_eq!(
-        own_key(&prefix, 0x694d82254d5fa305, Mode::Permits(3)),
+        own_key(&prefix, 0x694d82254d5fa305, Mode::Permits(3, 1)),
         b"mylock/694d82254d5fa305.permits-3"
     );
     assert!(key_prefix(b"").is_err());
@@ -98,7 +98,7 @@ fn readers_and_permits_need_older_keys_when_the_newest_let_them_hold() {
     // A permit of another size is refused.
     let mixed = vec![kv(b"p/a.permits-2", 9), kv(b"p/b.permits-3", 4)];
     assert!(matches!(
-        position_of(mixed, ours(b"p/a.permits-2", Mode::Permits(2), 9)),
+        position_of(mixed, ours(b"p/a.permits-2", Mode::Permits(2, 1), 9)),
         Some(Position::Refused(_))
     ));
 }
