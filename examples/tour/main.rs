@@ -5,6 +5,7 @@
 //! the semaphore, the read-write lock, status, cancelling a wait and the leader loop.
 
 mod more;
+mod permits;
 mod revoke;
 
 use std::sync::Arc;
@@ -151,6 +152,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     more::semaphore_and_rwlock(&client)?;
+    permits::several_permits(&client)?;
     more::status_and_cancel(&client)?;
     more::barriers(&client)?;
     more::leader_loop(&client)?;
