@@ -9,7 +9,9 @@
 //! the request timeout, compactions (periodic, and explicit right before other faults),
 //! a member restarted after missing enough entries to be sent a snapshot, leader
 //! transfers, learners added, promoted and removed, and operator deletes of held and
-//! waiting keys. One more thread per child runs software transactions (`stm.rs`).
+//! waiting keys. One more thread per child runs software transactions (`stm.rs`), one
+//! takes several of the workers' names at once (`multi.rs`), and two run a double barrier,
+//! a barrier and a count-down latch (`barriers.rs`, checked in `barrier_check.rs`).
 //!
 //! Every guard logs its interval: from acquisition returning to the last instant
 //! `is_held()` / `is_leader()` confirmed it (on the machine-wide monotonic clock), its
