@@ -157,6 +157,6 @@ pub(crate) fn gate_worker(client: &Client, log_file: &Log, who: &str, deadline_n
             _ => waited(latch.wait_timeout(limit)),
         };
         log(log_file, format!("GE {id} {} {result}", monotonic_ns()));
-        std::thread::sleep(rng.millis(10, 150));
+        std::thread::sleep(rng.millis(30, 250));
     }
 }

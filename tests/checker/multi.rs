@@ -150,9 +150,13 @@ pub(crate) fn worker(client: &Client, log_file: &Log, who: &str, deadline_ns: u6
                 }
             }
             log(log_file, format!("MLEFT {id} {} {left}", monotonic_ns()));
+            std::thread::sleep(rng.millis(20, 200));
             continue;
         };
         hold(client, guard, &set, &id, who, log_file, &mut rng);
+        // A pause between attempts: the workers' single holds of these names stay the
+        // bulk of the run.
+        std::thread::sleep(rng.millis(20, 200));
     }
 }
 
@@ -212,7 +216,7 @@ fn hold(
         }
         check(rng.millis(0, 20), &mut confirmed, &mut lost_at);
     }
-    let hold_for = if rng.below(8) == 0 {
+    let hold_for = if rng.below(16) == 0 {
         rng.millis(1_100, 1_800)
     } else {
         rng.millis(0, 60)
