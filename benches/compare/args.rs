@@ -93,7 +93,9 @@ struct Cli {
     /// semaphore and read-write lock rows; contended runs them too), stm (transactions per
     /// second with no conflict and with every worker on one key), multi (lock + unlock of a
     /// multi-lock of 2 and 4 names beside a single mutex, uncontended), revoke (a release
-    /// request: the call, and until the holder hears it, beside a mutex)
+    /// request: the call, and until the holder hears it, beside a mutex), barriers (a latch's,
+    /// a barrier's and a mutex handoff's wake, double-barrier rounds of 2 and 4, beside
+    /// lock + unlock of a mutex; --handoffs rounds)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 

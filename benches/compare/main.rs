@@ -15,11 +15,13 @@
 //! run), [`contended`] (b, and the slow-handoff diagnosis), [`scaling`] (e), [`shared`] (g),
 //! [`herd`] (h), [`rows`] and [`readers`] (the contender-count rows of issue 28, with
 //! [`fleet`] connecting up to 1,024 contenders), [`stm`] (software transactions per second,
-//! without and with conflicts), [`multi`] (multi-locks of 2 and 4 names beside a mutex), [`revoke`] (asking a holder
-//! to let go, beside a mutex),
+//! without and with conflicts), [`multi`] (multi-locks of 2 and 4 names beside a mutex),
+//! [`revoke`] (asking a holder to let go, beside a mutex), [`barriers`] (barrier, latch and
+//! double-barrier wakes beside a mutex),
 //! [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
+mod barriers;
 mod contended;
 mod cost;
 mod election;
@@ -209,6 +211,7 @@ fn main() {
     );
     run("multi", wants("multi"), &multi::multi);
     run("revoke", wants("revoke"), &revoke::revoke);
+    run("barriers", wants("barriers"), &barriers::barriers);
     run("election", wants("election"), &election::election);
     run("cost", wants("cost"), &cost::cost);
     // Right before the handoffs it is the floor of, in the same process.

@@ -2,9 +2,12 @@
 //!
 //! Run it with `scripts/demo` (or `cargo run --release --features testing --example tour`).
 //! This file walks through sessions, the mutex and elections; `more.rs` goes on with
-//! the semaphore, the read-write lock, status, cancelling a wait and the leader loop.
+//! the semaphore, the read-write lock, status, cancelling a wait and the leader loop;
+//! `multi.rs` takes several names at once, `permits.rs` several permits, `revoke.rs` asks
+//! a holder to let go.
 
 mod more;
+mod multi;
 mod permits;
 mod revoke;
 
@@ -154,6 +157,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     more::semaphore_and_rwlock(&client)?;
     permits::several_permits(&client)?;
     more::status_and_cancel(&client)?;
+    multi::multi_lock(&client)?;
     more::barriers(&client)?;
     more::leader_loop(&client)?;
     more::stm(&client)?;

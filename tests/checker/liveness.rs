@@ -54,7 +54,7 @@ pub(crate) struct Events {
 
 impl Events {
     /// What etcd had under `name` at the first look in `[from, to]`.
-    fn keys_seen(&self, name: &str, from: u64, to: u64) -> String {
+    pub(crate) fn keys_seen(&self, name: &str, from: u64, to: u64) -> String {
         self.keys
             .get(name)
             .and_then(|seen| seen.iter().find(|(t, _)| (from..=to).contains(t)))
@@ -194,17 +194,27 @@ fn attempts(
     by_name
 }
 
-/// Intervals in which `name` could be taken: fewer holds than it has room for.
-fn free_gaps(
+/// Intervals in which `name` could be taken: fewer holds than it has room for. `covers`
+/// count as holds: multi-lock attempts in progress on the name (`multi.rs`), which may
+/// hold it before any `CS` line says so.
+pub(crate) fn free_gaps(
     name: &str,
     sections: &[Section],
     events: &Events,
+    covers: &[(u64, u64)],
     from: u64,
     to: u64,
 ) -> Vec<(u64, u64)> {
     let room = if name == SEM_NAME { PERMITS as i64 } else { 1 };
     let deleted = deleted(events);
     let mut edges: Vec<(u64, i64)> = Vec::new();
+    for &(start, end) in covers {
+        // Taken to block every room: a multi-lock's read side is counted as a writer.
+        if end > start {
+            edges.push((start, room));
+            edges.push((end, -room));
+        }
+    }
     for s in sections {
         let mut end = match s.how.as_str() {
             "unlock_err" => s.released_at + TTL.as_nanos() as u64,
@@ -242,7 +252,7 @@ fn free_gaps(
 }
 
 /// The stretches of `[from, to]` outside every fault window.
-fn quiet_spans(windows: &[(u64, u64)], from: u64, to: u64) -> Vec<(u64, u64)> {
+pub(crate) fn quiet_spans(windows: &[(u64, u64)], from: u64, to: u64) -> Vec<(u64, u64)> {
     let mut sorted = windows.to_vec();
     sorted.sort_unstable();
     let mut spans = Vec::new();
@@ -260,20 +270,27 @@ fn quiet_spans(windows: &[(u64, u64)], from: u64, to: u64) -> Vec<(u64, u64)> {
     spans
 }
 
+/// Each fault's window: from its start to its end plus its recovery.
+pub(crate) fn fault_windows(events: &Events) -> Vec<(u64, u64)> {
+    events
+        .faults
+        .iter()
+        .map(|(kind, start, end)| (*start, end + recovery(kind)))
+        .collect()
+}
+
+/// `covers`: per name, multi-lock attempts in progress (index, start, end).
 pub(crate) fn check(
     dir: &Path,
     files: usize,
     sections: &HashMap<String, Vec<Section>>,
+    covers: &HashMap<String, Vec<(usize, u64, u64)>>,
     events: &Events,
     start_ns: u64,
     end_ns: u64,
 ) -> Report {
     let mut report = Report::default();
-    let windows: Vec<(u64, u64)> = events
-        .faults
-        .iter()
-        .map(|(kind, start, end)| (*start, end + recovery(kind)))
-        .collect();
+    let windows = fault_windows(events);
     let quiet = |from: u64, to: u64| windows.iter().all(|&(s, e)| e < from || s > to);
     let spans = quiet_spans(&windows, start_ns, end_ns);
     let secs = |t: u64| t.saturating_sub(start_ns) as f64 / 1e9;
@@ -283,7 +300,10 @@ pub(crate) fn check(
     let mut wedged: std::collections::BTreeMap<(String, u64), (String, usize)> = Default::default();
     for (name, attempts) in attempts(dir, files, events, end_ns) {
         let sections = sections.get(&name).unwrap_or(&no_sections);
-        let gaps = free_gaps(&name, sections, events, start_ns, end_ns);
+        let covered: Vec<(u64, u64)> = (covers.get(&name).into_iter().flatten())
+            .map(|&(_, s, e)| (s, e))
+            .collect();
+        let gaps = free_gaps(&name, sections, events, &covered, start_ns, end_ns);
         for a in &attempts {
             for &(g0, g1) in gaps.iter().filter(|&&(g0, g1)| g0 < a.end && g1 > a.start) {
                 // Free while this one waited: judged on its stretches outside faults.
@@ -416,7 +436,7 @@ mod tests {
             section("a/3", 40, 50),
         ];
         assert_eq!(
-            free_gaps("a", &sections, &events, 0, 60),
+            free_gaps("a", &sections, &events, &[], 0, 60),
             vec![(0, 10), (30, 40), (50, 60)]
         );
         let mut events = Events::default();
@@ -427,7 +447,7 @@ mod tests {
             after: 45,
         });
         assert_eq!(
-            free_gaps("a", &sections, &events, 0, 60),
+            free_gaps("a", &sections, &events, &[], 0, 60),
             vec![(0, 10), (30, 40), (45, 60)]
         );
     }

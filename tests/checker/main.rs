@@ -9,7 +9,9 @@
 //! the request timeout, compactions (periodic, and explicit right before other faults),
 //! a member restarted after missing enough entries to be sent a snapshot, leader
 //! transfers, learners added, promoted and removed, and operator deletes of held and
-//! waiting keys. One more thread per child runs software transactions (`stm.rs`).
+//! waiting keys. One more thread per child runs software transactions (`stm.rs`), one
+//! takes several of the workers' names at once (`multi.rs`), and two run a double barrier,
+//! a barrier and a count-down latch (`barriers.rs`, checked in `barrier_check.rs`).
 //!
 //! Every guard logs its interval: from acquisition returning to the last instant
 //! `is_held()` / `is_leader()` confirmed it (on the machine-wide monotonic clock), its
@@ -39,10 +41,14 @@
 #![cfg(feature = "testing")]
 
 mod analysis;
+mod barrier_check;
+mod barriers;
 #[path = "../common/mod.rs"]
 mod common;
 mod deletion;
+mod hashes;
 mod liveness;
+mod multi;
 mod nemesis;
 mod stm;
 mod workload;
@@ -55,7 +61,7 @@ use std::time::{Duration, Instant};
 
 use common::{CHILD_ROLE, ChildGuard, eventually, keys, monotonic_ns, spawn_child};
 use etcd_sync::testing::EtcdCluster;
-use etcd_sync::{Client, Session, Txn};
+use etcd_sync::{Client, Session};
 
 const PROCESSES: usize = 3;
 const SESSIONS: usize = 2;
@@ -94,6 +100,9 @@ fn client_for(endpoints: &[String]) -> etcd_sync::Result<Client> {
 }
 
 pub(crate) type Log = Arc<StdMutex<std::fs::File>>;
+
+/// A child's extra thread: client, log, who, deadline, seed.
+type Worker = fn(&Client, &Log, &str, u64, u64);
 
 pub(crate) fn log(log: &Log, line: String) {
     let mut f = log.lock().unwrap_or_else(|e| e.into_inner());
@@ -173,6 +182,22 @@ fn checker_child() {
         .name(format!("{}:stm", std::process::id()))
         .spawn(move || stm::worker(&stm_client, &stm_log, deadline_ns, seed ^ 0x5743_0000));
     threads.extend(spawned.ok());
+    // Multi-locks over the workers' names, a double-barrier participant, and a barrier
+    // and latch thread, each with its own log lines (`multi.rs`, `barriers.rs`).
+    let pid = std::process::id();
+    let extra: [(&str, Worker); 3] = [
+        ("multi", multi::worker),
+        ("db", barriers::double_worker),
+        ("gate", barriers::gate_worker),
+    ];
+    for (i, (what, run)) in extra.into_iter().enumerate() {
+        let (client, log_file, who) = (client.clone(), log_file.clone(), format!("{pid}:{what}"));
+        let thread_seed = seed ^ (0x4d55_0000 + i as u64);
+        let spawned = std::thread::Builder::new()
+            .name(who.clone())
+            .spawn(move || run(&client, &log_file, &who, deadline_ns, thread_seed));
+        threads.extend(spawned.ok());
+    }
     for t in threads {
         let _ = t.join();
     }
@@ -369,7 +394,32 @@ fn randomized_checker() {
     let spawned = children.spawned;
     let mut totals = parse_logs(&dir, spawned);
     let events = liveness::parse_events(&dir.join("nemesis"));
-    let mut live = liveness::check(&dir, spawned, &totals.sections, &events, start_ns, end_ns);
+    let multi_totals = multi::parse(&dir, spawned, &events, end_ns);
+    let covers = multi_totals.covers();
+    let mut live = liveness::check(
+        &dir,
+        spawned,
+        &totals.sections,
+        &covers,
+        &events,
+        start_ns,
+        end_ns,
+    );
+    let multi_report = multi::check(
+        &multi_totals,
+        &totals.sections,
+        &events,
+        (start_ns, end_ns),
+        &hung,
+    );
+    live.violations
+        .extend(multi_report.liveness.iter().cloned());
+    let barrier_report = barrier_check::check(
+        &barrier_check::parse(&dir, spawned, &events, end_ns),
+        &events,
+    );
+    live.violations
+        .extend(barrier_report.liveness.iter().cloned());
     for n in hung {
         // A child that did not end 20 s after the deadline: its threads (a wait that never
         // returned) or its clean-up (closing the sessions) hung.
@@ -394,8 +444,10 @@ fn randomized_checker() {
     violations.extend(totals.slow_waits.iter().cloned());
     let stm_totals = stm::parse(&dir, spawned);
     violations.extend(stm::check(&c, &stm_totals));
+    violations.extend(multi_report.safety.iter().cloned());
+    violations.extend(barrier_report.violations.iter().cloned());
     // SIGKILLed children leave keys until their lease expires (TTL 3 s): wait that out.
-    for name in NAMES {
+    for name in NAMES.iter().chain([&barriers::DB_NAME]) {
         let prefix = format!("{name}/");
         if !eventually(TTL * 3, || keys(&c, &prefix).is_empty()) {
             violations.push(format!("keys left behind: {:?}", keys(&c, &prefix)));
@@ -403,7 +455,7 @@ fn randomized_checker() {
     }
     // A violation is ours only if etcd's members agree on the history: compare their
     // KV hashes (etcd 3.4/3.5 have known divergence and stale-read bugs under pauses).
-    if let Err(diverged) = members_agree(&c, &endpoints) {
+    if let Err(diverged) = hashes::members_agree(&c, &endpoints) {
         violations.push(diverged);
     }
     let keep = std::env::var_os("CHECKER_KEEP_LOGS").is_some();
@@ -452,6 +504,12 @@ fn randomized_checker() {
     );
     println!("CHECKER stm: {stm_totals:?}");
     println!(
+        "CHECKER multi_lock: {multi_totals:?} waits_judged={} slowest_judged_wait={} ms \
+         all_or_none_judged={}",
+        multi_report.judged, multi_report.slowest_ms, multi_report.all_or_none_judged
+    );
+    println!("CHECKER barriers: {barrier_report:?}");
+    println!(
         "CHECKER seed={seed} safety_violations={} liveness_violations={}",
         violations.len(),
         live.violations.len()
@@ -488,6 +546,31 @@ fn randomized_checker() {
         stm_totals.increments_ok > 0 && stm_totals.transfers_ok > 0,
         "seed {seed}: too little STM progress: {stm_totals:?}"
     );
+    let multi_held = multi_totals.outcomes.get("ok").copied().unwrap_or(0);
+    let multi_names: usize = ["ck-a", "ck-b", RW_NAME]
+        .iter()
+        .map(|n| {
+            totals.sections.get(*n).map_or(0, |s| {
+                s.iter().filter(|s| s.holder.contains(":multi:")).count()
+            })
+        })
+        .sum();
+    assert!(
+        multi_held > 0 && multi_names as u64 >= 2 * multi_held && !multi_totals.left.is_empty(),
+        "seed {seed}: too little multi-lock work: {multi_totals:?}, {multi_names} names held"
+    );
+    let b = &barrier_report;
+    assert!(
+        b.entered > 0 && b.left > 0 && b.full_rounds > 0 && b.leaves_judged > 0,
+        "seed {seed}: too little double-barrier work: {b:?}"
+    );
+    assert!(
+        b.barrier_waits_ok > 0
+            && b.barrier_waits_judged > 0
+            && b.latch_waits_ok > 0
+            && b.latch_waits_judged > 0,
+        "seed {seed}: too little barrier or latch work: {b:?}"
+    );
     assert!(
         totals.stale_attempts > 0,
         "seed {seed}: no stale write was tried"
@@ -497,81 +580,4 @@ fn randomized_checker() {
         "seed {seed}: no wait was cancelled: {:?}",
         totals.errors
     );
-}
-
-/// Whether every member hashes the same key-value history up to the current revision.
-///
-/// etcd's HashKV covers the history from the member's compaction revision on, so two
-/// members agree only if their hashes match at the same compaction revision (etcd's own
-/// corruption check compares them that way). With auto-compaction running, a member may
-/// not have applied the latest compaction yet: ask again until they line up, and compare
-/// the members that share a compaction revision if they never do.
-fn members_agree(c: &Client, endpoints: &[String]) -> Result<(), String> {
-    let mut last = Vec::new();
-    for attempt in 0..10 {
-        if attempt > 0 {
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        let revision = c.txn(Txn::new()).map_err(|e| e.to_string())?.revision;
-        let out = std::process::Command::new(
-            etcd_sync::testing::etcdctl_binary().map_err(|e| e.to_string())?,
-        )
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", endpoints.join(",")))
-        .args(["endpoint", "hashkv", "-w", "json"])
-        .arg(format!("--rev={revision}"))
-        .output()
-        .map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        // (hash, compact revision) per member.
-        let hashes: Vec<(u64, i64)> = text
-            .split("\"hash\":")
-            .skip(1)
-            .filter_map(|rest| {
-                let hash = leading_number(rest)?;
-                let compact = rest
-                    .split("\"compact_revision\":")
-                    .nth(1)
-                    .and_then(leading_number);
-                Some((hash as u64, compact.unwrap_or(0)))
-            })
-            .collect();
-        println!(
-            "CHECKER member hashes at revision {revision} (hash, compact revision): {hashes:?}"
-        );
-        if hashes.len() != endpoints.len() {
-            return Err(format!(
-                "etcdctl endpoint hashkv answered for {} of {} members: {text} {}",
-                hashes.len(),
-                endpoints.len(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let same_compaction = hashes.windows(2).all(|w| w[0].1 == w[1].1);
-        // Members at one compaction revision must agree, whatever the others say.
-        for (i, a) in hashes.iter().enumerate() {
-            if let Some(b) = hashes[i + 1..].iter().find(|b| b.1 == a.1 && b.0 != a.0) {
-                return Err(format!(
-                    "etcd members disagree on the history at revision {revision} \
-                     (both compacted at {}: hashes {} and {}): {text}",
-                    a.1, a.0, b.0
-                ));
-            }
-        }
-        if same_compaction {
-            return Ok(());
-        }
-        last = hashes;
-    }
-    println!(
-        "CHECKER member hashes: compaction revisions never lined up ({last:?}); \
-         compared only members that shared one"
-    );
-    Ok(())
-}
-
-/// The decimal number at the start of `text` (a JSON value).
-fn leading_number(text: &str) -> Option<i64> {
-    let digits: String = text.chars().take_while(|c| c.is_ascii_digit()).collect();
-    digits.parse().ok()
 }

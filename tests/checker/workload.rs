@@ -300,7 +300,7 @@ fn lock_or_lead(
     (matches!(op, 1 | 5 | 7 | 8), Some(result))
 }
 
-fn error_kind(e: &Error) -> &'static str {
+pub(crate) fn error_kind(e: &Error) -> &'static str {
     match e {
         Error::Timeout { .. } => "timeout",
         Error::SessionLost(_) => "session_lost",
