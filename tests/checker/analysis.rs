@@ -121,8 +121,17 @@ pub(crate) fn session_of(holder: &str) -> &str {
 fn shares_with(mode: &str) -> usize {
     match mode {
         "s" => usize::MAX,
-        permits if permits.starts_with('p') => permits[1..].parse().unwrap_or(1),
+        permits if permits.starts_with('p') => permits_of(permits).map_or(1, |(n, _)| n),
         _ => 1,
+    }
+}
+
+/// `(N, k)` of a permit mode: `pN` is one permit of N, `pNxk` k of them at once.
+fn permits_of(mode: &str) -> Option<(usize, usize)> {
+    let rest = mode.strip_prefix('p')?;
+    match rest.split_once('x') {
+        Some((n, k)) => Some((n.parse().ok()?, k.parse().ok()?)),
+        None => Some((rest.parse().ok()?, 1)),
     }
 }
 
@@ -149,7 +158,9 @@ pub(crate) fn check_name(name: &str, sections: &mut [Section], violations: &mut 
     for s in order {
         active.retain(|a| a.confirmed > s.enter);
         for a in &active {
-            let allowed = a.mode == s.mode && shares_with(&s.mode) > 1;
+            let permits = |m: &str| permits_of(m).map(|(n, _)| n);
+            let same_permits = permits(&a.mode).is_some() && permits(&a.mode) == permits(&s.mode);
+            let allowed = (a.mode == s.mode || same_permits) && shares_with(&s.mode) > 1;
             if !allowed {
                 violations.push(format!(
                     "{name}: {} token {} ({}) still confirmed {} µs after {} token {} ({}) entered",
@@ -163,8 +174,19 @@ pub(crate) fn check_name(name: &str, sections: &mut [Section], violations: &mut 
                 ));
             }
         }
-        let same = active.iter().filter(|a| a.mode == s.mode).count();
-        if same + 1 > shares_with(&s.mode) && shares_with(&s.mode) > 1 {
+        // Permits count by weight: k permits at once count k.
+        let weight = |m: &str| permits_of(m).map_or(1, |(_, k)| k);
+        let same: usize = active
+            .iter()
+            .filter(|a| {
+                a.mode == s.mode
+                    || (permits_of(&a.mode).is_some()
+                        && shares_with(&a.mode) == shares_with(&s.mode)
+                        && permits_of(&s.mode).is_some())
+            })
+            .map(|a| weight(&a.mode))
+            .sum();
+        if same + weight(&s.mode) > shares_with(&s.mode) && shares_with(&s.mode) > 1 {
             violations.push(format!(
                 "{name}: {} holders of {} at once when token {} ({}) entered",
                 same + 1,
@@ -235,5 +257,17 @@ mod tests {
         assert_eq!(violations(three_of_two), 1);
         let in_turn = vec![section("x", 1, 0, 10), section("x", 2, 10, 20)];
         assert_eq!(violations(in_turn), 0);
+    }
+
+    #[test]
+    fn permits_taken_at_once_count_by_weight() {
+        let both_then_one = vec![section("p2x2", 1, 0, 10), section("p2", 2, 5, 20)];
+        assert!(violations(both_then_one) > 0);
+        let one_then_both = vec![section("p2", 1, 0, 10), section("p2x2", 2, 5, 20)];
+        assert!(violations(one_then_both) > 0);
+        let in_turn = vec![section("p2x2", 1, 0, 10), section("p2", 2, 10, 20)];
+        assert_eq!(violations(in_turn), 0);
+        let beside_a_writer = vec![section("p2x2", 1, 0, 10), section("x", 2, 5, 20)];
+        assert_eq!(violations(beside_a_writer), 1);
     }
 }

@@ -50,6 +50,7 @@ mod hashes;
 mod liveness;
 mod multi;
 mod nemesis;
+mod revoke;
 mod stm;
 mod workload;
 
@@ -185,10 +186,11 @@ fn checker_child() {
     // Multi-locks over the workers' names, a double-barrier participant, and a barrier
     // and latch thread, each with its own log lines (`multi.rs`, `barriers.rs`).
     let pid = std::process::id();
-    let extra: [(&str, Worker); 3] = [
+    let extra: [(&str, Worker); 4] = [
         ("multi", multi::worker),
         ("db", barriers::double_worker),
         ("gate", barriers::gate_worker),
+        ("ask", revoke::asker),
     ];
     for (i, (what, run)) in extra.into_iter().enumerate() {
         let (client, log_file, who) = (client.clone(), log_file.clone(), format!("{pid}:{what}"));
@@ -453,6 +455,8 @@ fn randomized_checker() {
             violations.push(format!("keys left behind: {:?}", keys(&c, &prefix)));
         }
     }
+    let requests = revoke::parse(&dir, spawned);
+    violations.extend(requests.bad.iter().cloned());
     // A violation is ours only if etcd's members agree on the history: compare their
     // KV hashes (etcd 3.4/3.5 have known divergence and stale-read bugs under pauses).
     if let Err(diverged) = hashes::members_agree(&c, &endpoints) {
@@ -509,6 +513,7 @@ fn randomized_checker() {
         multi_report.judged, multi_report.slowest_ms, multi_report.all_or_none_judged
     );
     println!("CHECKER barriers: {barrier_report:?}");
+    println!("CHECKER release requests: {requests:?}");
     println!(
         "CHECKER seed={seed} safety_violations={} liveness_violations={}",
         violations.len(),
@@ -536,7 +541,9 @@ fn randomized_checker() {
         acquisitions > 20,
         "seed {seed}: too little progress: {acquisitions} acquisitions"
     );
-    for mode in ["ck-rw:s", "ck-rw:x", "ck-sem:p2"] {
+    let asked = requests.asked > 0 && requests.heard > 0;
+    assert!(asked, "seed {seed}: too few release requests: {requests:?}");
+    for mode in ["ck-rw:s", "ck-rw:x", "ck-sem:p2", "ck-sem:p2x2"] {
         assert!(
             by_mode.get(mode).copied().unwrap_or(0) > 0,
             "seed {seed}: no acquisition of {mode}: {by_mode:?}"

@@ -17,7 +17,9 @@ use etcd_sync::{
 };
 
 use super::common::monotonic_ns;
-use super::{Log, NAMES, PERMITS, RW_NAME, Rng, SEM_NAME, TTL, log};
+use super::{Log, NAMES, PERMITS, RW_NAME, Rng, SEM_NAME, TTL, log, revoke};
+
+const ZERO: Duration = Duration::ZERO;
 
 /// The session this thread works with: the slot's, or a new one if it is lost.
 pub(crate) fn current_session(
@@ -80,10 +82,14 @@ impl Guard {
     pub(crate) fn lost(&self) -> crossbeam_channel::Receiver<()> {
         each!(self, g => g.lost())
     }
+    fn release_requested(&self) -> crossbeam_channel::Receiver<etcd_sync::ReleaseRequest> {
+        each!(self, g => g.release_requested())
+    }
     /// How the guard shares its name, for the log: exclusive, shared, or a permit.
     fn mode(&self) -> String {
         match self {
             Guard::Read(_) => "s".into(),
+            Guard::Permit(p) if p.num_permits() > 1 => format!("p{PERMITS}x{}", p.num_permits()),
             Guard::Permit(_) => format!("p{PERMITS}"),
             _ => "x".into(),
         }
@@ -196,10 +202,15 @@ fn permit(session: &Session, rng: &mut Rng, timeout: Duration) -> Attempt {
         Ok(sem) => sem,
         Err(e) => return (false, Some(Err(e))),
     };
+    // A third of the attempts take both permits at once (`acquire_many`).
+    let k = if rng.below(3) == 0 { PERMITS } else { 1 };
     match rng.below(3) {
-        0 => (false, Some(sem.acquire().map(Guard::Permit))),
-        1 => (true, Some(sem.acquire_timeout(timeout).map(Guard::Permit))),
-        _ => attempt(sem.try_acquire(), Guard::Permit),
+        0 => (false, Some(sem.acquire_many(k).map(Guard::Permit))),
+        1 => (
+            true,
+            Some(sem.acquire_many_timeout(k, timeout).map(Guard::Permit)),
+        ),
+        _ => attempt(sem.try_acquire_many(k), Guard::Permit),
     }
 }
 
@@ -461,7 +472,9 @@ pub(crate) fn worker(
                 break;
             }
         }
-        // Keep it (watching for its loss) for the rest of its hold time.
+        // Keep it (watching for its loss) for the rest of its hold time; half the holds
+        // listen for release requests and let go when asked (`revoke.rs`).
+        let requests = (rng.below(2) == 0).then(|| guard.release_requested());
         let until = Instant::now() + hold_for;
         while hold.lost_at == 0 && Instant::now() < until {
             let left = until.saturating_duration_since(Instant::now());
@@ -471,6 +484,10 @@ pub(crate) fn worker(
                 &mut hold,
                 left.min(Duration::from_millis(20)),
             );
+            let asked = |r| revoke::heard(log_file, name, (&guard.key(), guard.token()), r, ZERO);
+            if requests.as_ref().is_some_and(asked) {
+                break;
+            }
         }
         let held_until = monotonic_ns();
         let ownership = guard.ownership_compare();
