@@ -190,3 +190,25 @@ fn seeds_that_found_defects_stay_clean() {
         assert!(outcome.acquisitions > 0, "seed {seed} acquired nothing");
     }
 }
+
+/// 1795522494251834 with leader loops in its run (found by a sweep with leader loops in
+/// every run): a campaign decided on a lagging member's late events returned a leadership
+/// whose key the nemesis had deleted after those events. A documented limit (RELIABILITY,
+/// "What it cannot guarantee"): the run must show the guard saying so within the loss
+/// bound, and nothing else.
+#[test]
+fn a_guard_decided_on_a_lagging_members_events_reports_its_gone_key_in_time() {
+    let config = RunConfig {
+        leader_loops: true,
+        ..RunConfig::from_seed(1_795_522_494_251_834)
+    };
+    let outcome = run(&config).expect("a run");
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert!(
+        outcome
+            .trace
+            .iter()
+            .any(|l| l.contains("returned after its key went")),
+        "the schedule no longer meets the case"
+    );
+}

@@ -57,6 +57,9 @@ pub struct RunConfig {
     pub faults: bool,
     /// A defect to re-introduce for the run (process-wide: see [`Mutation`]).
     pub mutation: Option<Mutation>,
+    /// A quarter of the campaigns run a supervised leader loop (from a seed: an eleventh
+    /// of the seeds, none of those pinned before leader loops were in the workload).
+    pub leader_loops: bool,
 }
 
 impl RunConfig {
@@ -76,6 +79,7 @@ impl RunConfig {
             duration: Duration::from_secs(3 + rng.below(6)),
             faults: true,
             mutation: None,
+            leader_loops: seed % 11 == 3,
         }
     }
 }
@@ -89,6 +93,7 @@ impl Default for RunConfig {
             duration: Duration::from_secs(10),
             faults: true,
             mutation: None,
+            leader_loops: true,
         }
     }
 }
@@ -197,9 +202,13 @@ struct World {
     calm_since: Mutex<Option<Instant>>,
     /// When the nemesis last deleted lock keys (an operator delete, a revoked lease).
     deleted_at: Mutex<Option<Instant>>,
+    /// When a lagging member last caught up (its late events may still be on their way).
+    caught_up_at: Mutex<Option<Instant>>,
     /// Whether processes ask holders to let go in this run (a third of the seeds, none of
     /// those pinned before requests existed, whose schedules stay as they were).
     asking: bool,
+    /// Whether a quarter of the campaigns run a leader loop ([`RunConfig::leader_loops`]).
+    leader_loops: bool,
 }
 
 impl World {
@@ -229,6 +238,20 @@ impl World {
     /// The nemesis deleted lock keys just now.
     fn deleted(&self) {
         *self.deleted_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// A lagging member stopped lagging just now.
+    fn caught_up(&self) {
+        *self.caught_up_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether a wait may have been decided on a lagging member's late events: one lagged
+    /// within [`CAUSE_WINDOW`].
+    fn lag_recent(&self) -> bool {
+        self.caught_up_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| Instant::now().duration_since(at) <= CAUSE_WINDOW)
     }
 
     /// Whether a lock key going now has a cause outside the processes: the nemesis deleted
@@ -306,7 +329,9 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             running: AtomicUsize::new(config.processes),
             calm_since: Mutex::new(Some(Instant::now())),
             deleted_at: Mutex::new(None),
+            caught_up_at: Mutex::new(None),
             asking: matches!(config.seed % 9, 5 | 6 | 8),
+            leader_loops: config.leader_loops,
         });
         // A third of the runs have etcd send progress notifications (production clusters
         // that set the interval, as Kubernetes asks): a quiet watcher's resume revision
@@ -385,6 +410,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     Ok(outcome)
 }
 
+mod leader_loop;
 mod liveness;
 mod nemesis;
 mod process;

@@ -163,6 +163,7 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 world.cluster.set_lag(member, Some(rng.millis(100, 700)));
                 tokio::time::sleep(pause * 2).await;
                 world.cluster.set_lag(member, None);
+                world.caught_up();
                 "lagging member"
             }
             _ => {
