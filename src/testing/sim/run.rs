@@ -159,14 +159,14 @@ struct Held {
     name: &'static str,
     key: String,
     token: i64,
-    kind: process::Kind,
+    kind: kinds::Kind,
 }
 
 /// A process inside a wait.
 #[derive(Debug, Clone)]
 struct Waiting {
     lease: i64,
-    kind: process::Kind,
+    kind: kinds::Kind,
     since: Instant,
     limit: Duration,
     /// Its lock-delay: after a holder's lease ended, the wait holds off that long.
@@ -379,7 +379,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             // Every process closed its session (or lost it): once a lease's TTL has run out
             // too, nothing of theirs is left.
             tokio::time::sleep(LEFT_BEHIND_AFTER).await;
-            let prefixes = process::Kind::NAMES
+            let prefixes = kinds::Kind::NAMES
                 .iter()
                 .flat_map(|name| [format!("{name}/"), format!("{name}.revoke/")]);
             for prefix in prefixes {
@@ -410,6 +410,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     Ok(outcome)
 }
 
+mod kinds;
 mod leader_loop;
 mod liveness;
 mod nemesis;

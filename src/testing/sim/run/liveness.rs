@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::World;
-use super::process::{admitted, line, own_key};
+use super::kinds::{admitted, line, own_key};
 
 /// How long past its limit a wait may take to return (a request timeout, a failover).
 pub(crate) const WAIT_SLACK: Duration = Duration::from_secs(3);

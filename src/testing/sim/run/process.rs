@@ -6,123 +6,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::kinds::{Kind, PERMITS, admitted, kind, line, own_key, present};
 use super::requests::{self, Listening};
 use super::{Held, LOSS_BOUND, Rng, Waiting, World, sleep};
 use crate::client::Client;
 use crate::recipes::guard::{Guard, GuardKind, LeaderKind};
 use crate::session::Session;
 use crate::support::cancel::{CancelToken, WaitOptions};
-use crate::support::error::{Error, Result};
-
-/// How many permits the simulated semaphore has.
-const PERMITS: usize = 2;
-
-/// What a process takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Mutex,
-    Permit,
-    Read,
-    Write,
-    Lead,
-}
-
-impl Kind {
-    const ALL: [Kind; 5] = [
-        Kind::Mutex,
-        Kind::Permit,
-        Kind::Read,
-        Kind::Write,
-        Kind::Lead,
-    ];
-
-    /// Every name taken.
-    pub(super) const NAMES: [&'static str; 4] = ["m", "s", "r", "e"];
-
-    /// The name it is taken under (reads and writes share one).
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Kind::Mutex => "m",
-            Kind::Permit => "s",
-            Kind::Read | Kind::Write => "r",
-            Kind::Lead => "e",
-        }
-    }
-
-    /// What follows the lease in its key (see `line/mode.rs`).
-    fn suffix(self) -> String {
-        match self {
-            Kind::Mutex | Kind::Write | Kind::Lead => String::new(),
-            Kind::Read => ".shared".into(),
-            Kind::Permit => format!(".permits-{PERMITS}"),
-        }
-    }
-
-    /// Whether a key of this kind holds with `older` (the keys created before it).
-    pub(super) fn admits(self, older: &[&str]) -> bool {
-        match self {
-            Kind::Mutex | Kind::Write | Kind::Lead => older.is_empty(),
-            Kind::Read => older.iter().all(|k| k.ends_with(".shared")),
-            Kind::Permit => older.len() < PERMITS,
-        }
-    }
-
-    /// Whether these holders (their kinds) may hold one name together.
-    fn may_share(holders: &[Kind]) -> bool {
-        let writers = holders
-            .iter()
-            .filter(|k| matches!(k, Kind::Mutex | Kind::Write | Kind::Lead))
-            .count();
-        let permits = holders.iter().filter(|k| **k == Kind::Permit).count();
-        (writers == 0 || holders.len() == 1) && permits <= PERMITS
-    }
-
-    /// Whether successive holders of the name have growing fencing tokens.
-    fn exclusive_name(self) -> bool {
-        matches!(self, Kind::Mutex | Kind::Lead)
-    }
-}
-
-/// An error's kind for the trace (its text names endpoints, which differ between runs).
-fn kind(e: &Error) -> &'static str {
-    if e.is_wait_timeout() {
-        "wait timeout"
-    } else if e.is_cancelled() {
-        "cancelled"
-    } else if e.is_session_lost() {
-        "session lost"
-    } else if e.is_lost() {
-        "lock lost"
-    } else if e.is_timeout() {
-        "request timeout"
-    } else if e.is_connect() {
-        "connect"
-    } else if e.is_retryable() {
-        "unavailable"
-    } else {
-        "other"
-    }
-}
-
-/// The keys under `name` with their create revisions, oldest first.
-pub(super) fn line(world: &World, name: &str) -> Vec<(String, i64)> {
-    let mut keys = world.cluster.keys(&format!("{name}/"));
-    keys.sort_by_key(|(_, rev)| *rev);
-    keys
-}
-
-/// Whether `key` holds in `line` for `kind`; `None` if it is not there.
-pub(super) fn admitted(line: &[(String, i64)], key: &str, kind: Kind) -> Option<bool> {
-    let at = line.iter().position(|(k, _)| k == key)?;
-    let older: Vec<&str> = line[..at].iter().map(|(k, _)| k.as_str()).collect();
-    Some(kind.admits(&older))
-}
-
-/// The key `lease` has in `line` for `kind`, if any (`<name>/<lease hex><mode suffix>`).
-pub(super) fn own_key(line: &[(String, i64)], kind: Kind, lease: i64) -> Option<String> {
-    let ours = format!("{}/{lease:x}{}", kind.name(), kind.suffix());
-    line.iter().map(|(k, _)| k).find(|k| **k == ours).cloned()
-}
+use crate::support::error::Result;
 
 /// A client of the simulated cluster, as every process makes one.
 fn connect(world: &World) -> Result<Client> {
@@ -413,12 +304,6 @@ fn re_campaign(
 }
 
 /// Whether the store holds `key` with create revision `token`.
-fn present(world: &World, name: &str, key: &str, token: i64) -> bool {
-    line(world, name)
-        .iter()
-        .any(|(k, rev)| k == key && *rev == token)
-}
-
 fn hold<K: GuardKind>(
     world: &World,
     (me, p): (&str, usize),
