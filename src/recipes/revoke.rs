@@ -13,6 +13,7 @@ use crate::recipes::mutex::Mutex;
 use crate::recipes::rwlock::RwLock;
 use crate::recipes::semaphore::Semaphore;
 use crate::recipes::status::{describe, read_line};
+use crate::session::Session;
 use crate::support::error::code::Code;
 use crate::support::error::{Error, Result};
 use crate::support::etcd_text;
@@ -149,6 +150,11 @@ async fn ask_one(
     }
 }
 
+/// Asks the holders of `name` as `session`'s identity.
+fn on_behalf_of(session: &Session, name: &[u8]) -> Result<Vec<Holder>> {
+    session.client().ask(name, session.identity(), None)
+}
+
 impl Mutex {
     /// Asks whoever holds this lock to let go ([`Client::request_release`], as this
     /// session's [`identity`](crate::Session::identity)); the holder asked, or `None` if
@@ -169,11 +175,9 @@ impl Mutex {
     /// # drop(guard); Ok(()) }
     /// ```
     pub fn request_release(&self) -> Result<Option<Holder>> {
-        let session = self.session();
-        let asked = session
-            .client()
-            .ask(self.name(), session.identity(), None)?;
-        Ok(asked.into_iter().next())
+        Ok(on_behalf_of(self.session(), self.name())?
+            .into_iter()
+            .next())
     }
 }
 
@@ -193,8 +197,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn request_release(&self) -> Result<Vec<Holder>> {
-        let session = self.session();
-        session.client().ask(self.name(), session.identity(), None)
+        on_behalf_of(self.session(), self.name())
     }
 }
 
@@ -214,8 +217,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn request_release(&self) -> Result<Vec<Holder>> {
-        let session = self.session();
-        session.client().ask(self.name(), session.identity(), None)
+        on_behalf_of(self.session(), self.name())
     }
 }
 
@@ -239,10 +241,8 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn request_release(&self) -> Result<Option<Holder>> {
-        let session = self.session();
-        let asked = session
-            .client()
-            .ask(self.name(), session.identity(), None)?;
-        Ok(asked.into_iter().next())
+        Ok(on_behalf_of(self.session(), self.name())?
+            .into_iter()
+            .next())
     }
 }
