@@ -333,3 +333,54 @@ fn tls_and_auth_together() {
         })
     ));
 }
+
+/// A role that covers a lock's `<name>/` and nothing beside it: releases still work (they
+/// fall back to deleting the key alone once etcd refuses the release request's delete),
+/// and asking is refused with a clear error, not a hang.
+#[test]
+fn a_role_on_the_name_alone_still_releases_and_is_refused_asking() {
+    let server = auth_server(&[]);
+    let root = format!("{}:{}", AUTH_ROOT.0, AUTH_ROOT.1);
+    let root_ctl = |args: &[&str]| {
+        let mut full = vec!["--user", root.as_str()];
+        full.extend_from_slice(args);
+        let out = common::etcdctl_command(&server.endpoint(), &full)
+            .output()
+            .expect("run etcdctl");
+        assert!(out.status.success(), "etcdctl {args:?} failed");
+    };
+    root_ctl(&["role", "add", "narrow"]);
+    // Exactly `jobs/nightly/` (range end `jobs/nightly0`).
+    root_ctl(&[
+        "role",
+        "grant-permission",
+        "narrow",
+        "readwrite",
+        "jobs/nightly/",
+        "jobs/nightly0",
+    ]);
+    root_ctl(&["user", "add", "narrow:narrow-secret", "--interactive=false"]);
+    root_ctl(&["user", "grant-role", "narrow", "narrow"]);
+    let c = user_client(&server, ("narrow", "narrow-secret")).expect("connect as narrow");
+    let mutex = c.session().unwrap().mutex("jobs/nightly").unwrap();
+    for round in 0..3 {
+        let guard = mutex.lock_timeout(Duration::from_secs(5)).unwrap();
+        guard
+            .release()
+            .unwrap_or_else(|e| panic!("release {round}: {e}"));
+        assert!(
+            c.get_prefix("jobs/nightly/").unwrap().is_empty(),
+            "round {round}: the key went"
+        );
+    }
+    let held = mutex.lock().unwrap();
+    match c.request_release("jobs/nightly") {
+        Err(Error::Server {
+            code: Code::PermissionDenied,
+            ..
+        }) => {}
+        other => panic!("asking without permission beside the name: {other:?}"),
+    }
+    drop(held);
+    assert!(c.get_prefix("jobs/nightly/").unwrap().is_empty());
+}

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedMutexGuard;
 
+use super::requests::{self, RequestKey};
 use super::{Kind, Line, Wait};
 use crate::client::follow::Followed;
 use crate::client::lease::LeaseState;
-use crate::client::removal::{self, Owned};
+use crate::client::removal::Owned;
 use crate::line::queue;
 use crate::support::backoff::Backoff;
 use crate::support::error::operation::Operation;
@@ -247,8 +248,8 @@ impl Held {
         let rpc = line.session.client().rpc().clone();
         let started = crate::support::clock::now();
         let first = line.session.client().block_on(async {
-            let request = super::requests::release_request_key(&line);
-            let removal = removal::remove_with(&rpc, &line.key, owned, request.as_deref());
+            let request = RequestKey::of(&line);
+            let removal = requests::remove_key_and_request(&rpc, &line.key, &request, owned);
             Ok(tokio::time::timeout(limit, removal).await)
         })?;
         match first {
@@ -449,26 +450,26 @@ pub(super) fn spawn_removal(
     let rpc = session.client().rpc().clone();
     let shared = session.lease().clone();
     let key = line.key.clone();
-    let request = super::requests::release_request_key(line);
+    let request = RequestKey::of(line);
     session.client().spawn(async move {
-        let answer = remove_until_answered(&rpc, &shared, &key, request.as_deref(), owned).await;
+        let answer = remove_until_answered(&rpc, &shared, &key, &request, owned).await;
         let _ = tx.send(answer);
         drop(turn);
     });
     rx
 }
 
-/// [`removal::remove`] until etcd answers, the session is lost, or the client closes.
+/// [`requests::remove_key_and_request`] until etcd answers, the session is lost, or the client closes.
 async fn remove_until_answered(
     rpc: &Rpc,
     session: &LeaseState,
     key: &[u8],
-    request: Option<&[u8]>,
+    request: &RequestKey,
     owned: Owned,
 ) -> Result<bool> {
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     loop {
-        match removal::remove_with(rpc, key, owned, request).await {
+        match requests::remove_key_and_request(rpc, key, request, owned).await {
             Err(e) if e.is_transient() => {
                 if let Some(reason) = session.loss_reason() {
                     return Err(Error::SessionLost(reason));

@@ -246,6 +246,9 @@ pub(crate) struct Line {
     /// read. Dropped when a wait starts at the back of a long line, so that a client whose
     /// waiters are all far back hears of no release (issue 28).
     deletes_pinned: StdMutex<Option<Pin>>,
+    /// etcd refused a release's delete of the key's release request (a role that covers
+    /// `<name>/` only): releases delete the key alone from then on (`requests.rs`).
+    requests_denied: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The lines of every session of this process, by session, name and mode. It lives here, not in
@@ -328,6 +331,7 @@ impl Line {
             turn,
             current: StdMutex::new(Weak::new()),
             deletes_pinned: StdMutex::new(None),
+            requests_denied: Arc::default(),
         })
     }
 

@@ -12,7 +12,11 @@ use tokio::sync::oneshot;
 use super::{Held, Hold, Line};
 use crate::line::request::{self, ReleaseRequest};
 use crate::support::backoff::Backoff;
-use crate::support::error::Result;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::client::removal::{self, Owned};
+use crate::support::error::code::Code;
+use crate::support::error::{Error, Result};
 use crate::support::kv::{KeyValue, Range, text};
 use crate::transport::Rpc;
 use crate::transport::watch::{EventKind, Only};
@@ -52,9 +56,55 @@ impl Held {
     }
 }
 
+/// The release request of a line's key, as its releases delete it.
+pub(super) struct RequestKey {
+    key: Option<Vec<u8>>,
+    /// Shared with the line: etcd refused a delete of it once.
+    denied: Arc<AtomicBool>,
+}
+
+impl RequestKey {
+    pub(super) fn of(line: &Line) -> RequestKey {
+        RequestKey {
+            key: release_request_key(line),
+            denied: line.requests_denied.clone(),
+        }
+    }
+}
+
+/// Removes `key` if it is still ours (`owned`), and its release request in the same Txn.
+/// A role that covers `<name>/` but not `<name>.revoke/` makes etcd refuse that Txn whole:
+/// then the key is removed alone, now and in every later release of the line (its request,
+/// if any was written, goes with the lease).
+pub(super) async fn remove_key_and_request(
+    rpc: &Rpc,
+    key: &[u8],
+    request: &RequestKey,
+    owned: Owned,
+) -> Result<bool> {
+    let also = match request.denied.load(Ordering::Relaxed) {
+        true => None,
+        false => request.key.as_deref(),
+    };
+    match removal::remove_with(rpc, key, owned, also).await {
+        Err(Error::Server {
+            code: Code::PermissionDenied,
+            ..
+        }) if also.is_some() => {
+            request.denied.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                key = %text(key),
+                "may not delete release requests beside this name: releasing without"
+            );
+            removal::remove_with(rpc, key, owned, None).await
+        }
+        other => other,
+    }
+}
+
 /// The release request of the line's key, which every release and cleanup deletes with
 /// the key (`hold.rs`).
-pub(super) fn release_request_key(line: &Line) -> Option<Vec<u8>> {
+fn release_request_key(line: &Line) -> Option<Vec<u8>> {
     #[cfg(feature = "simulation")]
     if crate::support::mutation::active(crate::support::mutation::Mutation::ReleaseKeepsRequest) {
         return None;
