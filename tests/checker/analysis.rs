@@ -127,7 +127,7 @@ fn shares_with(mode: &str) -> usize {
 }
 
 /// `(N, k)` of a permit mode: `pN` is one permit of N, `pNxk` k of them at once.
-fn permits_of(mode: &str) -> Option<(usize, usize)> {
+pub(crate) fn permits_of(mode: &str) -> Option<(usize, usize)> {
     let rest = mode.strip_prefix('p')?;
     match rest.split_once('x') {
         Some((n, k)) => Some((n.parse().ok()?, k.parse().ok()?)),

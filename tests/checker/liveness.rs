@@ -2,7 +2,8 @@
 //! by its guard, within bounds, whenever no fault is in progress.
 //!
 //! * **Handoff**: while a waiter waits (an attempt, `BEG` to `END`), a name that no guard
-//!   holds (no logged hold covers the instant: fewer than N permits of N for a semaphore)
+//!   holds (no logged hold covers the instant; for the semaphore, no permit held: see
+//!   [`free_gaps`])
 //!   must be taken, by that waiter or another, within [`HANDOFF_BOUND`]. Judged only where
 //!   the window `[t0, t0 + bound]` (`t0`: the later of the wait's start and the name
 //!   becoming free) overlaps no fault, each fault extended by its recovery
@@ -22,8 +23,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use super::analysis::Section;
-use super::{PERMITS, SEM_NAME, TTL};
+use super::TTL;
+use super::analysis::{Section, permits_of};
 
 /// A free name must be taken within this while someone waits (the brief's 2 s; the
 /// handoff itself, one watch event and one Txn, is well within it).
@@ -194,18 +195,20 @@ fn attempts(
     by_name
 }
 
-/// Intervals in which `name` could be taken: fewer holds than it has room for. `covers`
-/// count as holds: multi-lock attempts in progress on the name (`multi.rs`), which may
-/// hold it before any `CS` line says so.
+/// Intervals in which `name` could be taken by whoever waits first: nothing holds it.
+/// `covers` count as holds: multi-lock attempts in progress on the name (`multi.rs`), which
+/// may hold it before any `CS` line says so. The semaphore counts as free only with no
+/// permit held: a waiter may ask for both permits at once (`acquire_many`), and whoever
+/// waits behind it may not overtake it, so one free permit is not a turn anyone is owed.
 pub(crate) fn free_gaps(
-    name: &str,
+    _name: &str,
     sections: &[Section],
     events: &Events,
     covers: &[(u64, u64)],
     from: u64,
     to: u64,
 ) -> Vec<(u64, u64)> {
-    let room = if name == SEM_NAME { PERMITS as i64 } else { 1 };
+    let room = 1;
     let deleted = deleted(events);
     let mut edges: Vec<(u64, i64)> = Vec::new();
     for &(start, end) in covers {
@@ -223,9 +226,11 @@ pub(crate) fn free_gaps(
         if let Some(d) = deleted.get(&(s.key.as_str(), s.token)) {
             end = end.min(d.after.max(s.enter));
         }
+        // k permits taken at once weigh k.
+        let weight = permits_of(&s.mode).map_or(1, |(_, k)| k as i64);
         if end > s.enter {
-            edges.push((s.enter, 1));
-            edges.push((end, -1));
+            edges.push((s.enter, weight));
+            edges.push((end, -weight));
         }
     }
     // At one instant, ends before starts: a handoff at the same nanosecond is no gap.
@@ -449,6 +454,29 @@ mod tests {
         assert_eq!(
             free_gaps("a", &sections, &events, &[], 0, 60),
             vec![(0, 10), (30, 40), (45, 60)]
+        );
+    }
+
+    #[test]
+    fn the_semaphore_is_free_only_with_no_permit_held() {
+        // Both permits at once (10-20), then one (20-30) overlapping another (25-35): a
+        // waiter for both is owed a turn only from 35 on.
+        let mut both = section("ck-sem/1.permits-2.x2", 10, 20);
+        both.mode = "p2x2".into();
+        let mut one = section("ck-sem/2.permits-2", 20, 30);
+        one.mode = "p2".into();
+        let mut other = section("ck-sem/3.permits-2", 25, 35);
+        other.mode = "p2".into();
+        assert_eq!(
+            free_gaps(
+                "ck-sem",
+                &[both, one, other],
+                &Events::default(),
+                &[],
+                0,
+                60
+            ),
+            vec![(0, 10), (35, 60)]
         );
     }
 }
