@@ -144,7 +144,8 @@ fn killing_the_etcd_leader_mid_contention_keeps_exclusion_and_progress() {
     assert_eq!(
         done.load(Ordering::SeqCst),
         40,
-        "progress stopped after the leader died"
+        "progress stopped after the leader died; failed attempts: {:?}",
+        failures.lock().unwrap()
     );
     // Only the dead member may fail an attempt, once per client at most (an ambiguous
     // enqueue is not retried on every endpoint twice); an election is waited out.

@@ -14,8 +14,38 @@ pub fn etcd() -> EtcdServer {
     }
 }
 
+/// Diagnostics: with `ETCD_SYNC_TEST_TRACE=<dir>`, the crate's debug events go to
+/// `<dir>/trace-<pid>` (one file per test process; a test's threads are named).
+pub fn trace_from_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(trace_to_dir);
+}
+
+fn trace_to_dir() {
+    let Ok(dir) = std::env::var("ETCD_SYNC_TEST_TRACE") else {
+        return;
+    };
+    let path = std::path::Path::new(&dir).join(format!("trace-{}", std::process::id()));
+    if let Ok(file) = std::fs::File::create(path) {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let filter = tracing_subscriber::filter::Targets::new()
+            .with_target("etcd_sync", tracing::Level::DEBUG);
+        let _ = tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_thread_names(true)
+                    .with_writer(std::sync::Mutex::new(file)),
+            )
+            .with(filter)
+            .try_init();
+    }
+}
+
 /// A fresh 3-member cluster.
 pub fn cluster() -> EtcdCluster {
+    trace_from_env();
     match EtcdCluster::start(3) {
         Ok(cluster) => cluster,
         Err(e) => panic!("cannot start an etcd cluster for the test: {e}"),
