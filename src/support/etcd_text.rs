@@ -57,9 +57,48 @@ pub(crate) fn is_future_revision(message: &str) -> bool {
     message.contains(FUTURE_REVISION)
 }
 
+/// Whether a member of this version (`StatusResponse.version`, "3.5.15") serves a watcher
+/// that starts at exactly the compact revision the delete events at that revision (etcd
+/// #18089, fixed in 3.4.34, 3.5.15 and 3.6.0). An unknown or unreadable version is taken
+/// for one without the fix: that costs only speed (see `transport/watches/watcher.rs`).
+pub(crate) fn keeps_compacted_deletes(version: &str) -> bool {
+    let mut parts = version
+        .split(['.', '-', '+'])
+        .map(|part| part.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    match (major, minor) {
+        (3, 0..=3) => false,
+        (3, 4) => patch >= 34,
+        (3, 5) => patch >= 15,
+        (3, _) => true,
+        (major, _) => major > 3,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_releases_with_the_compacted_delete_fix_are_told_apart() {
+        for fixed in [
+            "3.4.34", "3.4.45", "3.5.15", "3.5.34", "3.6.0", "3.7.2", "4.0.0",
+        ] {
+            assert!(keeps_compacted_deletes(fixed), "{fixed}");
+        }
+        for unfixed in [
+            "3.4.23", "3.4.33", "3.5.1", "3.5.14", "3.3.27", "", "3.5", "x.y.z",
+        ] {
+            assert!(!keeps_compacted_deletes(unfixed), "{unfixed}");
+        }
+        // Suffixes (a build tag, the simulation's) do not hide the release.
+        assert!(keeps_compacted_deletes("3.5.15-sim"));
+        assert!(!keeps_compacted_deletes("3.4.33-sim"));
+    }
 
     #[test]
     fn refusals_before_handling_are_told_apart_from_ambiguous_failures() {

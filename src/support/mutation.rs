@@ -46,15 +46,19 @@ pub enum Mutation {
     /// A release deletes our key but not its release request (`<name>.revoke/…`), which
     /// then outlives the hold it was for, until the session ends.
     ReleaseKeepsRequest,
+    /// A watcher resumes right after the last revision it saw on every member, also on
+    /// one without etcd #18089's fix, which then loses a delete at exactly its compact
+    /// revision (defect 5 of RELIABILITY.md, back where the member's version decides).
+    ResumeAfterOnEveryRelease,
 }
 
 impl Mutation {
     /// Every mutation, in the order of the table in RELIABILITY.md.
     ///
     /// ```
-    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 9);
+    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 10);
     /// ```
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::ResumeCompacted,
         Mutation::EnqueueWithoutCondition,
         Mutation::DelayIgnoresDeletion,
@@ -64,6 +68,7 @@ impl Mutation {
         Mutation::UnguardedRelease,
         Mutation::CancelReturnsEarly,
         Mutation::ReleaseKeepsRequest,
+        Mutation::ResumeAfterOnEveryRelease,
     ];
 
     fn code(self) -> u8 {
@@ -77,6 +82,7 @@ impl Mutation {
             Mutation::UnguardedRelease => 7,
             Mutation::CancelReturnsEarly => 8,
             Mutation::ReleaseKeepsRequest => 9,
+            Mutation::ResumeAfterOnEveryRelease => 10,
         }
     }
 }

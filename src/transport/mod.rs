@@ -378,6 +378,25 @@ impl Rpc {
         Err(last)
     }
 
+    /// Whether the member behind `channel` says (Status) it has etcd #18089's fix; no if
+    /// it cannot say (a failure here is the watch stream's to meet).
+    pub(crate) async fn member_keeps_compacted_deletes(&self, channel: Channel) -> bool {
+        #[cfg(feature = "simulation")]
+        if crate::support::mutation::active(
+            crate::support::mutation::Mutation::ResumeAfterOnEveryRelease,
+        ) {
+            return true;
+        }
+        let request = self.request(pb::StatusRequest {});
+        match pb::maintenance_client::MaintenanceClient::new(channel)
+            .status(request)
+            .await
+        {
+            Ok(status) => etcd_text::keeps_compacted_deletes(&status.into_inner().version),
+            Err(_) => false,
+        }
+    }
+
     /// Opens a watch stream; the same rule as for keep-alive applies (see `transport/lease.rs`): queue the first
     /// create request before awaiting.
     pub(crate) async fn watch(

@@ -160,6 +160,10 @@ pub(crate) struct Created {
     /// etcd's answer to each create request, in order: its header revision is etcd's
     /// "now" for that watcher (it reports every event after it), and a refusal says why.
     pub(crate) answers: Vec<WatchResponse>,
+    /// The member the stream runs on has etcd #18089's fix (its Status said so just
+    /// before the stream opened): a watcher may resume right after the last revision it
+    /// covers, not at it (see `watches/watcher.rs`).
+    pub(crate) keeps_compacted_deletes: bool,
 }
 
 impl WatchStream {
@@ -167,7 +171,7 @@ impl WatchStream {
     /// them. On a transient failure the client moves on to its next endpoint.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) async fn open(rpc: &Rpc, creates: Vec<Watch>) -> Result<(WatchStream, Created)> {
-        let (watch, created, refusal) = Self::open_tolerant(rpc, creates).await?;
+        let (watch, created, refusal) = Self::open_tolerant(rpc, |_| creates.clone()).await?;
         match refusal {
             Some(refusal) => Err(cancel_error(&refusal)),
             None => Ok((watch, created)),
@@ -175,28 +179,36 @@ impl WatchStream {
     }
 
     /// Like [`open`](WatchStream::open), but a watcher etcd refuses (a compacted start
-    /// revision) is reported as a `None` id with the first refusal, not as an error.
+    /// revision) is reported as a `None` id with the first refusal, not as an error. The
+    /// create requests are made once the member is known: `creates(true)` on a member with
+    /// etcd #18089's fix ([`Created::keeps_compacted_deletes`]).
     pub(crate) async fn open_tolerant(
         rpc: &Rpc,
-        creates: Vec<Watch>,
+        creates: impl Fn(bool) -> Vec<Watch>,
     ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
-        rpc.with_fresh_token(|| Self::open_with_token(rpc, creates.clone()))
+        rpc.with_fresh_token(|| Self::open_with_token(rpc, &creates))
             .await
     }
 
     async fn open_with_token(
         rpc: &Rpc,
-        creates: Vec<Watch>,
+        creates: &impl Fn(bool) -> Vec<Watch>,
     ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
         #[cfg(feature = "simulation")]
         if rpc.is_dead() {
             return Err(Error::Closed);
         }
         let (endpoint, channel) = rpc.channel();
-        let result = tokio::time::timeout(
-            rpc.request_timeout(),
-            Self::open_on(rpc, endpoint, channel, creates),
-        )
+        let result = tokio::time::timeout(rpc.request_timeout(), async {
+            // Asked on every open, not remembered: a member restarted with another
+            // release (a rolling upgrade, or a downgrade) breaks the stream, and the next
+            // one asks again.
+            let fixed = rpc.member_keeps_compacted_deletes(channel.clone()).await;
+            let (watch, mut created, refusal) =
+                Self::open_on(rpc, endpoint, channel, creates(fixed)).await?;
+            created.keeps_compacted_deletes = fixed;
+            Ok((watch, created, refusal))
+        })
         .await
         .unwrap_or_else(|_| {
             Err(Error::Timeout {
@@ -241,6 +253,7 @@ impl WatchStream {
             ids: Vec::with_capacity(wanted),
             revision: 0,
             answers: Vec::with_capacity(wanted),
+            keeps_compacted_deletes: false,
         };
         let mut refusal = None;
         while created.ids.len() < wanted {

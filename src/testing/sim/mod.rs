@@ -50,8 +50,13 @@ use crate::transport::memory;
 use serve::Connections;
 use services::{Member, MemberState, Shared, State};
 
-/// The etcd version a simulated member reports.
-pub const SIMULATED_VERSION: &str = "3.4.99-sim";
+/// The etcd version a simulated member reports: a release with etcd #18089 (see
+/// [`SimCluster::set_keeps_compacted_tombstones`], the start).
+pub const SIMULATED_VERSION: &str = "3.4.33-sim";
+
+/// The version a simulated member reports once it keeps the deletes at the compact
+/// revision: the first 3.4 release with #18089's fix.
+pub const SIMULATED_FIXED_VERSION: &str = "3.4.34-sim";
 
 /// A simulated etcd cluster served in this process. Dropping it stops every member.
 ///
@@ -150,7 +155,6 @@ impl SimCluster {
                 applied: lag::Applied::default(),
             }),
             cluster_id: 0xcdf8_1819_4e3a_8c32 ^ number,
-            version: SIMULATED_VERSION.to_string(),
             thawed: tokio::sync::Notify::new(),
         });
         let endpoints = (0..members)
@@ -453,6 +457,8 @@ impl SimCluster {
     /// # Ok(()) }
     /// ```
     pub fn set_keeps_compacted_tombstones(&self, keeps: bool) {
+        // Status says which (a client trusts a member with the fix to resume watchers
+        // right after what they have).
         self.shared.lock().store.keeps_compacted_tombstones = keeps;
     }
 

@@ -61,8 +61,6 @@ pub(crate) struct State {
 pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     pub(crate) cluster_id: u64,
-    /// The etcd version Status reports.
-    pub(crate) version: String,
     /// Woken when a member thaws.
     pub(crate) thawed: tokio::sync::Notify,
 }
@@ -482,7 +480,12 @@ impl pb::maintenance_server::Maintenance for Member {
         let revision = state.store.revision();
         Ok(Response::new(pb::StatusResponse {
             header: Some(self.header(&state, revision)),
-            version: self.shared.version.clone(),
+            version: if state.store.keeps_compacted_tombstones {
+                super::SIMULATED_FIXED_VERSION
+            } else {
+                super::SIMULATED_VERSION
+            }
+            .to_string(),
             db_size: 20_480 + revision * 64,
             leader: state
                 .leader

@@ -32,6 +32,8 @@ pub(super) struct Hub {
     next_id: i64,
     /// When the current stream opened (its creates answered), if it did.
     opened_at: Option<std::time::Instant>,
+    /// The current stream's member has etcd #18089's fix (see [`Watcher::request`]).
+    fixed: bool,
 }
 
 /// A stream that served this long was healthy (a member that breaks streams at once does
@@ -193,8 +195,11 @@ impl Hub {
             return;
         }
         // A failed send means the stream is closing; the next one creates the watcher.
-        if stream.send_create(&watcher.create(spec, id)).is_ok() {
-            watcher.id = Some(id);
+        if stream
+            .send_create(&watcher.request(spec, id, self.fixed))
+            .is_ok()
+        {
+            watcher.sent(id, self.fixed);
             self.by_id.insert(id, spec.clone());
         }
     }
@@ -222,16 +227,34 @@ impl Hub {
         commands: &mut UnboundedReceiver<Command>,
     ) -> Result<Ended> {
         let specs: Vec<Spec> = self.watchers.keys().cloned().collect();
-        let mut creates = Vec::with_capacity(specs.len());
+        let mut ids = Vec::with_capacity(specs.len());
         for spec in &specs {
             let id = self.next_watch_id();
-            if let Some(watcher) = self.watchers.get_mut(spec) {
-                creates.push(watcher.create(spec, id));
-                watcher.id = Some(id);
-            }
+            ids.push(id);
             self.by_id.insert(id, spec.clone());
         }
+        // Both ways: which one goes depends on the member the stream opens on.
+        let [unfixed, fixed] = [false, true].map(|fixed| {
+            specs
+                .iter()
+                .zip(&ids)
+                .filter_map(|(spec, &id)| Some(self.watchers.get(spec)?.request(spec, id, fixed)))
+                .collect::<Vec<_>>()
+        });
+        let creates = |on_fixed: bool| {
+            if on_fixed {
+                fixed.clone()
+            } else {
+                unfixed.clone()
+            }
+        };
         let (mut stream, created, _) = WatchStream::open_tolerant(rpc, creates).await?;
+        self.fixed = created.keeps_compacted_deletes;
+        for (spec, &id) in specs.iter().zip(&ids) {
+            if let Some(watcher) = self.watchers.get_mut(spec) {
+                watcher.sent(id, self.fixed);
+            }
+        }
         self.opened_at = Some(crate::support::clock::now());
         for answer in created.answers {
             self.on_created(answer, &stream);

@@ -207,8 +207,9 @@ impl Watches {
 
     /// [`subscribe_to`](Self::subscribe_to), but a watcher created for it starts right
     /// after `known` (a revision the subscriber read), so that it covers everything since,
-    /// with no read. etcd serves such a watcher *unsynced* at first: its events arrive up to
-    /// 100 ms late, for a subscriber that can wait that long. A watcher that exists already
+    /// with no read. On a member without etcd #18089's fix it starts *at* `known` (see
+    /// `watcher.rs`), which etcd serves *unsynced* at first: its events arrive up to 100 ms
+    /// late, for a subscriber that can wait that long; with the fix, right after. A watcher that exists already
     /// serves the subscriber as usual (it is told to read if the watcher started later).
     pub(crate) fn subscribe_from(&self, spec: Spec, known: i64, sink: Sink) -> Subscribed {
         self.subscribe_with(spec, known, Box::new(sink), None, known > 0)

@@ -45,21 +45,28 @@ impl Watcher {
 
     /// The create request for the current stream: continue after `through`, or from now.
     ///
-    /// It continues *at* `through`, one revision early. etcd before 3.4.34 and 3.5.15
-    /// (etcd #18089, Debian's 3.4.23, PyPI's 3.5.1) loses the deletes at exactly its compact
-    /// revision from a watcher that starts there, and `through + 1` can be that revision: the
-    /// deletion of a key ahead of a waiter (or of a guard's key) would never arrive. Started
-    /// at `through`, which it has seen, such a compaction is refused as compacted instead,
-    /// and the watcher starts over with its subscribers reading. The repeated revision is
-    /// dropped ([`Watcher::overlap`]).
-    pub(super) fn create(&mut self, spec: &Spec, id: i64) -> Watch {
+    /// On a member without etcd #18089's fix (before 3.4.34 and 3.5.15: Debian's 3.4.23,
+    /// PyPI's 3.5.1) it continues *at* `through`, one revision early: such a member loses
+    /// the deletes at exactly its compact revision from a watcher that starts there, and
+    /// `through + 1` can be that revision: the deletion of a key ahead of a waiter (or of a
+    /// guard's key) would never arrive. Started at `through`, which it has seen, such a
+    /// compaction is refused as compacted instead, and the watcher starts over with its
+    /// subscribers reading. The repeated revision is dropped ([`Watcher::overlap`]). The
+    /// price: etcd serves a watcher that starts at a revision it has as *unsynced*, its
+    /// events up to 100 ms late. On a member with the fix (`fixed`, from its Status as
+    /// the stream opened) it starts at `through + 1`: synced, when nothing happened since.
+    pub(super) fn request(&self, spec: &Spec, id: i64, fixed: bool) -> Watch {
         match self.through {
-            Some(through) if through > 0 => {
-                self.overlap = true;
-                spec.create(id, through)
-            }
+            Some(through) if through > 0 && fixed => spec.create(id, through + 1),
+            Some(through) if through > 0 => spec.create(id, through),
             _ => spec.create(id, 0),
         }
+    }
+
+    /// Records that [`request`](Self::request)`(.., id, fixed)` was sent on the stream.
+    pub(super) fn sent(&mut self, id: i64, fixed: bool) {
+        self.id = Some(id);
+        self.overlap = !fixed && self.through.is_some_and(|through| through > 0);
     }
 
     /// Drops from the first answers after a re-creation the events it already has (see
@@ -242,7 +249,9 @@ mod tests {
         let mut w = covering(10);
         w.progress(25);
         // One revision early (etcd #18089), the repeat dropped.
-        assert_eq!(w.create(&spec, 1).start_revision, 25);
+        assert_eq!(w.request(&spec, 1, false).start_revision, 25);
+        // On a member with the fix, right after it.
+        assert_eq!(w.request(&spec, 1, true).start_revision, 26);
         // A member that lags the one that sent the events proves nothing new.
         w.progress(20);
         assert_eq!(w.through, Some(25));
@@ -261,15 +270,17 @@ mod tests {
         w.forget();
         w.progress(25);
         assert_eq!(w.through, None);
-        assert_eq!(w.create(&spec, 4).start_revision, 0);
-        assert!(w.create(&spec, 4).progress_notify);
+        assert_eq!(w.request(&spec, 4, false).start_revision, 0);
+        assert_eq!(w.request(&spec, 4, true).start_revision, 0);
+        assert!(w.request(&spec, 4, false).progress_notify);
     }
 
     #[test]
     fn a_re_created_watcher_starts_at_what_it_has_and_drops_the_repeat() {
         let spec = Spec::key(b"k", Only::Deletes);
         let mut w = covering(10);
-        assert_eq!(w.create(&spec, 1).start_revision, 10);
+        assert_eq!(w.request(&spec, 1, false).start_revision, 10);
+        w.sent(1, false);
         let mut repeat = vec![put(10)];
         assert!(
             !w.skip_overlap(&mut repeat),
@@ -282,6 +293,21 @@ mod tests {
         // Past the overlap, a repeat goes back as before.
         let mut again = vec![put(10)];
         assert!(w.skip_overlap(&mut again) && w.goes_back(&again));
+    }
+
+    #[test]
+    fn on_a_member_with_the_fix_a_re_created_watcher_starts_after_what_it_has() {
+        let spec = Spec::key(b"k", Only::Deletes);
+        let mut w = covering(10);
+        assert_eq!(w.request(&spec, 1, true).start_revision, 11);
+        w.sent(1, true);
+        assert!(!w.overlap);
+        let mut next = vec![put(11)];
+        assert!(w.skip_overlap(&mut next));
+        assert_eq!(next.len(), 1);
+        // A stream on a member without it, later: one revision early again.
+        w.sent(2, false);
+        assert!(w.overlap);
     }
 
     #[test]
