@@ -30,7 +30,8 @@ fn trace_to_dir() {
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
         let filter = tracing_subscriber::filter::Targets::new()
-            .with_target("etcd_sync", tracing::Level::DEBUG);
+            .with_target("etcd_sync", tracing::Level::DEBUG)
+            .with_target("etcd_sync::client::keepalive", tracing::Level::TRACE);
         let _ = tracing_subscriber::registry()
             .with(
                 tracing_subscriber::fmt::layer()
