@@ -136,6 +136,20 @@ pub(crate) fn acquire(
             }
         }
     })?;
+    Ok(hold_from(line, kind, &enqueued, turn, alive_at, started))
+}
+
+/// The tail every join shares (one name, or several in one Txn): `enqueued` owns at
+/// `alive_at` (its proof revision), `turn` in hand. Makes the hold that owns the turn and
+/// has the client's follow task follow the key from `alive_at`.
+pub(super) fn hold_from(
+    line: &Arc<Line>,
+    kind: Kind,
+    enqueued: &queue::Enqueued,
+    turn: OwnedMutexGuard<()>,
+    alive_at: i64,
+    started: crate::support::telemetry::Stopwatch,
+) -> Held {
     let hold = Arc::new(Hold {
         line: line.clone(),
         rev: enqueued.rev,
@@ -153,7 +167,7 @@ pub(crate) fn acquire(
         requests: StdMutex::new(None),
     });
     *line.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&hold);
-    client.follower().follow(Follow::Guard {
+    line.session.client().follower().follow(Follow::Guard {
         prefix: line.prefix.clone(),
         key: line.key.clone(),
         rev: enqueued.rev,
@@ -173,7 +187,7 @@ pub(crate) fn acquire(
         "acquired"
     );
     crate::support::telemetry::acquired(&line.name, kind.operation(), started);
-    Ok(Held::new(hold))
+    Held::new(hold)
 }
 
 /// Joins the line within `wait`: our key, and the turn back. On any error our key is
@@ -246,7 +260,10 @@ async fn join_within(
 /// answer before the join's own request timed out, and then the removal by lease and the
 /// sweep go on in the background. So a join cut short on a frozen etcd (`lock_timeout`,
 /// `try_lock`) still returns within about one request timeout, as before.
-fn settle_by(started: tokio::time::Instant, request_timeout: Duration) -> tokio::time::Instant {
+pub(super) fn settle_by(
+    started: tokio::time::Instant,
+    request_timeout: Duration,
+) -> tokio::time::Instant {
     let now = tokio::time::Instant::now();
     (now + request_timeout / 4).min(started + request_timeout)
 }
@@ -351,7 +368,7 @@ fn sweep(line: &Line, from: i64) {
 /// that held it (see `client/follow.rs`). The receiver hears
 /// when etcd has answered the removal (or the session ended); the caller waits for it
 /// within a bound, the removal goes on regardless.
-fn clean_up_ambiguous(
+pub(super) fn clean_up_ambiguous(
     line: &Arc<Line>,
     turn: OwnedMutexGuard<()>,
 ) -> tokio::sync::oneshot::Receiver<()> {

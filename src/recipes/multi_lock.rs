@@ -159,6 +159,8 @@ pub struct MultiLock {
     members: Arc<[MultiLockMember]>,
     /// Their names, in the same order (shared with every guard).
     names: Arc<[Vec<u8>]>,
+    /// Their lines and operations, in the same order (for the one-Txn join).
+    lines: Arc<[(Arc<Line>, Operation)]>,
 }
 
 impl Session {
@@ -254,9 +256,14 @@ impl MultiLock {
             )));
         }
         let names = members.iter().map(|m| m.name().to_vec()).collect();
+        let lines = members
+            .iter()
+            .map(|m| (m.line.clone(), m.operation))
+            .collect();
         Ok(MultiLock {
             members: members.into(),
             names,
+            lines,
         })
     }
 
@@ -391,8 +398,12 @@ impl MultiLock {
             .map_or_else(CancelToken::new, CancelToken::child);
         let signal = Arc::new(Signal::cancelling(ended.cancellation()));
         let wait = wait.with_cancel(ended);
-        let mut held = Vec::with_capacity(self.members.len());
-        for member in self.members.iter() {
+        // Every name that is free, in one Txn; the rest (if any) name by name.
+        let mut held = ownership::lock_free_prefix(&self.lines, &wait)?;
+        for h in &mut held {
+            h.share_signal(&signal);
+        }
+        for member in &self.members[held.len()..] {
             let wait = wait.clone().with_delay(member.delay);
             match ownership::lock(&member.line, member.operation, wait) {
                 Ok(mut h) => {
