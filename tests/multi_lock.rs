@@ -443,6 +443,11 @@ fn a_partly_busy_set_keeps_only_the_free_prefix_and_leaves_nothing_behind() {
     let guard = waiter.join().unwrap().expect("the set is taken");
     assert!(guard.is_held());
     assert_eq!(keys_under(&c, &names).len(), 4);
+    // pb-a held from the Txn, and our pb-b key queued by it (no second enqueue there);
+    // pb-c and pb-d joined name by name afterwards.
+    let tokens: Vec<i64> = guard.fencing_tokens().iter().map(|t| t.1).collect();
+    assert_eq!(tokens[0], tokens[1], "{tokens:?}");
+    assert!(tokens[1] < tokens[2] && tokens[2] < tokens[3], "{tokens:?}");
     drop(guard);
     assert!(keys_under(&c, &names).is_empty());
 }

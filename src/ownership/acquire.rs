@@ -65,78 +65,93 @@ pub(crate) fn acquire(
         // 1. Join the line in etcd.
         let (enqueued, turn) = join_within(&rpc, line, kind, value, &wait, &session, turn).await?;
         // 2. Wait for our turn in etcd, unless asked not to.
-        let waited = match &enqueued.position {
-            Position::Owner => Ok(enqueued.seen_at),
-            // Only a busy line is `WouldBlock`: a refusal is an error.
-            Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
-            position => {
-                if let Position::Behind(ahead) = position {
-                    super::leftover::remove_unused(line, ahead);
-                }
-                let watches = line.session.client().watches();
-                let far = wait::starts_far(watches, line.ours(enqueued.rev), position);
-                let turn_came = wait.bound(
-                    kind.operation(),
-                    wait::wait_turn(
-                        &rpc,
-                        line.watches_for(far),
-                        &session,
-                        line.ours(enqueued.rev),
-                        (position.clone(), enqueued.seen_at),
-                    ),
-                );
-                match (turn_came.await, position) {
-                    // Our turn came after others held: a lock-delay may apply. It is a
-                    // step after the proof, so it ends when our key goes (rule 4).
-                    (Ok(seen_at), Position::Behind(ahead)) if !wait.delay.is_zero() => {
-                        let op = kind.operation();
-                        let delay = wait.delay;
-                        let held_off =
-                            delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, delay);
-                        let watches = line.session.client().watches();
-                        let ours = line.ours(enqueued.rev);
-                        #[cfg(feature = "simulation")]
-                        if crate::support::mutation::active(
-                            crate::support::mutation::Mutation::DelayIgnoresDeletion,
-                        ) {
-                            let unwatched = Box::pin(wait.bound_alive(op, &session, held_off));
-                            return match unwatched.await {
-                                Ok(()) => Ok((enqueued, turn, seen_at)),
-                                Err(e) => Err(TryLockError::from(e)),
-                            };
-                        }
-                        let kept =
-                            proof::while_ours(&rpc, watches, &session, ours, seen_at, held_off);
-                        // Boxed: a rare path, kept out of every acquire's future (in a
-                        // debug build it overflowed a 2 MiB thread stack inline).
-                        Box::pin(wait.bound_alive(op, &session, kept))
-                            .await
-                            .map(|()| seen_at)
-                    }
-                    (result, _) => result,
-                }
-                .map_err(TryLockError::from)
-            }
-        };
-        match waited {
-            Ok(seen_at) => Ok((enqueued, turn, seen_at)),
-            Err(e) => {
-                // Known revision: this deletes nothing but the key this attempt created.
-                let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(turn));
-                // Bounded: the caller gets its error within one request timeout.
-                #[cfg(feature = "simulation")]
-                if crate::support::mutation::active(
-                    crate::support::mutation::Mutation::CancelReturnsEarly,
-                ) {
-                    drop(pending);
-                    return Err(e);
-                }
-                let _ = tokio::time::timeout(rpc.request_timeout(), pending).await;
-                Err(e)
-            }
-        }
+        wait_in_line(&rpc, line, kind, &wait, &session, enqueued, turn).await
     })?;
     Ok(hold_from(line, kind, &enqueued, turn, alive_at, started))
+}
+
+/// Waits until `enqueued` (our key, just joined, `turn` in hand) owns, unless `wait` is a
+/// `try_*`: the key, the turn and the proof revision. On any error the key is removed by
+/// its revision, turn in hand (the caller hears of the error once etcd answered, or within
+/// one request timeout).
+pub(super) async fn wait_in_line(
+    rpc: &Rpc,
+    line: &Arc<Line>,
+    kind: Kind,
+    wait: &Wait,
+    session: &LeaseState,
+    enqueued: queue::Enqueued,
+    turn: OwnedMutexGuard<()>,
+) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>, i64), TryLockError> {
+    let waited = match &enqueued.position {
+        Position::Owner => Ok(enqueued.seen_at),
+        // Only a busy line is `WouldBlock`: a refusal is an error.
+        Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
+        position => {
+            if let Position::Behind(ahead) = position {
+                super::leftover::remove_unused(line, ahead);
+            }
+            let watches = line.session.client().watches();
+            let far = wait::starts_far(watches, line.ours(enqueued.rev), position);
+            let turn_came = wait.bound(
+                kind.operation(),
+                wait::wait_turn(
+                    rpc,
+                    line.watches_for(far),
+                    session,
+                    line.ours(enqueued.rev),
+                    (position.clone(), enqueued.seen_at),
+                ),
+            );
+            match (turn_came.await, position) {
+                // Our turn came after others held: a lock-delay may apply. It is a
+                // step after the proof, so it ends when our key goes (rule 4).
+                (Ok(seen_at), Position::Behind(ahead)) if !wait.delay.is_zero() => {
+                    let op = kind.operation();
+                    let delay = wait.delay;
+                    let held_off =
+                        delay::hold_off(rpc, session, wait, op, &line.prefix, ahead, delay);
+                    let watches = line.session.client().watches();
+                    let ours = line.ours(enqueued.rev);
+                    #[cfg(feature = "simulation")]
+                    if crate::support::mutation::active(
+                        crate::support::mutation::Mutation::DelayIgnoresDeletion,
+                    ) {
+                        let unwatched = Box::pin(wait.bound_alive(op, session, held_off));
+                        return match unwatched.await {
+                            Ok(()) => Ok((enqueued, turn, seen_at)),
+                            Err(e) => Err(TryLockError::from(e)),
+                        };
+                    }
+                    let kept = proof::while_ours(rpc, watches, session, ours, seen_at, held_off);
+                    // Boxed: a rare path, kept out of every acquire's future (in a
+                    // debug build it overflowed a 2 MiB thread stack inline).
+                    Box::pin(wait.bound_alive(op, session, kept))
+                        .await
+                        .map(|()| seen_at)
+                }
+                (result, _) => result,
+            }
+            .map_err(TryLockError::from)
+        }
+    };
+    match waited {
+        Ok(seen_at) => Ok((enqueued, turn, seen_at)),
+        Err(e) => {
+            // Known revision: this deletes nothing but the key this attempt created.
+            let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(turn));
+            // Bounded: the caller gets its error within one request timeout.
+            #[cfg(feature = "simulation")]
+            if crate::support::mutation::active(
+                crate::support::mutation::Mutation::CancelReturnsEarly,
+            ) {
+                drop(pending);
+                return Err(e);
+            }
+            let _ = tokio::time::timeout(rpc.request_timeout(), pending).await;
+            Err(e)
+        }
+    }
 }
 
 /// The tail every join shares (one name, or several in one Txn): `enqueued` owns at

@@ -32,14 +32,15 @@ use crate::support::telemetry::Stopwatch;
 pub(crate) fn lock_free_prefix(
     members: &[(Arc<Line>, Operation)],
     wait: &Wait,
-) -> std::result::Result<Vec<Held>, TryLockError> {
+) -> std::result::Result<(Vec<Held>, Option<Queued>), TryLockError> {
     let started = Stopwatch::start();
+    let none = || Ok((Vec::new(), None));
     let Some((first, _)) = members.first() else {
-        return Ok(Vec::new());
+        return none();
     };
     // One name: the one-name path sends one Txn too.
     if members.len() < 2 || members.len() > queue::MAX_LINES {
-        return Ok(Vec::new());
+        return none();
     }
     crate::client::runtime::ensure_blocking_allowed()?;
     wait.check()?;
@@ -48,26 +49,77 @@ pub(crate) fn lock_free_prefix(
     // A name this thread holds is the one-name path's error (`WouldDeadlock`), and a turn
     // owned by anyone else (a local waiter, a release still running) is a wait in line.
     if members.iter().any(|(line, _)| line.held_by_this_thread()) {
-        return Ok(Vec::new());
+        return none();
     }
     let mut turns = Vec::with_capacity(members.len());
     for (line, _) in members {
         match line.turn.clone().try_lock_owned() {
             Ok(turn) => turns.push(turn),
-            Err(_) => return Ok(Vec::new()),
+            Err(_) => return none(),
         }
     }
     let client = first.session.client().clone();
     let operation = members[0].1;
-    let joined = client.block_on(join_all(members, turns, wait, operation))?;
-    Ok(joined
-        .into_iter()
-        .zip(members)
+    let (owned, queued) = client.block_on(join_all(members, turns, wait, operation))?;
+    let held = (owned.into_iter().zip(members))
         .map(|((enqueued, turn), (line, op))| {
             let alive_at = enqueued.seen_at;
             hold_from(line, Kind::Lock(*op), &enqueued, turn, alive_at, started)
         })
-        .collect())
+        .collect::<Vec<_>>();
+    let queued = queued.map(|joined| {
+        let (line, op) = &members[held.len()];
+        Queued {
+            line: line.clone(),
+            kind: Kind::Lock(*op),
+            joined: Some(joined),
+        }
+    });
+    Ok((held, queued))
+}
+
+/// The first busy line of a one-Txn join: our key, queued there by the Txn (its position
+/// read by the same Txn, as the one-name enqueue reads it), turn in hand. Waited on with
+/// [`wait_queued`]; dropped unwaited, its key is removed by revision, turn in hand.
+pub(crate) struct Queued {
+    line: Arc<Line>,
+    kind: Kind,
+    joined: Option<Joined>,
+}
+
+/// A key the Txn put, with its line's turn.
+type Joined = (Enqueued, OwnedMutexGuard<()>);
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if let Some((enqueued, turn)) = self.joined.take() {
+            drop(spawn_removal(
+                &self.line,
+                Owned::Revision(enqueued.rev),
+                Some(turn),
+            ));
+        }
+    }
+}
+
+/// Waits for `queued`'s turn within `wait` (the one-name path's wait, lock-delay
+/// included), then holds it as that path does. On any error the key is removed by its
+/// revision, turn in hand.
+pub(crate) fn wait_queued(queued: Queued, wait: &Wait) -> std::result::Result<Held, TryLockError> {
+    let started = Stopwatch::start();
+    let (line, kind) = (queued.line.clone(), queued.kind);
+    let session = line.session.lease().clone();
+    let client = line.session.client().clone();
+    let rpc = client.rpc().clone();
+    let (enqueued, turn, alive_at) = client.block_on(async {
+        // Taken only here: a future dropped unrun leaves the removal to `Drop`.
+        let mut queued = queued;
+        let Some((enqueued, turn)) = queued.joined.take() else {
+            return Err(Error::LockLost.into());
+        };
+        super::acquire::wait_in_line(&rpc, &line, kind, wait, &session, enqueued, turn).await
+    })?;
+    Ok(hold_from(&line, kind, &enqueued, turn, alive_at, started))
 }
 
 /// The Txn, bounded by `wait`, and what follows from its answer: the owned prefix with
@@ -77,7 +129,7 @@ async fn join_all(
     turns: Vec<OwnedMutexGuard<()>>,
     wait: &Wait,
     operation: Operation,
-) -> std::result::Result<Vec<(Enqueued, OwnedMutexGuard<()>)>, TryLockError> {
+) -> std::result::Result<(Vec<Joined>, Option<Joined>), TryLockError> {
     let line0 = &members[0].0;
     let rpc = line0.session.client().rpc().clone();
     let session = line0.session.lease().clone();
@@ -97,7 +149,7 @@ async fn join_all(
     let (error, cut_short) = match wait.bound_alive(operation, &session, answer).await {
         Ok(Ok(Some(enqueued))) => return settle(members, enqueued, turns, wait).await,
         // A key of ours existed: nothing was written.
-        Ok(Ok(None)) => return Ok(Vec::new()),
+        Ok(Ok(None)) => return Ok((Vec::new(), None)),
         // The Txn's own failure: it may have applied (or apply later).
         Ok(Err(e)) => (e, false),
         Err(e) => {
@@ -148,27 +200,31 @@ async fn join_all(
     // cleanup is answered): it retries on the next members, rides out elections, and
     // reports a lasting error as one name does.
     tracing::debug!(error = %error, "one-Txn join failed; joining name by name");
-    Ok(Vec::new())
+    Ok((Vec::new(), None))
 }
 
-/// After the Txn put every key: keeps the longest prefix of owned lines with their turns,
-/// and removes the key of every line from the first busy one on (by revision, turn in
-/// hand), waiting for etcd's answers within one request timeout. A set that kept a later
-/// name's key while it waits for an earlier one could deadlock with a taker that holds the
-/// earlier name and queues for the later one. A `try_*` wait keeps nothing when a name is
-/// busy.
+/// After the Txn put every key: keeps the longest prefix of owned lines and the first
+/// busy line (its key queued there), with their turns, and removes the key of every line
+/// after it (by revision, turn in hand), waiting for etcd's answers within one request
+/// timeout. A set that kept a later name's key while it waits for an earlier one could
+/// deadlock with a taker that holds the earlier name and queues for the later one. A
+/// `try_*` wait keeps nothing when a name is busy (`WouldBlock`).
 async fn settle(
     members: &[(Arc<Line>, Operation)],
     enqueued: Vec<Enqueued>,
     turns: Vec<OwnedMutexGuard<()>>,
     wait: &Wait,
-) -> std::result::Result<Vec<(Enqueued, OwnedMutexGuard<()>)>, TryLockError> {
+) -> std::result::Result<(Vec<Joined>, Option<Joined>), TryLockError> {
     let free = enqueued
         .iter()
         .take_while(|e| matches!(e.position, Position::Owner))
         .count();
     let busy = free < members.len();
-    let keep = if busy && wait.is_never() { 0 } else { free };
+    let keep = match (busy, wait.is_never()) {
+        (true, true) => 0,
+        (true, false) => free + 1,
+        (false, _) => free,
+    };
     let mut kept = Vec::with_capacity(keep);
     let mut pending = Vec::new();
     for (i, (e, turn)) in enqueued.into_iter().zip(turns).enumerate() {
@@ -191,5 +247,6 @@ async fn settle(
     if busy && wait.is_never() {
         return Err(TryLockError::WouldBlock);
     }
-    Ok(kept)
+    let queued = if busy { kept.pop() } else { None };
+    Ok((kept, queued))
 }

@@ -398,14 +398,19 @@ impl MultiLock {
             .map_or_else(CancelToken::new, CancelToken::child);
         let signal = Arc::new(Signal::cancelling(ended.cancellation()));
         let wait = wait.with_cancel(ended);
-        // Every name that is free, in one Txn; the rest (if any) name by name.
-        let mut held = ownership::lock_free_prefix(&self.lines, &wait)?;
+        // Every name that is free, in one Txn, and our key queued at the first busy one;
+        // the rest (if any) name by name.
+        let (mut held, mut queued) = ownership::lock_free_prefix(&self.lines, &wait)?;
         for h in &mut held {
             h.share_signal(&signal);
         }
         for member in &self.members[held.len()..] {
             let wait = wait.clone().with_delay(member.delay);
-            match ownership::lock(&member.line, member.operation, wait) {
+            let taken = match queued.take() {
+                Some(queued) => ownership::wait_queued(queued, &wait),
+                None => ownership::lock(&member.line, member.operation, wait),
+            };
+            match taken {
                 Ok(mut h) => {
                     h.share_signal(&signal);
                     held.push(h);
