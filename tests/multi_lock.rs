@@ -396,6 +396,21 @@ fn an_uncontended_multi_lock_joins_in_one_txn() {
         guard.release().unwrap();
         assert!(keys_under(&c, &names).is_empty());
     }
+    // Nested names: the key of `nest/x` lies under `nest/`, but is not ahead of ours there.
+    let nested = s.multi_lock(["nest/x", "nest"]).unwrap();
+    let txn = count("Txn");
+    let guard = nested.lock_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(count("Txn") - txn, 1);
+    let other = session(&c, 10);
+    for name in ["nest", "nest/x"] {
+        let m = other.mutex(name).unwrap();
+        assert!(
+            matches!(m.try_lock(), Err(TryLockError::WouldBlock)),
+            "{name}"
+        );
+    }
+    drop(guard);
+    assert!(keys(&c, "nest/").is_empty());
 }
 
 /// A busy name in the middle of the set: the free names before it are held from the one

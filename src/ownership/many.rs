@@ -1,8 +1,8 @@
 //! Several free names joined in one Txn (a multi-lock's fast path): every line's turn,
 //! taken without waiting in bytewise order, then `queue::enqueue_many`, then the holds of
-//! the bytewise prefix of names that were free. Whatever is not held is removed, turn in
-//! hand, exactly as the one-name path removes its key; the caller takes the rest name by
-//! name (ARCHITECTURE.md, "Several names at once").
+//! the bytewise prefix of names that were free, and our key queued at the first busy one.
+//! Every other key is removed, turn in hand, exactly as the one-name path removes its key;
+//! the caller takes the rest name by name (ARCHITECTURE.md, "Several names at once").
 
 use std::sync::Arc;
 
@@ -20,15 +20,17 @@ use crate::support::error::try_lock::TryLockError;
 use crate::support::telemetry::Stopwatch;
 
 /// Takes every name of `members` (sorted bytewise by name, no duplicates) that is free, in
-/// one Txn: the holds of the longest prefix of them that the Txn found free, in order. The
-/// caller takes the names after them one by one, through the one-name path (which also
-/// reports what this path leaves to it: an empty result when a turn is busy here, a key of
-/// ours existed, or the Txn failed without a known outcome).
+/// one Txn: the holds of the longest prefix of them that the Txn found free, in order, and
+/// (when a name is busy) our key queued at that name by the same Txn, for [`wait_queued`].
+/// The caller takes the names after those one by one, through the one-name path, which
+/// also takes the whole set when this path leaves it (nothing held, nothing queued): a
+/// turn busy here, a name this thread holds, a key of ours that existed, a Txn without an
+/// answer (cleaned up first).
 ///
-/// Every key this path created and does not hold is removed before it returns (or at most
-/// one request timeout later, in the background, turn in hand): by revision when the Txn
-/// answered, by lease with a sweep of the line when it did not. A `try_*` wait that finds
-/// a name busy keeps nothing (`WouldBlock`).
+/// Every key this path created and does not return is removed before it returns (or at
+/// most one request timeout later, in the background, turn in hand): by revision when the
+/// Txn answered, by lease with a sweep of the line when it did not. A `try_*` wait that
+/// finds a name busy keeps nothing (`WouldBlock`).
 pub(crate) fn lock_free_prefix(
     members: &[(Arc<Line>, Operation)],
     wait: &Wait,
@@ -122,8 +124,8 @@ pub(crate) fn wait_queued(queued: Queued, wait: &Wait) -> std::result::Result<He
     Ok(hold_from(&line, kind, &enqueued, turn, alive_at, started))
 }
 
-/// The Txn, bounded by `wait`, and what follows from its answer: the owned prefix with
-/// its turns; every other key removed (turn in hand).
+/// The Txn, bounded by `wait`, and what follows from its answer: the owned prefix and the
+/// first busy line, with their turns; every other key removed (turn in hand).
 async fn join_all(
     members: &[(Arc<Line>, Operation)],
     turns: Vec<OwnedMutexGuard<()>>,
