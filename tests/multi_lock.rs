@@ -6,7 +6,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, client, etcd, etcdctl_command as etcdctl, eventually, keys, session};
+use common::{
+    ChildGuard, client, client_with_timeout, cluster, etcd, etcdctl_command as etcdctl, eventually,
+    handled, keys, session,
+};
 use etcd_sync::{
     CancelToken, Error, MAX_MULTI_LOCK_NAMES, MultiLock, MultiLockMember, TryLockError, WaitOptions,
 };
@@ -366,4 +369,260 @@ fn a_key_deleted_while_a_later_name_is_awaited_ends_the_wait() {
         keys_under(&c, &["w-a", "w-b"]),
         vec![busy.key_str().into_owned()]
     );
+}
+
+/// Issue 30, item 1: when every name is free, the join is one Txn (every key at once, at
+/// one revision) and no read, for exclusive names as for `try_lock`.
+#[test]
+fn an_uncontended_multi_lock_joins_in_one_txn() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let names = ["one-d", "one-b", "one-a", "one-c"];
+    let multi = s.multi_lock(names).unwrap();
+    let count = |method| handled(&server.metrics().unwrap(), method);
+    for round in 0..3 {
+        let (txn, range) = (count("Txn"), count("Range"));
+        let guard = if round == 2 {
+            multi.try_lock().unwrap()
+        } else {
+            multi.lock().unwrap()
+        };
+        assert_eq!(count("Txn") - txn, 1, "round {round}: one Txn for 4 names");
+        assert_eq!(count("Range") - range, 0, "round {round}: no read");
+        let tokens: Vec<i64> = guard.fencing_tokens().iter().map(|t| t.1).collect();
+        assert!(tokens.iter().all(|t| *t == tokens[0]), "{tokens:?}");
+        assert_eq!(keys_under(&c, &names).len(), 4);
+        guard.release().unwrap();
+        assert!(keys_under(&c, &names).is_empty());
+    }
+    // Nested names: the key of `nest/x` lies under `nest/`, but is not ahead of ours there.
+    let nested = s.multi_lock(["nest/x", "nest"]).unwrap();
+    let txn = count("Txn");
+    let guard = nested.lock_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(count("Txn") - txn, 1);
+    let other = session(&c, 10);
+    for name in ["nest", "nest/x"] {
+        let m = other.mutex(name).unwrap();
+        assert!(
+            matches!(m.try_lock(), Err(TryLockError::WouldBlock)),
+            "{name}"
+        );
+    }
+    drop(guard);
+    assert!(keys(&c, "nest/").is_empty());
+}
+
+/// A busy name in the middle of the set: the free names before it are held from the one
+/// Txn, the keys from the busy name on are removed at once (a kept key of a later name
+/// would deadlock with a holder of the busy name that takes the later one next), and the
+/// rest is taken name by name. Nothing is left behind, whatever the outcome.
+#[test]
+fn a_partly_busy_set_keeps_only_the_free_prefix_and_leaves_nothing_behind() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let holder = session(&c, 10);
+    let s = session(&c, 10);
+    let names = ["pb-a", "pb-b", "pb-c", "pb-d"];
+    let busy = holder.mutex("pb-b").unwrap().lock().unwrap();
+    let busy_key = vec![busy.key_str().into_owned()];
+    let multi = s.multi_lock(names).unwrap();
+    assert!(matches!(multi.try_lock(), Err(TryLockError::WouldBlock)));
+    assert_eq!(keys_under(&c, &names), busy_key, "try_lock left a key");
+    let e = multi.lock_timeout(Duration::from_millis(400)).unwrap_err();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    assert_eq!(keys_under(&c, &names), busy_key, "lock_timeout left a key");
+
+    let waiting = multi.clone();
+    let waiter = std::thread::spawn(move || waiting.lock());
+    // We hold pb-a and queue behind the holder on pb-b; pb-c and pb-d are not ours.
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "pb-b/")
+        .len()
+        == 2));
+    assert!(eventually(Duration::from_secs(2), || keys_under(
+        &c,
+        &["pb-c", "pb-d"]
+    )
+    .is_empty()));
+    assert_eq!(keys(&c, "pb-a/").len(), 1);
+    // The holder of pb-b takes pb-d next, as a crosswise set or an older multi-lock
+    // taken name by name would: it must not wait for the waiting set.
+    let next = holder
+        .mutex("pb-d")
+        .unwrap()
+        .lock_timeout(Duration::from_secs(5))
+        .expect("a later name is not kept by a set that waits for an earlier one");
+    assert!(!waiter.is_finished());
+    drop(next);
+    drop(busy);
+    let guard = waiter.join().unwrap().expect("the set is taken");
+    assert!(guard.is_held());
+    assert_eq!(keys_under(&c, &names).len(), 4);
+    // pb-a held from the Txn, and our pb-b key queued by it (no second enqueue there);
+    // pb-c and pb-d joined name by name afterwards.
+    let tokens: Vec<i64> = guard.fencing_tokens().iter().map(|t| t.1).collect();
+    assert_eq!(tokens[0], tokens[1], "{tokens:?}");
+    assert!(tokens[1] < tokens[2] && tokens[2] < tokens[3], "{tokens:?}");
+    drop(guard);
+    assert!(keys_under(&c, &names).is_empty());
+}
+
+/// Mixed modes in one Txn: a read side shared with another reader, a mutex, and a write
+/// side; the reader of another session does not make the set wait.
+#[test]
+fn mixed_modes_join_in_one_txn() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let reader = session(&c, 10);
+    let other = session(&c, 10);
+    let s = session(&c, 10);
+    let _read = reader.rwlock("mm-cfg").unwrap().read().unwrap();
+    let multi = MultiLock::new([
+        MultiLockMember::from(&s.mutex("mm-jobs").unwrap()),
+        MultiLockMember::read(&s.rwlock("mm-cfg").unwrap()),
+        MultiLockMember::write(&s.rwlock("mm-index").unwrap()),
+    ])
+    .unwrap();
+    let count = |method| handled(&server.metrics().unwrap(), method);
+    let txn = count("Txn");
+    let guard = multi.lock().unwrap();
+    assert_eq!(count("Txn") - txn, 1, "one Txn for the three names");
+    assert!(guard.keys()[0].ends_with(b".shared"));
+    let cfg = other.rwlock("mm-cfg").unwrap();
+    assert!(matches!(cfg.try_write(), Err(TryLockError::WouldBlock)));
+    assert!(cfg.try_read().is_ok());
+    let index = other.rwlock("mm-index").unwrap();
+    assert!(matches!(index.try_read(), Err(TryLockError::WouldBlock)));
+    let jobs = other.mutex("mm-jobs").unwrap();
+    assert!(matches!(jobs.try_lock(), Err(TryLockError::WouldBlock)));
+    drop(guard);
+    assert!(jobs.try_lock().is_ok());
+    // A writer of mm-cfg holds: the set waits for it (its read side is not free).
+    drop(_read);
+    let w = other.rwlock("mm-cfg").unwrap().write().unwrap();
+    let e = multi.lock_timeout(Duration::from_millis(300)).unwrap_err();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    assert_eq!(
+        keys_under(&c, &["mm-cfg", "mm-index", "mm-jobs"]),
+        vec![w.key_str().into_owned()]
+    );
+}
+
+/// Sets in opposite orders and single mutexes taking two names in order, all at once:
+/// never two holders of one name (checked in-process at every entry), never a deadlock,
+/// no key left.
+#[test]
+fn crosswise_sets_and_single_mutexes_never_overlap_or_deadlock() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let server = etcd();
+    let endpoints = server.endpoints();
+    let names = ["cx-a", "cx-b", "cx-c"];
+    let inside: Arc<[AtomicBool; 3]> = Arc::new(Default::default());
+    let (done, finished) = std::sync::mpsc::channel();
+    let takers: [&[usize]; 4] = [&[0, 1, 2], &[2, 1], &[1, 0], &[1, 2]];
+    for (t, set) in takers.into_iter().enumerate() {
+        let endpoints = endpoints.clone();
+        let done = done.clone();
+        let inside = inside.clone();
+        std::thread::spawn(move || {
+            let c = client(&endpoints);
+            let s = session(&c, 10);
+            let chosen: Vec<&str> = set.iter().map(|i| names[*i]).collect();
+            let multi = s.multi_lock(&chosen).unwrap();
+            for _ in 0..30 {
+                // The last taker is a pair of single mutexes, taken in bytewise order.
+                let held: Box<dyn std::any::Any> = if t == 3 {
+                    let first = s.mutex(names[1]).unwrap().lock().unwrap();
+                    let second = s.mutex(names[2]).unwrap().lock().unwrap();
+                    Box::new((first, second))
+                } else {
+                    Box::new(multi.lock().unwrap())
+                };
+                for i in set {
+                    assert!(!inside[*i].swap(true, Ordering::SeqCst), "two holders");
+                }
+                std::thread::yield_now();
+                for i in set {
+                    inside[*i].store(false, Ordering::SeqCst);
+                }
+                drop(held);
+            }
+            done.send(()).unwrap();
+        });
+    }
+    for _ in 0..takers.len() {
+        finished
+            .recv_timeout(Duration::from_secs(90))
+            .expect("every taker finishes its rounds (a deadlock would not)");
+    }
+    let c = client(&endpoints);
+    assert!(keys_under(&c, &names).is_empty());
+}
+
+/// The one Txn times out on a frozen member and may be applied when the member resumes:
+/// the set is still taken (through the other members, name by name), and no key is left
+/// behind, neither by the late copy nor by an attempt that timed out meanwhile.
+#[test]
+fn a_late_applied_multi_txn_leaves_no_key_behind() {
+    let cl = cluster();
+    let all = cl.endpoints();
+    let leader = cl.leader().unwrap();
+    let follower = (leader + 1) % all.len();
+    let ordered: Vec<String> = (0..all.len())
+        .map(|i| all[(follower + i) % all.len()].clone())
+        .collect();
+    let c = client_with_timeout(&ordered, Duration::from_millis(500));
+    let s = session(&c, 20);
+    let names = ["late-a", "late-b", "late-c", "late-d"];
+    let multi = s.multi_lock(names).unwrap();
+    cl.pause(follower).unwrap();
+    let g = multi.lock().expect("lock through another member");
+    let tokens: Vec<i64> = g.fencing_tokens().iter().map(|t| t.1).collect();
+    g.release().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    cl.resume(follower).unwrap();
+    let observer = etcd_sync::Client::connect(&all[leader..=leader]).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || keys_under(&observer, &names)
+            .is_empty()),
+        "our keys are left behind: {:?}",
+        keys_under(&observer, &names)
+    );
+    let other = session(&observer, 20);
+    let next = other
+        .multi_lock(names)
+        .unwrap()
+        .lock_timeout(Duration::from_secs(3))
+        .expect("the next holder does not wait for our session");
+    for (token, (_, newer)) in tokens.iter().zip(next.fencing_tokens()) {
+        assert!(newer > *token);
+    }
+    drop(next);
+    // A timed-out attempt on the frozen member: its Txn is cut short, cleaned up by lease
+    // and swept, and applied late it is deleted again.
+    let c2 = client_with_timeout(&ordered, Duration::from_millis(500));
+    let s2 = session(&c2, 20);
+    let timed = s2.multi_lock(names).unwrap();
+    cl.pause(follower).unwrap();
+    let started = Instant::now();
+    let e = timed.lock_timeout(Duration::from_millis(200)).unwrap_err();
+    assert!(e.is_wait_timeout() || e.is_retryable(), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    cl.resume(follower).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || keys_under(&observer, &names)
+            .is_empty()),
+        "a timed-out attempt left keys: {:?}",
+        keys_under(&observer, &names)
+    );
+    assert!(s.is_alive() && s2.is_alive());
+    let again = other.multi_lock(names).unwrap();
+    let _held = again
+        .lock_timeout(Duration::from_secs(3))
+        .expect("free again");
 }

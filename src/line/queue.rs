@@ -17,6 +17,10 @@ use crate::support::kv::{
 };
 use crate::transport::{Retry, Rpc};
 
+mod many;
+
+pub(crate) use many::{Joining, MAX_LINES, enqueue_many};
+
 /// Longest name accepted for a lock or an election.
 pub(crate) const MAX_NAME_LEN: usize = 4096;
 

@@ -65,77 +65,106 @@ pub(crate) fn acquire(
         // 1. Join the line in etcd.
         let (enqueued, turn) = join_within(&rpc, line, kind, value, &wait, &session, turn).await?;
         // 2. Wait for our turn in etcd, unless asked not to.
-        let waited = match &enqueued.position {
-            Position::Owner => Ok(enqueued.seen_at),
-            // Only a busy line is `WouldBlock`: a refusal is an error.
-            Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
-            position => {
-                if let Position::Behind(ahead) = position {
-                    super::leftover::remove_unused(line, ahead);
-                }
-                let watches = line.session.client().watches();
-                let far = wait::starts_far(watches, line.ours(enqueued.rev), position);
-                let turn_came = wait.bound(
-                    kind.operation(),
-                    wait::wait_turn(
-                        &rpc,
-                        line.watches_for(far),
-                        &session,
-                        line.ours(enqueued.rev),
-                        (position.clone(), enqueued.seen_at),
-                    ),
-                );
-                match (turn_came.await, position) {
-                    // Our turn came after others held: a lock-delay may apply. It is a
-                    // step after the proof, so it ends when our key goes (rule 4).
-                    (Ok(seen_at), Position::Behind(ahead)) if !wait.delay.is_zero() => {
-                        let op = kind.operation();
-                        let delay = wait.delay;
-                        let held_off =
-                            delay::hold_off(&rpc, &session, &wait, op, &line.prefix, ahead, delay);
-                        let watches = line.session.client().watches();
-                        let ours = line.ours(enqueued.rev);
-                        #[cfg(feature = "simulation")]
-                        if crate::support::mutation::active(
-                            crate::support::mutation::Mutation::DelayIgnoresDeletion,
-                        ) {
-                            let unwatched = Box::pin(wait.bound_alive(op, &session, held_off));
-                            return match unwatched.await {
-                                Ok(()) => Ok((enqueued, turn, seen_at)),
-                                Err(e) => Err(TryLockError::from(e)),
-                            };
-                        }
-                        let kept =
-                            proof::while_ours(&rpc, watches, &session, ours, seen_at, held_off);
-                        // Boxed: a rare path, kept out of every acquire's future (in a
-                        // debug build it overflowed a 2 MiB thread stack inline).
-                        Box::pin(wait.bound_alive(op, &session, kept))
-                            .await
-                            .map(|()| seen_at)
-                    }
-                    (result, _) => result,
-                }
-                .map_err(TryLockError::from)
-            }
-        };
-        match waited {
-            Ok(seen_at) => Ok((enqueued, turn, seen_at)),
-            Err(e) => {
-                // Known revision: this deletes nothing but the key this attempt created.
-                let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(turn));
-                // Bounded: the caller gets its error within one request timeout.
-                #[cfg(feature = "simulation")]
-                if crate::support::mutation::active(
-                    crate::support::mutation::Mutation::CancelReturnsEarly,
-                ) {
-                    drop(pending);
-                    return Err(e);
-                }
-                let _ = tokio::time::timeout(rpc.request_timeout(), pending).await;
-                Err(e)
-            }
-        }
+        wait_in_line(&rpc, line, kind, &wait, &session, enqueued, turn).await
     })?;
+    Ok(hold_from(line, kind, &enqueued, turn, alive_at, started))
+}
+
+/// Waits until `enqueued` (our key, just joined, `turn` in hand) owns, unless `wait` is a
+/// `try_*`: the key, the turn and the proof revision. On any error the key is removed by
+/// its revision, turn in hand (the caller hears of the error once etcd answered, or within
+/// one request timeout).
+pub(super) async fn wait_in_line(
+    rpc: &Rpc,
+    line: &Arc<Line>,
+    kind: Kind,
+    wait: &Wait,
+    session: &LeaseState,
+    enqueued: queue::Enqueued,
+    turn: OwnedMutexGuard<()>,
+) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>, i64), TryLockError> {
+    let waited = match &enqueued.position {
+        Position::Owner => Ok(enqueued.seen_at),
+        // Only a busy line is `WouldBlock`: a refusal is an error.
+        Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
+        position => {
+            if let Position::Behind(ahead) = position {
+                super::leftover::remove_unused(line, ahead);
+            }
+            let watches = line.session.client().watches();
+            let far = wait::starts_far(watches, line.ours(enqueued.rev), position);
+            let turn_came = wait.bound(
+                kind.operation(),
+                wait::wait_turn(
+                    rpc,
+                    line.watches_for(far),
+                    session,
+                    line.ours(enqueued.rev),
+                    (position.clone(), enqueued.seen_at),
+                ),
+            );
+            match (turn_came.await, position) {
+                // Our turn came after others held: a lock-delay may apply. It is a
+                // step after the proof, so it ends when our key goes (rule 4).
+                (Ok(seen_at), Position::Behind(ahead)) if !wait.delay.is_zero() => {
+                    let op = kind.operation();
+                    let delay = wait.delay;
+                    let held_off =
+                        delay::hold_off(rpc, session, wait, op, &line.prefix, ahead, delay);
+                    let watches = line.session.client().watches();
+                    let ours = line.ours(enqueued.rev);
+                    #[cfg(feature = "simulation")]
+                    if crate::support::mutation::active(
+                        crate::support::mutation::Mutation::DelayIgnoresDeletion,
+                    ) {
+                        let unwatched = Box::pin(wait.bound_alive(op, session, held_off));
+                        return match unwatched.await {
+                            Ok(()) => Ok((enqueued, turn, seen_at)),
+                            Err(e) => Err(TryLockError::from(e)),
+                        };
+                    }
+                    let kept = proof::while_ours(rpc, watches, session, ours, seen_at, held_off);
+                    // Boxed: a rare path, kept out of every acquire's future (in a
+                    // debug build it overflowed a 2 MiB thread stack inline).
+                    Box::pin(wait.bound_alive(op, session, kept))
+                        .await
+                        .map(|()| seen_at)
+                }
+                (result, _) => result,
+            }
+            .map_err(TryLockError::from)
+        }
+    };
+    match waited {
+        Ok(seen_at) => Ok((enqueued, turn, seen_at)),
+        Err(e) => {
+            // Known revision: this deletes nothing but the key this attempt created.
+            let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(turn));
+            // Bounded: the caller gets its error within one request timeout.
+            #[cfg(feature = "simulation")]
+            if crate::support::mutation::active(
+                crate::support::mutation::Mutation::CancelReturnsEarly,
+            ) {
+                drop(pending);
+                return Err(e);
+            }
+            let _ = tokio::time::timeout(rpc.request_timeout(), pending).await;
+            Err(e)
+        }
+    }
+}
+
+/// The tail every join shares (one name, or several in one Txn): `enqueued` owns at
+/// `alive_at` (its proof revision), `turn` in hand. Makes the hold that owns the turn and
+/// has the client's follow task follow the key from `alive_at`.
+pub(super) fn hold_from(
+    line: &Arc<Line>,
+    kind: Kind,
+    enqueued: &queue::Enqueued,
+    turn: OwnedMutexGuard<()>,
+    alive_at: i64,
+    started: crate::support::telemetry::Stopwatch,
+) -> Held {
     let hold = Arc::new(Hold {
         line: line.clone(),
         rev: enqueued.rev,
@@ -153,7 +182,7 @@ pub(crate) fn acquire(
         requests: StdMutex::new(None),
     });
     *line.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&hold);
-    client.follower().follow(Follow::Guard {
+    line.session.client().follower().follow(Follow::Guard {
         prefix: line.prefix.clone(),
         key: line.key.clone(),
         rev: enqueued.rev,
@@ -173,7 +202,7 @@ pub(crate) fn acquire(
         "acquired"
     );
     crate::support::telemetry::acquired(&line.name, kind.operation(), started);
-    Ok(Held::new(hold))
+    Held::new(hold)
 }
 
 /// Joins the line within `wait`: our key, and the turn back. On any error our key is
@@ -246,7 +275,10 @@ async fn join_within(
 /// answer before the join's own request timed out, and then the removal by lease and the
 /// sweep go on in the background. So a join cut short on a frozen etcd (`lock_timeout`,
 /// `try_lock`) still returns within about one request timeout, as before.
-fn settle_by(started: tokio::time::Instant, request_timeout: Duration) -> tokio::time::Instant {
+pub(super) fn settle_by(
+    started: tokio::time::Instant,
+    request_timeout: Duration,
+) -> tokio::time::Instant {
     let now = tokio::time::Instant::now();
     (now + request_timeout / 4).min(started + request_timeout)
 }
@@ -351,7 +383,7 @@ fn sweep(line: &Line, from: i64) {
 /// that held it (see `client/follow.rs`). The receiver hears
 /// when etcd has answered the removal (or the session ended); the caller waits for it
 /// within a bound, the removal goes on regardless.
-fn clean_up_ambiguous(
+pub(super) fn clean_up_ambiguous(
     line: &Arc<Line>,
     turn: OwnedMutexGuard<()>,
 ) -> tokio::sync::oneshot::Receiver<()> {

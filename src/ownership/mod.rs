@@ -38,6 +38,7 @@ mod acquire;
 mod delay;
 mod hold;
 mod leftover;
+mod many;
 mod proof;
 mod requests;
 
@@ -45,6 +46,7 @@ pub(crate) use acquire::acquire;
 pub use delay::MAX_LOCK_DELAY;
 pub(crate) use delay::checked as checked_lock_delay;
 pub(crate) use hold::{Held, Hold, Released, guarded_txn_all, proclaim, release_together};
+pub(crate) use many::{lock_free_prefix, wait_queued};
 pub(crate) use requests::Stop as RequestsStop;
 
 /// One acquisition of `line` for a lock guard, traced under `operation`.

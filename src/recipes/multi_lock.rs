@@ -1,13 +1,10 @@
 //! Several locks at once (Curator's `InterProcessMultiLock`, Redisson's `MultiLock`): all
-//! or none, taken one name at a time in one canonical order (bytewise by name), each
-//! through the ownership core's one acquire path, so two processes locking `{a, b}` and
-//! `{b, a}` never deadlock. The guard holds every key: its "lost" signal is shared by
-//! every hold (the first loss fires it), and its guarded writes compare every key in one Txn.
-//!
-//! Not done: acquiring every free name in one Txn. The core's join is per line (the turn,
-//! the exactly-once enqueue, the sweep after an ambiguous answer, the proof of ownership);
-//! one Txn for N lines would have to redo each of those for N keys at once. Each name
-//! costs what a `Mutex::lock` costs, one after the other (BENCHMARKS.md).
+//! or none, in one canonical order (bytewise by name), so two processes locking `{a, b}`
+//! and `{b, a}` never deadlock. Every name that is free is joined in one Txn
+//! (`ownership::lock_free_prefix`); from the first busy name on, the names are taken one
+//! at a time through the ownership core's one acquire path. The guard holds every key:
+//! its "lost" signal is shared by every hold (the first loss fires it), and its guarded
+//! writes compare every key in one Txn.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,10 +120,15 @@ impl From<&Mutex> for MultiLockMember {
 /// Several locks taken together, all or none: [`Session::multi_lock`] (exclusive locks of
 /// several names), or [`MultiLock::new`] over [`Mutex`] and [`RwLock`] handles.
 ///
-/// * **One order.** The names are taken one at a time, bytewise by name, whatever order
-///   they were given in, so two processes (or threads) locking `{a, b}` and `{b, a}` never
-///   wait on each other crosswise. Duplicate names are refused (a set of locks, not a
-///   multiset: deduplicate first).
+/// * **One order.** The names are taken bytewise by name, whatever order they were given
+///   in, so two processes (or threads) locking `{a, b}` and `{b, a}` never wait on each
+///   other crosswise. Duplicate names are refused (a set of locks, not a multiset:
+///   deduplicate first).
+/// * **One request when free.** Every free name is joined in one Txn (each key at one
+///   revision, each name's place read by the same Txn): an uncontended set costs one round
+///   trip, whatever its size. From the first busy name on, the set waits there and takes
+///   the names after it one at a time; its keys on later names are removed first, so it
+///   never holds a later name while it waits for an earlier one.
 /// * **All or none.** A wait that fails, times out, is cancelled or (for
 ///   [`try_lock`](MultiLock::try_lock)) finds one name busy releases the names it took
 ///   before it returns; no key is left behind. A time limit is one deadline for the whole
@@ -134,10 +136,8 @@ impl From<&Mutex> for MultiLockMember {
 /// * **Each name as its own lock.** Every name is the line a [`Mutex`] of that name (or
 ///   the [`RwLock`] side) takes, with the same keys: a multi-lock excludes single holders
 ///   of each name, `etcdctl lock` and Go's `Mutex` too.
-/// * **The guard holds every key:** [`MultiLockGuard`].
-///
-/// Not done: taking every free name in one Txn. Each name is one `Mutex::lock` (one Txn
-/// when free), one after the other; the releases (one Txn per name) are sent together.
+/// * **The guard holds every key:** [`MultiLockGuard`]. Its releases (one Txn per name)
+///   are sent together.
 ///
 /// A key taken early that is deleted while a later name is awaited ends the wait at once
 /// with [`Error::LockLost`] (everything is released), as a lost session ends it with
@@ -159,6 +159,8 @@ pub struct MultiLock {
     members: Arc<[MultiLockMember]>,
     /// Their names, in the same order (shared with every guard).
     names: Arc<[Vec<u8>]>,
+    /// Their lines and operations, in the same order (for the one-Txn join).
+    lines: Arc<[(Arc<Line>, Operation)]>,
 }
 
 impl Session {
@@ -254,9 +256,14 @@ impl MultiLock {
             )));
         }
         let names = members.iter().map(|m| m.name().to_vec()).collect();
+        let lines = members
+            .iter()
+            .map(|m| (m.line.clone(), m.operation))
+            .collect();
         Ok(MultiLock {
             members: members.into(),
             names,
+            lines,
         })
     }
 
@@ -357,8 +364,8 @@ impl MultiLock {
         ownership::blocking(self.acquire(Wait::from_options(options.into())))
     }
 
-    /// Takes every lock only if each is free now, in order; at the first busy one it
-    /// releases those it took and returns `WouldBlock`.
+    /// Takes every lock only if each is free now (one Txn for them all when they are); if
+    /// one is busy it releases those it took and returns `WouldBlock`.
     ///
     /// # Errors
     ///
@@ -380,10 +387,11 @@ impl MultiLock {
         self.acquire(Wait::never())
     }
 
-    /// Takes the members in order under one `wait` (its deadline is one instant for all).
-    /// The holds taken share one signal from the start, which also cancels the waits for
-    /// the names after them: a key of ours deleted while a later name is awaited ends that
-    /// wait at once.
+    /// Takes the members in order under one `wait` (its deadline is one instant for all):
+    /// every free name in one Txn, then, from the first busy one (where that Txn queued our
+    /// key), name by name. The holds taken share one signal from the start, which also
+    /// cancels the waits for the names after them: a key of ours deleted while a later
+    /// name is awaited ends that wait at once.
     fn acquire(&self, wait: Wait) -> std::result::Result<MultiLockGuard, TryLockError> {
         let caller = wait.cancel_token().cloned();
         let ended = caller
@@ -391,10 +399,19 @@ impl MultiLock {
             .map_or_else(CancelToken::new, CancelToken::child);
         let signal = Arc::new(Signal::cancelling(ended.cancellation()));
         let wait = wait.with_cancel(ended);
-        let mut held = Vec::with_capacity(self.members.len());
-        for member in self.members.iter() {
+        // Every name that is free, in one Txn, and our key queued at the first busy one;
+        // the rest (if any) name by name.
+        let (mut held, mut queued) = ownership::lock_free_prefix(&self.lines, &wait)?;
+        for h in &mut held {
+            h.share_signal(&signal);
+        }
+        for member in &self.members[held.len()..] {
             let wait = wait.clone().with_delay(member.delay);
-            match ownership::lock(&member.line, member.operation, wait) {
+            let taken = match queued.take() {
+                Some(queued) => ownership::wait_queued(queued, &wait),
+                None => ownership::lock(&member.line, member.operation, wait),
+            };
+            match taken {
                 Ok(mut h) => {
                     h.share_signal(&signal);
                     held.push(h);
