@@ -384,3 +384,42 @@ fn a_role_on_the_name_alone_still_releases_and_is_refused_asking() {
     drop(held);
     assert!(c.get_prefix("jobs/nightly/").unwrap().is_empty());
 }
+
+/// A stream asks its member's release (Status) as it opens, to start watchers right after
+/// what a wait read on releases with etcd #18089's fix: the restricted user may ask it, so
+/// a barrier wait that has just begun still hears its release at once (on releases
+/// without the fix it may take etcd's 100 ms sync loop: only that it ends is checked).
+#[test]
+fn a_restricted_users_wait_that_has_just_begun_hears_its_release_at_once() {
+    let server = auth_server(&[]);
+    let c = user_client(&server, AUTH_USER).unwrap();
+    c.barrier("app/warm").unwrap().wait().unwrap();
+    let mut wakes = Vec::new();
+    for round in 0..9 {
+        let name = format!("app/gate-{round}");
+        let barrier = c.barrier(&name).unwrap();
+        assert!(barrier.hold().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let b = c.barrier(&name).unwrap();
+        std::thread::spawn(move || {
+            let r = b.wait();
+            let _ = tx.send((r, Instant::now()));
+        });
+        std::thread::sleep(Duration::from_millis(10));
+        let released = Instant::now();
+        assert!(barrier.release().unwrap());
+        let (result, at) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        result.unwrap();
+        wakes.push(at.duration_since(released));
+    }
+    wakes.sort();
+    let v = server.version();
+    let fixed = match (v.major, v.minor) {
+        (3, 4) => v.patch >= 34,
+        (3, 5) => v.patch >= 15,
+        other => other >= (3, 6),
+    };
+    if fixed {
+        assert!(wakes[4] < Duration::from_millis(25), "{wakes:?}");
+    }
+}
