@@ -92,9 +92,10 @@ impl Watches {
     /// [`wait_for`](Self::wait_for), but a watcher created for it starts right after
     /// `known` (as for [`subscribe_from`](Watches::subscribe_from)), so the condition is
     /// judged on every event since, also those before the watcher existed: for a waiter to
-    /// whom a state that came and went matters (a double barrier's round that filled and
-    /// emptied, a barrier released and raised again). etcd serves such a watcher unsynced at
-    /// first: its first events may come up to 100 ms late. An existing watcher serves it as
+    /// whom a state that came and went matters (a barrier released and raised again). On
+    /// a member without etcd #18089's fix it starts at `known`, which etcd serves unsynced
+    /// at first (its first events may come up to 100 ms late); with the fix, right after
+    /// it, which is synced if nothing was written since. An existing watcher serves it as
     /// usual (with its history; a read if that does not reach back to `known`).
     pub(crate) fn wait_for_from<C: Condition>(
         &self,
