@@ -88,6 +88,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     let mut compacted_watchers = 0;
     let mut progress_notifications = 0;
     let (mut requests_asked, mut requests_heard) = (0, 0);
+    let (mut multi_locks, mut multi_locks_in_one_txn) = (0, 0);
     let mut failed = Vec::new();
     let mut faults = std::collections::BTreeMap::new();
     while started.elapsed() < Duration::from_secs(secs) {
@@ -100,6 +101,8 @@ fn seeded_schedules_under_faults_break_no_invariant() {
         progress_notifications += outcome.progress_notifications;
         requests_asked += outcome.requests_asked;
         requests_heard += outcome.requests_heard;
+        multi_locks += outcome.multi_locks;
+        multi_locks_in_one_txn += outcome.multi_locks_in_one_txn;
         for (kind, n) in &outcome.faults {
             *faults.entry(*kind).or_insert(0u64) += n;
         }
@@ -112,7 +115,8 @@ fn seeded_schedules_under_faults_break_no_invariant() {
         "{schedules} schedules ({per_minute:.0} per minute), {acquisitions} acquisitions, \
          {:.1} s of virtual time per schedule, {compacted_watchers} watchers resumed from \
          compacted history, {progress_notifications} progress notifications, \
-         {requests_asked} holders asked to let go ({requests_heard} requests heard), faults \
+         {requests_asked} holders asked to let go ({requests_heard} requests heard), \
+         {multi_locks} multi-locks held ({multi_locks_in_one_txn} joined in one Txn), faults \
          {faults:?}",
         virtual_time.as_secs_f64() / schedules.max(1) as f64
     );
@@ -130,6 +134,10 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     assert!(
         requests_heard > 0,
         "some holders were asked to let go, and heard it"
+    );
+    assert!(
+        multi_locks_in_one_txn > 0 && multi_locks > multi_locks_in_one_txn,
+        "multi-locks joined both ways: {multi_locks} held, {multi_locks_in_one_txn} in one Txn"
     );
 }
 

@@ -60,6 +60,10 @@ pub struct RunConfig {
     /// A quarter of the campaigns run a supervised leader loop (from a seed: an eleventh
     /// of the seeds, none of those pinned before leader loops were in the workload).
     pub leader_loops: bool,
+    /// A quarter of the steps take the mutex and a side of the read-write lock at once
+    /// with a `MultiLock` (from a seed: two sevenths of the seeds, none of those pinned
+    /// before multi-locks were in the workload).
+    pub multi_locks: bool,
 }
 
 impl RunConfig {
@@ -80,6 +84,7 @@ impl RunConfig {
             faults: true,
             mutation: None,
             leader_loops: seed % 11 == 3,
+            multi_locks: matches!(seed % 7, 3 | 6),
         }
     }
 }
@@ -94,6 +99,7 @@ impl Default for RunConfig {
             faults: true,
             mutation: None,
             leader_loops: true,
+            multi_locks: true,
         }
     }
 }
@@ -129,6 +135,10 @@ pub struct Outcome {
     pub requests_asked: u64,
     /// Requests that listening holders heard.
     pub requests_heard: u64,
+    /// Multi-lock holds (both names), and those joined in one Txn (one fencing token).
+    pub multi_locks: u64,
+    /// Of [`multi_locks`](Self::multi_locks), those whose keys share one create revision.
+    pub multi_locks_in_one_txn: u64,
 }
 
 /// splitmix64: small, fast, and the same everywhere.
@@ -180,7 +190,8 @@ struct Waiting {
 #[derive(Debug, Default)]
 struct Log {
     outcome: Outcome,
-    holders: BTreeMap<usize, Held>,
+    /// By process and name (a multi-lock holds several names).
+    holders: BTreeMap<(usize, &'static str), Held>,
     waiting: BTreeMap<usize, Waiting>,
     /// The last fencing token of each name whose holders exclude each other.
     last_token: BTreeMap<&'static str, i64>,
@@ -209,6 +220,8 @@ struct World {
     asking: bool,
     /// Whether a quarter of the campaigns run a leader loop ([`RunConfig::leader_loops`]).
     leader_loops: bool,
+    /// Whether a quarter of the steps take two names at once ([`RunConfig::multi_locks`]).
+    multi_locks: bool,
 }
 
 impl World {
@@ -332,6 +345,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             caught_up_at: Mutex::new(None),
             asking: matches!(config.seed % 9, 5 | 6 | 8),
             leader_loops: config.leader_loops,
+            multi_locks: config.multi_locks,
         });
         // A third of the runs have etcd send progress notifications (production clusters
         // that set the interval, as Kubernetes asks): a quiet watcher's resume revision
@@ -413,6 +427,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
 mod kinds;
 mod leader_loop;
 mod liveness;
+mod multi;
 mod nemesis;
 mod process;
 mod requests;

@@ -25,7 +25,7 @@ fn connect(world: &World) -> Result<Client> {
 
 /// How a wait is bounded: its limit and, a third of the time, a cancel token that a task
 /// of the simulation cancels at a random moment within it.
-fn options(client: &Client, limit: Duration, rng: &mut Rng) -> WaitOptions {
+pub(super) fn options(client: &Client, limit: Duration, rng: &mut Rng) -> WaitOptions {
     let options = WaitOptions::new().timeout(limit);
     if rng.below(3) != 0 {
         return options;
@@ -101,6 +101,16 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
         } else {
             Duration::ZERO
         };
+        // In the runs with multi-locks, a quarter of the steps take two names at once.
+        if world.multi_locks && rng.below(4) == 0 {
+            let taken =
+                super::multi::take_and_hold(world, (&me, p), &live, (limit, delay), &mut rng);
+            if let Err(e) = taken {
+                world.note(&me, format!("multi: {}", kind(&e)));
+            }
+            sleep(rng.millis(0, 200));
+            continue;
+        }
         world.log().waiting.insert(
             p,
             Waiting {
@@ -176,7 +186,7 @@ fn restart(world: &World, me: &str, session: &Session, client: &mut Client) -> O
 /// A wait that ended on its limit or token returns once its key is removed: with no fault
 /// since 3 s before it began (no write of it can still apply late), the store has no key
 /// of ours under the name.
-fn left_behind(world: &World, me: &str, session: &Session, what: Kind, since: Instant) {
+pub(super) fn left_behind(world: &World, me: &str, session: &Session, what: Kind, since: Instant) {
     let calm = world
         .calm_since()
         .is_some_and(|calm| calm + Duration::from_secs(3) <= since);
@@ -334,80 +344,9 @@ fn watch<K: GuardKind>(
     let name = what.name();
     let key = guard.key_str().into_owned();
     let token = guard.fencing_token();
-    // Rule 4: the proof is still true when the guard is returned.
-    let keys = line(world, name);
-    let created = keys.iter().find(|(k, _)| *k == key).map(|(_, rev)| *rev);
-    // A wait decided on a lagging member's late events holds at the revision of those
-    // events; a delete of our key after it (by the nemesis) may not have reached that
-    // member yet. A documented limit (RELIABILITY, "What it cannot guarantee"): the guard
-    // must then say so within the loss bound.
-    if created.is_none() && world.lag_recent() && world.deletion_explained() {
-        world.note(
-            me,
-            format!("{what:?} {key} token {token} returned after its key went"),
-        );
-        let since = Instant::now();
-        while guard.is_held() {
-            if Instant::now().duration_since(since) > LOSS_BOUND {
-                world.violation(me, format!("still held {LOSS_BOUND:?} after {key} went"));
-                break;
-            }
-            sleep(Duration::from_millis(50));
-        }
+    if !enters(world, (me, p), what, (&key, token)) {
+        reports_gone(world, me, &key, || guard.is_held());
         return;
-    }
-    match admitted(&keys, &key, what) {
-        Some(true) if created == Some(token) => {}
-        other => world.violation(
-            me,
-            format!(
-                "{what:?} returned {key} token {token}, but the store has it at {created:?} \
-                 (admitted: {other:?}); the line is {keys:?}"
-            ),
-        ),
-    }
-    let adopted = what == Kind::Lead && world.log().last_token.get(name) == Some(&token);
-    {
-        let log = world.log();
-        // Rule 1: the holders whose keys are in the store may hold together.
-        let mut together = vec![what];
-        let mut others = Vec::new();
-        for (other, held) in &log.holders {
-            if *other != p
-                && held.name == name
-                && keys.iter().any(|(k, r)| *k == held.key && *r == held.token)
-            {
-                together.push(held.kind);
-                others.push(format!("p{other} {:?} ({})", held.kind, held.key));
-            }
-        }
-        let last = log.last_token.get(name).copied();
-        drop(log);
-        if !Kind::may_share(&together) {
-            world.violation(
-                me,
-                format!("{what:?} {key} held with {}", others.join(", ")),
-            );
-        }
-        // A campaign adopts its session's key (Go's re-campaign after a restart, when a
-        // resignation never reached etcd): the same leader, with the same token.
-        if what.exclusive_name() && !adopted && last.is_some_and(|last| token <= last) {
-            world.violation(me, format!("fencing token {token} after {last:?}"));
-        }
-        let mut log = world.log();
-        log.holders.insert(
-            p,
-            Held {
-                name,
-                key: key.clone(),
-                token,
-                kind: what,
-            },
-        );
-        if what.exclusive_name() {
-            log.last_token.insert(name, token);
-        }
-        log.outcome.acquisitions += 1;
     }
     world.note(me, format!("{what:?} {key} token {token}"));
     // In the runs that ask, half the holds listen, and let go when asked.
@@ -461,7 +400,97 @@ fn watch<K: GuardKind>(
     if let Some(listening) = listening.filter(|_| !lost) {
         listening.settle(world, me, (&key, token));
     }
-    world.log().holders.remove(&p);
+    world.log().holders.remove(&(p, name));
+}
+
+/// Checks a guard just returned for `what` with `key` at `token` (rules 4 and 1, fencing)
+/// and counts it among the holders; false if it was decided on a lagging member's late
+/// events and its key is gone already (see [`reports_gone`]), nothing counted then.
+pub(super) fn enters(
+    world: &World,
+    (me, p): (&str, usize),
+    what: Kind,
+    (key, token): (&str, i64),
+) -> bool {
+    let name = what.name();
+    // Rule 4: the proof is still true when the guard is returned.
+    let keys = line(world, name);
+    let created = keys.iter().find(|(k, _)| *k == key).map(|(_, rev)| *rev);
+    // A wait decided on a lagging member's late events holds at the revision of those
+    // events; a delete of our key after it (by the nemesis) may not have reached that
+    // member yet. A documented limit (RELIABILITY, "What it cannot guarantee"): the guard
+    // must then say so within the loss bound.
+    if created.is_none() && world.lag_recent() && world.deletion_explained() {
+        world.note(
+            me,
+            format!("{what:?} {key} token {token} returned after its key went"),
+        );
+        return false;
+    }
+    match admitted(&keys, key, what) {
+        Some(true) if created == Some(token) => {}
+        other => world.violation(
+            me,
+            format!(
+                "{what:?} returned {key} token {token}, but the store has it at {created:?} \
+                 (admitted: {other:?}); the line is {keys:?}"
+            ),
+        ),
+    }
+    let adopted = what == Kind::Lead && world.log().last_token.get(name) == Some(&token);
+    let log = world.log();
+    // Rule 1: the holders whose keys are in the store may hold together.
+    let mut together = vec![what];
+    let mut others = Vec::new();
+    for ((other, _), held) in &log.holders {
+        if *other != p
+            && held.name == name
+            && keys.iter().any(|(k, r)| *k == held.key && *r == held.token)
+        {
+            together.push(held.kind);
+            others.push(format!("p{other} {:?} ({})", held.kind, held.key));
+        }
+    }
+    let last = log.last_token.get(name).copied();
+    drop(log);
+    if !Kind::may_share(&together) {
+        world.violation(
+            me,
+            format!("{what:?} {key} held with {}", others.join(", ")),
+        );
+    }
+    // A campaign adopts its session's key (Go's re-campaign after a restart, when a
+    // resignation never reached etcd): the same leader, with the same token.
+    if what.exclusive_name() && !adopted && last.is_some_and(|last| token <= last) {
+        world.violation(me, format!("fencing token {token} after {last:?}"));
+    }
+    let mut log = world.log();
+    log.holders.insert(
+        (p, name),
+        Held {
+            name,
+            key: key.to_string(),
+            token,
+            kind: what,
+        },
+    );
+    if what.exclusive_name() {
+        log.last_token.insert(name, token);
+    }
+    log.outcome.acquisitions += 1;
+    true
+}
+
+/// A guard returned after its key went (see [`enters`]) must say so within the loss bound.
+pub(super) fn reports_gone(world: &World, me: &str, key: &str, is_held: impl Fn() -> bool) {
+    let since = Instant::now();
+    while is_held() {
+        if Instant::now().duration_since(since) > LOSS_BOUND {
+            world.violation(me, format!("still held {LOSS_BOUND:?} after {key} went"));
+            break;
+        }
+        sleep(Duration::from_millis(50));
+    }
 }
 
 /// Closes the session under a held guard: the guard says so at once, and once the close
