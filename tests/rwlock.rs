@@ -524,3 +524,65 @@ fn the_twin_is_not_taken_by_a_read_of_the_same_session() {
     assert!(read.is_held());
     assert_eq!(keys(&c, "same/"), vec![read.key_str().into_owned()]);
 }
+
+/// The enqueue of a downgradable write times out on a frozen member and may be applied
+/// when it resumes: a late copy puts both keys at once, and each line's sweep deletes its
+/// own. Nothing is left, whether the write was then taken through another member or the
+/// attempt timed out.
+#[test]
+fn a_late_applied_downgradable_enqueue_leaves_no_key_behind() {
+    let cl = common::cluster();
+    let all = cl.endpoints();
+    let leader = cl.leader().unwrap();
+    let follower = (leader + 1) % all.len();
+    let ordered: Vec<String> = (0..all.len())
+        .map(|i| all[(follower + i) % all.len()].clone())
+        .collect();
+    let c = common::client_with_timeout(&ordered, Duration::from_millis(500));
+    let s = session(&c, 20);
+    let rw = s.rwlock("late").unwrap();
+    cl.pause(follower).unwrap();
+    let write = rw.write_downgradable().expect("through another member");
+    let token = write.fencing_token();
+    write.downgrade().unwrap().release().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    cl.resume(follower).unwrap();
+    let observer = etcd_sync::Client::connect(&all[leader..=leader]).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || keys(&observer, "late/")
+            .is_empty()),
+        "our keys are left behind: {:?}",
+        keys(&observer, "late/")
+    );
+    let other = session(&observer, 20);
+    let next = other
+        .rwlock("late")
+        .unwrap()
+        .write_timeout(Duration::from_secs(3))
+        .expect("the next writer does not wait for our session");
+    assert!(next.fencing_token() > token);
+    drop(next);
+    // A timed-out attempt on the frozen member: cut short, cleaned up by lease (both
+    // keys, each line's turn in hand) and swept.
+    let c2 = common::client_with_timeout(&ordered, Duration::from_millis(500));
+    let s2 = session(&c2, 20);
+    let timed = s2.rwlock("late").unwrap();
+    cl.pause(follower).unwrap();
+    let e = timed
+        .write_downgradable_timeout(Duration::from_millis(200))
+        .unwrap_err();
+    assert!(e.is_wait_timeout() || e.is_retryable(), "{e:?}");
+    cl.resume(follower).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || keys(&observer, "late/")
+            .is_empty()),
+        "a timed-out attempt left keys: {:?}",
+        keys(&observer, "late/")
+    );
+    assert!(s.is_alive() && s2.is_alive());
+    let _held = other
+        .rwlock("late")
+        .unwrap()
+        .write_timeout(Duration::from_secs(3))
+        .expect("free again");
+}
