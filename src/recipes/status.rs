@@ -121,7 +121,7 @@ fn without_twins(prefix: &[u8], kvs: Vec<KeyValue>) -> Vec<KeyValue> {
                 .key
                 .strip_suffix(shared.as_slice())
                 .filter(|_| mode::Mode::of_key(prefix, &kv.key) == Some(mode::Mode::Shared));
-            !twin_of.is_some_and(|writer| created.get(writer) == Some(&kv.create_revision))
+            twin_of.is_none_or(|writer| created.get(writer) != Some(&kv.create_revision))
         })
         .collect()
 }

@@ -32,7 +32,8 @@ use crate::support::error::Error;
 /// ```
 pub struct DowngradeError {
     error: Error,
-    guard: Option<RwLockWriteGuard>,
+    /// Boxed: an `Err` stays about as small as an [`Error`].
+    guard: Option<Box<RwLockWriteGuard>>,
 }
 
 impl DowngradeError {
@@ -77,7 +78,7 @@ impl DowngradeError {
     /// # Ok(()) }
     /// ```
     pub fn into_guard(self) -> Option<RwLockWriteGuard> {
-        self.guard
+        self.guard.map(|guard| *guard)
     }
 }
 
@@ -165,7 +166,7 @@ impl Guard<WriteKind> {
                      this one came from write()"
                         .into(),
                 ),
-                guard: Some(Guard::new(held)),
+                guard: Some(Box::new(Guard::new(held))),
             });
         };
         match held.downgrade(twin) {
