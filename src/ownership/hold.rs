@@ -255,7 +255,7 @@ impl Held {
         let first = line.session.client().block_on(async {
             let request = RequestKey::of(&line);
             let removal = requests::remove_key_and_request(&rpc, &line.key, &request, owned);
-            Ok::<_, Error>(tokio::time::timeout(limit, removal).await)
+            Ok(tokio::time::timeout(limit, removal).await)
         })?;
         match first {
             Ok(Ok(true)) => Ok(Released::Deleted),
@@ -306,8 +306,8 @@ impl Held {
             return Ok(Released::NotCurrent);
         };
         let client = self.hold.line.session.client();
-        let outcome = client
-            .block_on(async { Ok::<_, Error>(tokio::time::timeout(limit, &mut pending).await) })?;
+        let outcome =
+            client.block_on(async { Ok(tokio::time::timeout(limit, &mut pending).await) })?;
         match outcome {
             Ok(Ok(Ok(true))) => Ok(Released::Deleted),
             Ok(Ok(Ok(false))) => Ok(Released::NotOurs),

@@ -156,7 +156,7 @@ impl Barrier {
     pub fn release(&self) -> Result<bool> {
         let rpc = self.client.rpc();
         let key = &self.key;
-        let released = self.client.block_on::<_, Error>(async {
+        let released = self.client.block_on(async {
             loop {
                 let Some(kv) = rpc
                     .read(&crate::support::kv::Range::key(key))

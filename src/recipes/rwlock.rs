@@ -370,11 +370,13 @@ impl RwLock {
     /// As [`write`](RwLock::write).
     ///
     /// ```no_run
+    /// use etcd_sync::DowngradeError;
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// let write = session.rwlock("catalog")?.write_downgradable()?;
     /// write.put("catalog/data", "new contents")?;
-    /// let read = write.downgrade()?; // no writer got in between
+    /// // No writer gets in between.
+    /// let read = write.downgrade().map_err(DowngradeError::into_error)?;
     /// assert!(read.is_held());
     /// # Ok(()) }
     /// ```
@@ -394,7 +396,7 @@ impl RwLock {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// let lock = session.rwlock("catalog")?;
     /// if let Ok(write) = lock.write_downgradable_timeout(std::time::Duration::from_secs(5)) {
-    ///     let _read = write.downgrade()?;
+    ///     let _read = write.downgrade().map_err(etcd_sync::DowngradeError::into_error)?;
     /// }
     /// # Ok(()) }
     /// ```
@@ -436,7 +438,7 @@ impl RwLock {
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// if let Ok(write) = session.rwlock("catalog")?.try_write_downgradable() {
-    ///     let _read = write.downgrade()?;
+    ///     let _read = write.downgrade().map_err(etcd_sync::DowngradeError::into_error)?;
     /// }
     /// # Ok(()) }
     /// ```

@@ -14,7 +14,13 @@ use crate::support::error::Error;
 /// released (in the background if etcd does not answer): a write guard whose writer key
 /// may already be gone is never handed back.
 ///
-/// `?` turns it into an [`Error`].
+/// It does not convert into [`Error`] by `?` on its own (as [`TryLockError`] does not): a
+/// `From<DowngradeError> for Error` would leave the error type of closures such as
+/// [`StmBuilder::run`](crate::StmBuilder::run)'s ambiguous in existing code. Use
+/// [`into_error`](DowngradeError::into_error):
+/// `write.downgrade().map_err(DowngradeError::into_error)?`.
+///
+/// [`TryLockError`]: crate::TryLockError
 ///
 /// ```no_run
 /// # fn main() -> etcd_sync::Result<()> {
@@ -103,12 +109,6 @@ impl std::error::Error for DowngradeError {
     }
 }
 
-impl From<DowngradeError> for Error {
-    fn from(e: DowngradeError) -> Error {
-        e.error
-    }
-}
-
 impl Guard<WriteKind> {
     /// Whether this write guard can [`downgrade`](Guard::downgrade): it came from
     /// [`RwLock::write_downgradable`](crate::RwLock::write_downgradable) (or its
@@ -146,12 +146,14 @@ impl Guard<WriteKind> {
     ///   lock is over: both keys are released (in the background if etcd does not answer).
     ///
     /// ```no_run
+    /// use etcd_sync::DowngradeError;
     /// # fn main() -> etcd_sync::Result<()> {
     /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
     /// let write = session.rwlock("catalog")?.write_downgradable()?;
     /// let token = write.fencing_token();
     /// write.put("catalog/data", "v2")?;
-    /// let read = write.downgrade()?; // other readers join us now; writers still wait
+    /// // Other readers join us now; writers still wait.
+    /// let read = write.downgrade().map_err(DowngradeError::into_error)?;
     /// assert_eq!(read.fencing_token(), token);
     /// let data = session.client().get("catalog/data")?;
     /// # let _ = data;
