@@ -82,7 +82,7 @@ pub use recipes::multi_lock::{MAX_MULTI_LOCK_NAMES, MultiLock, MultiLockGuard, M
 pub use recipes::mutex::{Mutex, MutexGuard};
 pub use recipes::observe::{LeaderEvent, Observer};
 pub use recipes::revoke::MAX_REASON_LEN;
-pub use recipes::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use recipes::rwlock::{DowngradeError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use recipes::semaphore::{Permit, Semaphore};
 pub use recipes::stm::tx::StmTx;
 pub use recipes::stm::{Isolation, StmBuilder};

@@ -184,9 +184,11 @@ fn ahead_of_new(
     ours: Ours<'_>,
 ) -> Option<Position> {
     let complete = (kvs.len() as i64) < limit;
+    // Every key created at our revision came from our own Txn: ours, or its twin (a
+    // downgradable write's reader key), never a key ahead.
     let before = kvs
         .into_iter()
-        .filter(|kv| kv.key != ours.key)
+        .filter(|kv| kv.key != ours.key && kv.create_revision != ours.rev)
         .map(|kv| (kv.key, kv.create_revision))
         .collect();
     let mut position = judge(ours.mode, ours.prefix, before, complete);
@@ -216,16 +218,18 @@ pub(crate) fn first_created(prefix: &[u8]) -> Range {
 
 /// Interprets "our key and the ones before it" (newest first, from [`newest_up_to`]): the
 /// keys before ours, and whether they are all of them; `None` if our key is gone.
+///
+/// The newest keys are those created at our revision: ours, and a downgradable write's
+/// twin, put by the same Txn (etcd sorts ties in no fixed order, so ours may come second).
+/// Keys at one create revision all come from one Txn, so none of them is ahead of ours.
 fn before_ours(kvs: Vec<KeyValue>, ours: Ours<'_>) -> Option<(Vec<KeyValue>, bool)> {
-    let mut kvs = kvs.into_iter();
-    match kvs.next() {
-        Some(first) if first.key == ours.key && first.create_revision == ours.rev => {
-            let before: Vec<KeyValue> = kvs.collect();
-            let complete = (before.len() as i64) < TRACKED;
-            Some((before, complete))
-        }
-        _ => None,
-    }
+    let complete = (kvs.len() as i64) <= TRACKED;
+    let (same, before): (Vec<KeyValue>, Vec<KeyValue>) = kvs
+        .into_iter()
+        .partition(|kv| kv.create_revision == ours.rev);
+    same.iter()
+        .any(|kv| kv.key == ours.key)
+        .then_some((before, complete))
 }
 
 /// Warns about keys ahead that no lock or campaign created: data under the name (`jobs/x`
@@ -312,6 +316,9 @@ pub(crate) struct Enqueued {
     pub(crate) position: Position,
     /// The store revision at which `position` was read.
     pub(crate) seen_at: i64,
+    /// With a twin: its create revision when the else branch found it (a key of this
+    /// session's reader line, to be replaced with ours).
+    pub(crate) twin_existed: Option<i64>,
 }
 
 /// Joins the line in one transaction, with the compare and put of Go's `Mutex.tryAcquire`
@@ -322,19 +329,38 @@ pub(crate) struct Enqueued {
 /// Retry-safe: a second run finds the key and takes the read branch. It is sent to one
 /// endpoint only: the caller retries, because it must know that an attempt was ambiguous
 /// (it may still be applied late, after the key is gone again).
+///
+/// `twin`: a downgradable write's reader key, put by the same Txn with the same lease, so
+/// that both keys have one create revision (ARCHITECTURE.md, "Downgrading a write lock").
+/// The Txn then also requires the twin to be absent: a put on an existing reader key would
+/// keep that key's older revision, and it would be no twin. Its else branch reads the twin
+/// too; a key of ours found there (either one) is reported as `existed`, with `rev` 0 if
+/// only the twin existed.
 pub(crate) async fn enqueue(
     rpc: &Rpc,
     ours: Ours<'_>,
     value: &[u8],
     lease: i64,
     whole_line: bool,
+    twin: Option<&[u8]>,
 ) -> Result<Enqueued> {
     let Ours {
         prefix, key, mode, ..
     } = ours;
     let line = the_line(prefix, mode, whole_line);
     let limit = line.limit;
-    let absent = [Compare::create_revision(key, CompareOp::Equal, 0)];
+    let mut absent = vec![Compare::create_revision(key, CompareOp::Equal, 0)];
+    let mut puts = vec![TxnOp::put_with_lease(key, value, lease)];
+    let mut reads = vec![
+        TxnOp::range(Range::key(key)),
+        TxnOp::range(first_created(prefix)),
+    ];
+    if let Some(twin) = twin {
+        absent.push(Compare::create_revision(twin, CompareOp::Equal, 0));
+        puts.push(TxnOp::put_with_lease(twin, value, lease));
+        reads.push(TxnOp::range(Range::key(twin)));
+    }
+    puts.push(TxnOp::range(line));
     #[cfg(feature = "simulation")]
     let absent: &[Compare] = if crate::support::mutation::active(
         crate::support::mutation::Mutation::EnqueueWithoutCondition,
@@ -345,11 +371,8 @@ pub(crate) async fn enqueue(
     };
     let txn = Txn::new()
         .when(absent.iter().cloned())
-        .and_then([TxnOp::put_with_lease(key, value, lease), TxnOp::range(line)])
-        .or_else([
-            TxnOp::range(Range::key(key)),
-            TxnOp::range(first_created(prefix)),
-        ]);
+        .and_then(puts)
+        .or_else(reads);
     let (resp, counts) = rpc.txn_counted(&txn, Retry::Never).await?;
     let txn_revision = resp.revision;
     tracing::debug!(
@@ -381,6 +404,23 @@ pub(crate) async fn enqueue(
             value_rev: txn_revision,
             position,
             seen_at,
+            twin_existed: None,
+        });
+    }
+    if twin.is_some() {
+        // A key of ours exists: a lock replaces whichever exists (a downgradable write is
+        // always a lock), so the position is not read.
+        let mine = ranges.next().and_then(|kvs| kvs.into_iter().next());
+        let _owner = ranges.next();
+        let twin_kv = ranges.next().and_then(|kvs| kvs.into_iter().next());
+        return Ok(Enqueued {
+            rev: mine.as_ref().map_or(0, |kv| kv.create_revision),
+            existed: true,
+            value: Vec::new(),
+            value_rev: 0,
+            position: Position::Gone,
+            seen_at: txn_revision,
+            twin_existed: twin_kv.map(|kv| kv.create_revision),
         });
     }
     // Our key exists already (same session, earlier attempt or a resumed lease).
@@ -401,6 +441,7 @@ pub(crate) async fn enqueue(
         value_rev: mine.mod_revision,
         position,
         seen_at,
+        twin_existed: None,
     })
 }
 

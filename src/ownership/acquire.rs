@@ -23,7 +23,7 @@ use crate::support::signal::Signal;
 use crate::transport::Rpc;
 
 /// Takes the line's turn, ending early on session loss, the deadline or a cancel.
-async fn take_turn(
+pub(super) async fn take_turn(
     line: &Line,
     session: &LeaseState,
     wait: &Wait,
@@ -63,7 +63,8 @@ pub(crate) fn acquire(
     let (enqueued, turn, alive_at) = client.block_on(async {
         let turn = take_turn(line, &session, &wait, kind.operation()).await?;
         // 1. Join the line in etcd.
-        let (enqueued, turn) = join_within(&rpc, line, kind, value, &wait, &session, turn).await?;
+        let (enqueued, turn) =
+            join_within(&rpc, line, None, kind, value, &wait, &session, turn).await?;
         // 2. Wait for our turn in etcd, unless asked not to.
         wait_in_line(&rpc, line, kind, &wait, &session, enqueued, turn).await
     })?;
@@ -165,6 +166,33 @@ pub(super) fn hold_from(
     alive_at: i64,
     started: crate::support::telemetry::Stopwatch,
 ) -> Held {
+    // A guard that waited follows from its proof revision at once: the name's watcher is
+    // pinned and running (no request), and a delete since the proof ends it as soon as the
+    // event arrives, not after the deferral.
+    let at_once = matches!(enqueued.position, Position::Behind(_));
+    let hold = new_hold(line, kind, enqueued, turn, (alive_at, at_once));
+    tracing::debug!(
+        key = %text(&line.key),
+        fencing_token = enqueued.rev,
+        ?kind,
+        existed = enqueued.existed,
+        proof_revision = alive_at,
+        "acquired"
+    );
+    crate::support::telemetry::acquired(&line.name, kind.operation(), started);
+    Held::new(hold)
+}
+
+/// A hold of `line` for `enqueued`'s key, `turn` in hand: made the line's current hold, and
+/// followed by the client's follow task from `alive_at` (a revision at which the key was
+/// known to exist; `at_once`: subscribe now, not after the deferral).
+pub(super) fn new_hold(
+    line: &Arc<Line>,
+    kind: Kind,
+    enqueued: &queue::Enqueued,
+    turn: OwnedMutexGuard<()>,
+    (alive_at, at_once): (i64, bool),
+) -> Arc<Hold> {
     let hold = Arc::new(Hold {
         line: line.clone(),
         rev: enqueued.rev,
@@ -187,22 +215,10 @@ pub(super) fn hold_from(
         key: line.key.clone(),
         rev: enqueued.rev,
         alive_at,
-        // A guard that waited follows from its proof revision at once: the name's watcher
-        // is pinned and running (no request), and a delete since the proof ends it as soon
-        // as the event arrives, not after the deferral.
-        at_once: matches!(enqueued.position, Position::Behind(_)),
+        at_once,
         hold: Arc::downgrade(&hold) as Weak<dyn Followed>,
     });
-    tracing::debug!(
-        key = %text(&line.key),
-        fencing_token = enqueued.rev,
-        ?kind,
-        existed = enqueued.existed,
-        proof_revision = alive_at,
-        "acquired"
-    );
-    crate::support::telemetry::acquired(&line.name, kind.operation(), started);
-    Held::new(hold)
+    hold
 }
 
 /// Joins the line within `wait`: our key, and the turn back. On any error our key is
@@ -215,9 +231,14 @@ pub(super) fn hold_from(
 /// later: a process that exits on `Cancelled` would leave it blocking the name). Finished,
 /// it tells our revision, and the key is removed by it. Only a join whose outcome stays
 /// unknown (no answer, a lost session) is cleaned up by lease.
-async fn join_within(
+///
+/// `twin`: the reader line whose key a downgradable write puts beside its own (its turn is
+/// the caller's, who removes that key after any failure: `twin.rs`).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn join_within(
     rpc: &Rpc,
     line: &Arc<Line>,
+    twin: Option<&Arc<Line>>,
     kind: Kind,
     value: &[u8],
     wait: &Wait,
@@ -229,7 +250,7 @@ async fn join_within(
     let patient = !wait.is_never();
     let lease = line.session.lease_id();
     let started = tokio::time::Instant::now();
-    let mut joining = std::pin::pin!(join(rpc, line, kind, value, lease, patient));
+    let mut joining = std::pin::pin!(join(rpc, (line, twin), kind, value, lease, patient));
     let joined = async { Ok((&mut joining).await) };
     let (error, cut_short) = match wait.bound_alive(kind.operation(), session, joined).await {
         Ok(Ok(enqueued)) => return Ok((enqueued, turn)),
@@ -286,23 +307,28 @@ pub(super) fn settle_by(
 /// Joins the line: one Txn, plus what to do with a key this session already has.
 async fn join(
     rpc: &Rpc,
-    line: &Arc<Line>,
+    (line, twin): (&Arc<Line>, Option<&Arc<Line>>),
     kind: Kind,
     value: &[u8],
     lease: i64,
     patient: bool,
 ) -> Result<queue::Enqueued> {
-    let enqueued = enqueue_once_or_sweep(rpc, line, value, lease, patient).await?;
+    let enqueued = enqueue_once_or_sweep(rpc, line, twin, value, lease, patient).await?;
     if !enqueued.existed {
         return Ok(enqueued);
     }
-    // We own the turn, so no guard of this process uses the key: it came with a resumed
-    // lease, or from a release or cleanup that never reached etcd.
+    // We own the turn (and the twin's), so no guard of this process uses the key: it came
+    // with a resumed lease, or from a release or cleanup that never reached etcd.
     match kind {
         Kind::Lock(_) => {
             // A fresh create revision for every acquisition: fencing tokens strictly grow.
-            removal::remove(rpc, &line.key, Owned::Revision(enqueued.rev)).await?;
-            enqueue_once_or_sweep(rpc, line, value, lease, patient).await
+            if enqueued.rev != 0 {
+                removal::remove(rpc, &line.key, Owned::Revision(enqueued.rev)).await?;
+            }
+            if let (Some(twin), Some(rev)) = (twin, enqueued.twin_existed) {
+                removal::remove(rpc, &twin.key, Owned::Revision(rev)).await?;
+            }
+            enqueue_once_or_sweep(rpc, line, twin, value, lease, patient).await
         }
         Kind::Lead if enqueued.value == value => Ok(enqueued),
         Kind::Lead => {
@@ -338,6 +364,7 @@ async fn join(
 async fn enqueue_once_or_sweep(
     rpc: &Rpc,
     line: &Arc<Line>,
+    twin: Option<&Arc<Line>>,
     value: &[u8],
     lease: i64,
     patient: bool,
@@ -347,7 +374,8 @@ async fn enqueue_once_or_sweep(
     let mut backoff = Backoff::quick();
     loop {
         let whole_line = wait::front_is_watched(line.session.client().watches(), line.ours(0));
-        match queue::enqueue(rpc, line.ours(0), value, lease, whole_line).await {
+        let twin_key = twin.map(|t| t.key.as_slice());
+        match queue::enqueue(rpc, line.ours(0), value, lease, whole_line, twin_key).await {
             Err(e) if patient && e.is_refused_unhandled() => {
                 tracing::debug!(error = %e, "enqueue refused by every member; retrying");
                 backoff.sleep().await;
@@ -358,7 +386,11 @@ async fn enqueue_once_or_sweep(
             }
             Ok(enqueued) => {
                 if ambiguous {
-                    sweep(line, enqueued.rev + 1);
+                    // A late copy puts both keys of a downgradable write: each line is
+                    // swept for its own.
+                    for line in std::iter::once(line).chain(twin) {
+                        sweep(line, enqueued.rev + 1);
+                    }
                 }
                 return Ok(enqueued);
             }

@@ -41,6 +41,7 @@ mod leftover;
 mod many;
 mod proof;
 mod requests;
+mod twin;
 
 pub(crate) use acquire::acquire;
 pub use delay::MAX_LOCK_DELAY;
@@ -48,6 +49,7 @@ pub(crate) use delay::checked as checked_lock_delay;
 pub(crate) use hold::{Held, Hold, Released, guarded_txn_all, proclaim, release_together};
 pub(crate) use many::{lock_free_prefix, wait_queued};
 pub(crate) use requests::Stop as RequestsStop;
+pub(crate) use twin::acquire_twin;
 
 /// One acquisition of `line` for a lock guard, traced under `operation`.
 pub(crate) fn lock(

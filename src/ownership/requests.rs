@@ -70,6 +70,19 @@ impl RequestKey {
             denied: line.requests_denied.clone(),
         }
     }
+
+    /// The request key to delete with the holder's key, unless etcd refused that before.
+    pub(super) fn to_delete(&self) -> Option<&[u8]> {
+        match self.denied.load(Ordering::Relaxed) {
+            true => None,
+            false => self.key.as_deref(),
+        }
+    }
+
+    /// etcd refused a delete of the request key: delete the key alone from now on.
+    pub(super) fn deny(&self) {
+        self.denied.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Removes `key` if it is still ours (`owned`), and its release request in the same Txn.

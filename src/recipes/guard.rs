@@ -208,6 +208,10 @@ impl GuardKind for LeaderKind {
 #[must_use = "the guard releases as soon as it is dropped"]
 pub struct Guard<K: GuardKind> {
     pub(crate) held: Held,
+    /// A downgradable write's shared twin key, held with the writer key and released with
+    /// it; the read guard's hold after [`downgrade`](Guard::downgrade). Dropped after
+    /// `held`.
+    pub(crate) twin: Option<Held>,
     /// `fn() -> K`: whether a guard is `Send` and `Sync` does not depend on its kind.
     kind: PhantomData<fn() -> K>,
 }
@@ -226,6 +230,16 @@ impl<K: GuardKind> Guard<K> {
     pub(crate) fn new(held: Held) -> Guard<K> {
         Guard {
             held,
+            twin: None,
+            kind: PhantomData,
+        }
+    }
+
+    /// A guard over `held` and its twin `twin` (which share their "lost" signal).
+    pub(crate) fn with_twin(held: Held, twin: Held) -> Guard<K> {
+        Guard {
+            held,
+            twin: Some(twin),
             kind: PhantomData,
         }
     }
@@ -473,8 +487,20 @@ impl<K: GuardKind> Guard<K> {
     /// guard.release()?;
     /// # Ok(()) }
     /// ```
-    pub fn release(mut self) -> Result<()> {
-        match self.held.release_now()? {
+    pub fn release(self) -> Result<()> {
+        let Guard { mut held, twin, .. } = self;
+        let released = match twin {
+            None => held.release_now()?,
+            // A downgradable write: both keys, sent together; the writer key's outcome.
+            Some(twin) => {
+                crate::client::runtime::ensure_blocking_allowed()?;
+                let wait = Some(held.request_timeout());
+                let mut both = [held, twin];
+                let outcomes = crate::ownership::release_together(&mut both, wait);
+                (outcomes.into_iter().next()).unwrap_or(Ok(Released::NotCurrent))?
+            }
+        };
+        match released {
             Released::Deleted => Ok(()),
             Released::NotOurs | Released::NotCurrent => Err(Self::not_ours()),
         }

@@ -24,6 +24,10 @@ use crate::support::error::Result;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
 
+mod downgrade;
+
+pub use downgrade::DowngradeError;
+
 /// A distributed read-write lock named by a string, held through a [`Session`].
 ///
 /// Fair by arrival (the keys' create revisions): a reader waits for every writer that
@@ -345,6 +349,103 @@ impl RwLock {
         self.write_for(Wait::never())
     }
 
+    /// Like [`write`](RwLock::write), and the guard can later
+    /// [`downgrade`](Guard::downgrade) to a read guard with no gap: no other writer holds
+    /// between the two, and we hold throughout.
+    ///
+    /// It costs one more key: with the writer key `<name>/<lease hex>`, the same Txn puts
+    /// its twin `<name>/<lease hex>.shared` (this session's reader key), so both have one
+    /// create revision, one place in the line. Every key waits only for keys created before
+    /// its own, so the writer holds with its twin beside it; everyone who queues later waits
+    /// for both (a reader only for the writer key). The downgrade deletes the writer key:
+    /// the twin keeps our place as a reader, so readers queued behind us get in, and
+    /// writers behind us keep waiting. Go's `Mutex` and `etcdctl lock` wait for every older
+    /// key, the twin too. Release, `Drop`, a failed wait and session loss remove both keys.
+    ///
+    /// The session's read guards of this name share the twin's key: while another thread
+    /// of this session holds (or waits for) a read guard of this name, this waits for it.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](RwLock::write).
+    ///
+    /// ```no_run
+    /// use etcd_sync::DowngradeError;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let write = session.rwlock("catalog")?.write_downgradable()?;
+    /// write.put("catalog/data", "new contents")?;
+    /// // No writer gets in between.
+    /// let read = write.downgrade().map_err(DowngradeError::into_error)?;
+    /// assert!(read.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn write_downgradable(&self) -> Result<RwLockWriteGuard> {
+        ownership::blocking(self.write_downgradable_for(Wait::forever()))
+    }
+
+    /// Like [`write_downgradable`](RwLock::write_downgradable), but gives up after
+    /// `timeout`, leaving no key behind.
+    ///
+    /// # Errors
+    ///
+    /// As [`write_timeout`](RwLock::write_timeout).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let lock = session.rwlock("catalog")?;
+    /// if let Ok(write) = lock.write_downgradable_timeout(std::time::Duration::from_secs(5)) {
+    ///     let _read = write.downgrade().map_err(etcd_sync::DowngradeError::into_error)?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn write_downgradable_timeout(&self, timeout: Duration) -> Result<RwLockWriteGuard> {
+        ownership::blocking(self.write_downgradable_for(Wait::from_timeout(timeout)))
+    }
+
+    /// Like [`write_downgradable`](RwLock::write_downgradable), with a time limit and/or a
+    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_with`](RwLock::write_with).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let token = etcd_sync::CancelToken::new();
+    /// let write = session.rwlock("catalog")?.write_downgradable_with(&token)?;
+    /// # let _ = write;
+    /// # Ok(()) }
+    /// ```
+    pub fn write_downgradable_with(
+        &self,
+        options: impl Into<WaitOptions>,
+    ) -> Result<RwLockWriteGuard> {
+        ownership::blocking(self.write_downgradable_for(Wait::from_options(options.into())))
+    }
+
+    /// Like [`try_write`](RwLock::try_write), downgradable (see
+    /// [`write_downgradable`](RwLock::write_downgradable)).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_write`](RwLock::try_write); [`TryLockError::WouldBlock`] also when another
+    /// thread of this session holds a read guard of this name.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// if let Ok(write) = session.rwlock("catalog")?.try_write_downgradable() {
+    ///     let _read = write.downgrade().map_err(etcd_sync::DowngradeError::into_error)?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_write_downgradable(&self) -> std::result::Result<RwLockWriteGuard, TryLockError> {
+        self.write_downgradable_for(Wait::never())
+    }
+
     /// The line of one side (`write`: the writers') and the lock-delay, for a
     /// [`MultiLock`](crate::MultiLock) over this lock.
     pub(crate) fn line_and_delay(&self, write: bool) -> (&Arc<Line>, Duration) {
@@ -368,6 +469,24 @@ impl RwLock {
             wait.with_delay(self.lock_delay),
         )?;
         Ok(Guard::new(held))
+    }
+
+    fn write_downgradable_for(
+        &self,
+        wait: Wait,
+    ) -> std::result::Result<RwLockWriteGuard, TryLockError> {
+        let span = tracing::debug_span!("acquire", operation = %Operation::Write, key = %crate::support::kv::text(self.writers.key()), downgradable = true);
+        let _entered = span.enter();
+        let identity = self.session().identity().as_bytes().to_vec();
+        let (writer, twin) = ownership::acquire_twin(
+            &self.writers,
+            &self.readers,
+            ownership::Kind::Lock(Operation::Write),
+            &identity,
+            wait.with_delay(self.lock_delay),
+        )?;
+        tracing::debug!(fencing_token = writer.rev(), "acquired");
+        Ok(Guard::with_twin(writer, twin))
     }
 }
 
@@ -399,10 +518,12 @@ pub type RwLockReadGuard = Guard<ReadKind>;
 /// Nobody else holds the name while this guard does: no reader, no writer, no `Mutex`
 /// or `etcdctl lock`.
 ///
-/// It has no `downgrade()` to a read guard yet: a read key created at that point would
-/// queue behind the writers that came meanwhile, a gap in which one of them holds. Keep
-/// the write guard while you read if no writer may get in between (docs/locks.md,
-/// "Read-write lock"; ARCHITECTURE.md, "Downgrading a write lock").
+/// A guard from [`RwLock::write_downgradable`] can [`downgrade`](Guard::downgrade) to a
+/// read guard with no gap; it holds two keys, and reports the loss of either one
+/// ([`lost`](Guard::lost), [`is_held`](Guard::is_held)); its guarded writes check the
+/// writer key, which alone excludes everyone. A guard from [`RwLock::write`] holds one key,
+/// as Go's `Mutex` does, and cannot downgrade (ARCHITECTURE.md, "Downgrading a write
+/// lock").
 ///
 /// # Example
 ///

@@ -97,9 +97,33 @@ pub(super) async fn read_line(rpc: &Rpc, prefix: &[u8]) -> Result<(Vec<KeyValue>
         ..Range::prefix(prefix)
     };
     let read = rpc.read(&range).await?;
-    let keys: Vec<Vec<u8>> = read.kvs.iter().map(|kv| kv.key.clone()).collect();
+    let kvs = without_twins(prefix, read.kvs);
+    let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key.clone()).collect();
     let holding = mode::holding(prefix, &keys);
-    Ok((read.kvs, holding, read.revision))
+    Ok((kvs, holding, read.revision))
+}
+
+/// `kvs` without the shared twin of a downgradable write (`<hex>.shared` created at the
+/// same revision as the writer key `<hex>` beside it): it is part of that writer's hold,
+/// not a reader. Everyone who waits for the twin waits for the writer key too, which has
+/// its place, so the line's holders and waiters are the same without it; and etcd sorts
+/// the two in no fixed order, which would otherwise show the twin as a reader ahead of
+/// its own writer.
+fn without_twins(prefix: &[u8], kvs: Vec<KeyValue>) -> Vec<KeyValue> {
+    let shared = mode::Mode::Shared.suffix();
+    let created: HashMap<Vec<u8>, i64> = kvs
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.create_revision))
+        .collect();
+    kvs.into_iter()
+        .filter(|kv| {
+            let twin_of = kv
+                .key
+                .strip_suffix(shared.as_slice())
+                .filter(|_| mode::Mode::of_key(prefix, &kv.key) == Some(mode::Mode::Shared));
+            twin_of.is_none_or(|writer| created.get(writer) != Some(&kv.create_revision))
+        })
+        .collect()
 }
 
 /// How many lease lookups are in flight at once: a long line costs round trips in

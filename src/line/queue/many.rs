@@ -100,6 +100,7 @@ pub(crate) async fn enqueue_many(
             value_rev: at,
             position,
             seen_at,
+            twin_existed: None,
         });
     }
     Ok(Some(joined))

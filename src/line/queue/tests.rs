@@ -176,3 +176,39 @@ fn an_exclusive_key_reads_only_the_newest_keys_ahead_and_a_reader_reads_the_line
         other => panic!("expected Behind, got {other:?}"),
     }
 }
+
+/// A downgradable write's twin has our create revision: never a key ahead of ours, in the
+/// enqueue's answer or in a position read, whichever order etcd returns the tie in.
+#[test]
+fn keys_at_our_own_revision_are_not_ahead() {
+    let w = ours(b"p/a", Mode::Exclusive, 5);
+    let limit = the_line(b"p/", Mode::Exclusive, false).limit;
+    for line in [
+        vec![kv(b"p/a", 5), kv(b"p/a.shared", 5)],
+        vec![kv(b"p/a.shared", 5), kv(b"p/a", 5)],
+    ] {
+        assert!(matches!(
+            ahead_of_new(line.clone(), (limit, 2), w),
+            Some(Position::Owner)
+        ));
+        // Newest first: the tie, then the older keys.
+        let mut read = line;
+        assert!(matches!(
+            position_of(read.clone(), w),
+            Some(Position::Owner)
+        ));
+        read.push(kv(b"p/0", 3));
+        match position_of(read, w) {
+            Some(Position::Behind(ahead)) => {
+                assert_eq!(ahead.len(), 1, "only the older key is ahead");
+                assert!(ahead.complete);
+            }
+            other => panic!("expected Behind, got {other:?}"),
+        }
+    }
+    // Our key gone, its twin left: gone.
+    assert!(matches!(
+        position_of(vec![kv(b"p/a.shared", 5), kv(b"p/0", 3)], w),
+        Some(Position::Gone)
+    ));
+}

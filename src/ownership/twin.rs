@@ -1,0 +1,84 @@
+//! A downgradable write (ARCHITECTURE.md, "Downgrading a write lock"): the writer key `W`
+//! and its shared twin `R` put by one Txn, so both have one create revision `c`. Keys wait
+//! only for keys created before their own, so `W` holds as a writer with `R` beside it,
+//! every later key waits for `W` (and, unless it is a reader, for `R`), and deleting `W`
+//! leaves `R` holding our place as a reader: the downgrade (`hold/downgrade.rs`).
+//!
+//! Both lines' turns are taken, the writer's first (one order for every taker): owning the
+//! reader line's turn, no read hold, waiter or release of this process uses `R`, so a key
+//! of our lease there is this attempt's (or a leftover), and the cleanup may remove it by
+//! lease. The acquisition yields two holds, each following its own key and releasing it
+//! by its revision; their guard's "lost" signal is shared, so the loss of either key ends
+//! the write guard.
+
+use std::sync::Arc;
+
+use super::acquire::{hold_from, join_within, new_hold, take_turn, wait_in_line};
+use super::{Held, Kind, Line, Wait};
+use crate::line::queue::Position;
+use crate::support::error::Error;
+use crate::support::error::operation::Operation;
+use crate::support::error::try_lock::TryLockError;
+use crate::support::kv::text;
+use crate::support::signal::Signal;
+
+/// Acquires `line` (the writer line) for `kind` with its twin key on `twin` (the reader
+/// line of the same session and name): the writer hold and the twin's hold, sharing one
+/// "lost" signal. On every error both keys are removed (or their removals are running,
+/// turns in hand).
+pub(crate) fn acquire_twin(
+    line: &Arc<Line>,
+    twin: &Arc<Line>,
+    kind: Kind,
+    value: &[u8],
+    wait: Wait,
+) -> std::result::Result<(Held, Held), TryLockError> {
+    let started = crate::support::telemetry::Stopwatch::start();
+    crate::client::runtime::ensure_blocking_allowed()?;
+    wait.check()?;
+    let session = line.session.lease().clone();
+    session.check()?;
+    if line.held_by_this_thread() {
+        return Err(if wait.is_never() {
+            TryLockError::WouldBlock
+        } else {
+            Error::WouldDeadlock(text(&line.name).into_owned()).into()
+        });
+    }
+    let client = line.session.client().clone();
+    let rpc = client.rpc().clone();
+    let operation = kind.operation();
+    let (enqueued, turn, twin_turn, alive_at) = client.block_on(async {
+        let turn = take_turn(line, &session, &wait, operation).await?;
+        // Nothing is written before both turns are ours: an error here leaves no key.
+        let twin_turn = take_turn(twin, &session, &wait, operation).await?;
+        let joined = async {
+            let (enqueued, turn) =
+                join_within(&rpc, line, Some(twin), kind, value, &wait, &session, turn).await?;
+            wait_in_line(&rpc, line, kind, &wait, &session, enqueued, turn).await
+        };
+        match joined.await {
+            Ok((enqueued, turn, alive_at)) => Ok((enqueued, turn, twin_turn, alive_at)),
+            Err(e) => {
+                // The writer key is removed (or its removal runs, its turn in hand). The
+                // twin: any key of our lease on the reader line is this attempt's, since
+                // we own that line's turn; removed by the revision read, and that line is
+                // swept for a late copy of the join from then on.
+                let removed = super::acquire::clean_up_ambiguous(twin, twin_turn);
+                let _ = tokio::time::timeout(rpc.request_timeout() / 4, removed).await;
+                Err(e)
+            }
+        }
+    })?;
+    // The twin existed since the join (`c`): it is followed from there, so a delete of it
+    // at any time before the writer's proof is seen (or read) too.
+    let at_once = matches!(enqueued.position, Position::Behind(_));
+    let read = Kind::Lock(Operation::Read);
+    let twin_hold = new_hold(twin, read, &enqueued, twin_turn, (enqueued.rev, at_once));
+    let mut writer = hold_from(line, kind, &enqueued, turn, alive_at, started);
+    let mut twin_held = Held::new(twin_hold);
+    let shared = Arc::new(Signal::new());
+    writer.share_signal(&shared);
+    twin_held.share_signal(&shared);
+    Ok((writer, twin_held))
+}
