@@ -424,6 +424,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     Ok(outcome)
 }
 
+mod judge;
 mod kinds;
 mod leader_loop;
 mod liveness;

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::judge::{enters, left_behind, options, reports_gone};
 use super::kinds::{Kind, kind, present};
 use super::liveness::WAIT_SLACK;
-use super::process::{enters, options, reports_gone};
 use super::{LOSS_BOUND, Rng, World, sleep};
 use crate::recipes::multi_lock::{MultiLock, MultiLockMember};
 use crate::session::Session;
@@ -48,7 +48,7 @@ pub(super) fn take_and_hold(
             ends_in_time(world, me, since, limit);
             if (e.is_wait_timeout() || e.is_cancelled()) && session.is_alive() {
                 for what in kinds {
-                    super::process::left_behind(world, me, session, what, since);
+                    left_behind(world, me, session, what, since);
                 }
             }
             return Ok(());

@@ -1,0 +1,139 @@
+//! What every simulated hold and wait is judged by, for single names and multi-locks
+//! alike: how a wait is bounded, the checks on a guard just returned (rules 4 and 1,
+//! fencing), a guard returned after its key went, and a wait that ended on its limit.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::kinds::{Kind, admitted, line, own_key};
+use super::{Held, LOSS_BOUND, Rng, World, sleep};
+use crate::client::Client;
+use crate::session::Session;
+use crate::support::cancel::{CancelToken, WaitOptions};
+
+/// How a wait is bounded: its limit and, a third of the time, a cancel token that a task
+/// of the simulation cancels at a random moment within it.
+pub(super) fn options(client: &Client, limit: Duration, rng: &mut Rng) -> WaitOptions {
+    let options = WaitOptions::new().timeout(limit);
+    if rng.below(3) != 0 {
+        return options;
+    }
+    let token = CancelToken::new();
+    let at = rng.millis(0, limit.as_millis() as u64);
+    let cancel = token.clone();
+    client.spawn(async move {
+        tokio::time::sleep(at).await;
+        cancel.cancel();
+    });
+    options.cancel_token(&token)
+}
+
+/// A wait that ended on its limit or token returns once its key is removed: with no fault
+/// since 3 s before it began (no write of it can still apply late), the store has no key
+/// of ours under the name.
+pub(super) fn left_behind(world: &World, me: &str, session: &Session, what: Kind, since: Instant) {
+    let calm = world
+        .calm_since()
+        .is_some_and(|calm| calm + Duration::from_secs(3) <= since);
+    if !calm {
+        return;
+    }
+    let name = what.name();
+    if let Some(key) = own_key(&line(world, name), what, session.lease_id()) {
+        world.violation(
+            me,
+            format!("a {what:?} wait ended on its limit or token, and left {key} behind"),
+        );
+    }
+}
+
+/// Checks a guard just returned for `what` with `key` at `token` (rules 4 and 1, fencing)
+/// and counts it among the holders; false if it was decided on a lagging member's late
+/// events and its key is gone already (see [`reports_gone`]), nothing counted then.
+pub(super) fn enters(
+    world: &World,
+    (me, p): (&str, usize),
+    what: Kind,
+    (key, token): (&str, i64),
+) -> bool {
+    let name = what.name();
+    // Rule 4: the proof is still true when the guard is returned.
+    let keys = line(world, name);
+    let created = keys.iter().find(|(k, _)| *k == key).map(|(_, rev)| *rev);
+    // A wait decided on a lagging member's late events holds at the revision of those
+    // events; a delete of our key after it (by the nemesis) may not have reached that
+    // member yet. A documented limit (RELIABILITY, "What it cannot guarantee"): the guard
+    // must then say so within the loss bound.
+    if created.is_none() && world.lag_recent() && world.deletion_explained() {
+        world.note(
+            me,
+            format!("{what:?} {key} token {token} returned after its key went"),
+        );
+        return false;
+    }
+    match admitted(&keys, key, what) {
+        Some(true) if created == Some(token) => {}
+        other => world.violation(
+            me,
+            format!(
+                "{what:?} returned {key} token {token}, but the store has it at {created:?} \
+                 (admitted: {other:?}); the line is {keys:?}"
+            ),
+        ),
+    }
+    let adopted = what == Kind::Lead && world.log().last_token.get(name) == Some(&token);
+    let log = world.log();
+    // Rule 1: the holders whose keys are in the store may hold together.
+    let mut together = vec![what];
+    let mut others = Vec::new();
+    for ((other, _), held) in &log.holders {
+        if *other != p
+            && held.name == name
+            && keys.iter().any(|(k, r)| *k == held.key && *r == held.token)
+        {
+            together.push(held.kind);
+            others.push(format!("p{other} {:?} ({})", held.kind, held.key));
+        }
+    }
+    let last = log.last_token.get(name).copied();
+    drop(log);
+    if !Kind::may_share(&together) {
+        world.violation(
+            me,
+            format!("{what:?} {key} held with {}", others.join(", ")),
+        );
+    }
+    // A campaign adopts its session's key (Go's re-campaign after a restart, when a
+    // resignation never reached etcd): the same leader, with the same token.
+    if what.exclusive_name() && !adopted && last.is_some_and(|last| token <= last) {
+        world.violation(me, format!("fencing token {token} after {last:?}"));
+    }
+    let mut log = world.log();
+    log.holders.insert(
+        (p, name),
+        Held {
+            name,
+            key: key.to_string(),
+            token,
+            kind: what,
+        },
+    );
+    if what.exclusive_name() {
+        log.last_token.insert(name, token);
+    }
+    log.outcome.acquisitions += 1;
+    true
+}
+
+/// A guard returned after its key went (see [`enters`]) must say so within the loss bound.
+pub(super) fn reports_gone(world: &World, me: &str, key: &str, is_held: impl Fn() -> bool) {
+    let since = Instant::now();
+    while is_held() {
+        if Instant::now().duration_since(since) > LOSS_BOUND {
+            world.violation(me, format!("still held {LOSS_BOUND:?} after {key} went"));
+            break;
+        }
+        sleep(Duration::from_millis(50));
+    }
+}
