@@ -95,7 +95,8 @@ struct Cli {
     /// multi-lock of 2 and 4 names beside a single mutex, uncontended), revoke (a release
     /// request: the call, and until the holder hears it, beside a mutex), barriers (a latch's,
     /// a barrier's and a mutex handoff's wake, double-barrier rounds of 2 and 4, beside
-    /// lock + unlock of a mutex; --handoffs rounds)
+    /// lock + unlock of a mutex; --handoffs rounds), downgrade (a downgradable write, its
+    /// downgrade and the read's release, beside a mutex and a plain write)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 

@@ -17,13 +17,15 @@
 //! [`fleet`] connecting up to 1,024 contenders), [`stm`] (software transactions per second,
 //! without and with conflicts), [`multi`] (multi-locks of 2 and 4 names beside a mutex),
 //! [`revoke`] (asking a holder to let go, beside a mutex), [`barriers`] (barrier, latch and
-//! double-barrier wakes beside a mutex),
+//! double-barrier wakes beside a mutex), [`downgrade`] (a write that goes on as a read,
+//! beside a mutex and a plain write),
 //! [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
 mod barriers;
 mod contended;
 mod cost;
+mod downgrade;
 mod election;
 mod fleet;
 mod handoff_floor;
@@ -211,6 +213,7 @@ fn main() {
     );
     run("multi", wants("multi"), &multi::multi);
     run("revoke", wants("revoke"), &revoke::revoke);
+    run("downgrade", wants("downgrade"), &downgrade::downgrade);
     run("barriers", wants("barriers"), &barriers::barriers);
     run("election", wants("election"), &election::election);
     run("cost", wants("cost"), &cost::cost);

@@ -4,8 +4,9 @@
 //! This file walks through sessions, the mutex and elections; `more.rs` goes on with
 //! the semaphore, the read-write lock, status, cancelling a wait and the leader loop;
 //! `multi.rs` takes several names at once, `permits.rs` several permits, `revoke.rs` asks
-//! a holder to let go.
+//! a holder to let go, `downgrade.rs` goes from write to read with no gap.
 
+mod downgrade;
 mod more;
 mod multi;
 mod permits;
@@ -156,6 +157,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     more::semaphore_and_rwlock(&client)?;
     permits::several_permits(&client)?;
+    downgrade::downgrade(&client)?;
     more::status_and_cancel(&client)?;
     multi::multi_lock(&client)?;
     more::barriers(&client)?;

@@ -25,7 +25,8 @@ pub(crate) struct Section {
     pub(crate) lost_at: u64,
     /// When its release (unlock, drop, or the re-campaign that superseded it) returned.
     pub(crate) released_at: u64,
-    /// How it ended: `unlock`, `unlock_err`, `drop`, `recamp`.
+    /// How it ended: `unlock`, `unlock_err`, `drop`, `recamp` (a re-campaign), `downgrade` (a write
+    /// that went on as a read).
     pub(crate) how: String,
 }
 

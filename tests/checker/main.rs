@@ -476,6 +476,13 @@ fn randomized_checker() {
             *by_mode.entry(format!("{name}:{}", s.mode)).or_default() += 1;
         }
     }
+    let downgrades = totals
+        .sections
+        .values()
+        .flatten()
+        .filter(|s| s.how == "downgrade")
+        .count();
+    by_mode.insert("downgrades (x then s)".into(), downgrades);
     let rejected: u64 = totals.sections.values().flatten().map(|s| s.rejected).sum();
     println!(
         "CHECKER seed={seed} secs={secs} processes={PROCESSES}x{SESSIONS}x{THREADS_PER_SESSION} \
@@ -543,7 +550,13 @@ fn randomized_checker() {
     );
     let asked = requests.asked > 0 && requests.heard > 0;
     assert!(asked, "seed {seed}: too few release requests: {requests:?}");
-    for mode in ["ck-rw:s", "ck-rw:x", "ck-sem:p2", "ck-sem:p2x2"] {
+    for mode in [
+        "ck-rw:s",
+        "ck-rw:x",
+        "ck-sem:p2",
+        "ck-sem:p2x2",
+        "downgrades (x then s)",
+    ] {
         assert!(
             by_mode.get(mode).copied().unwrap_or(0) > 0,
             "seed {seed}: no acquisition of {mode}: {by_mode:?}"

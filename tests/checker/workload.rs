@@ -182,6 +182,8 @@ fn read_or_write(session: &Session, rng: &mut Rng, timeout: Duration) -> Attempt
         0 | 1 => (false, Some(rw.read().map(Guard::Read))),
         2 => (true, Some(rw.read_timeout(timeout).map(Guard::Read))),
         3 => attempt(rw.try_read(), Guard::Read),
+        // Half the plain writes may be downgraded to reads while held (`worker`).
+        4 if rng.below(2) == 0 => (false, Some(rw.write_downgradable().map(Guard::Write))),
         4 => (false, Some(rw.write().map(Guard::Write))),
         5 => (true, Some(rw.write_timeout(timeout).map(Guard::Write))),
         _ => (
@@ -470,6 +472,42 @@ pub(crate) fn worker(
             watch(&guard, &lost, &mut hold, rng.millis(0, 20));
             if hold.lost_at != 0 {
                 break;
+            }
+        }
+        // Half the downgradable writes go on as reads with no gap: the write's section
+        // ends here and the read's begins (one token, one session: as a re-campaign).
+        let downgrade = matches!(&guard, Guard::Write(w) if w.is_downgradable())
+            && hold.lost_at == 0
+            && rng.below(2) == 0;
+        if downgrade {
+            let held = Held::of(&guard);
+            let Guard::Write(write) = guard else {
+                unreachable!("matched above")
+            };
+            let held_until = monotonic_ns();
+            match write.downgrade() {
+                Ok(read) => {
+                    log(
+                        log_file,
+                        hold.line(name, &held, who, held_until, "downgrade"),
+                    );
+                    guard = Guard::Read(read);
+                    lost = guard.lost();
+                    hold = Hold::new();
+                    watch(&guard, &lost, &mut hold, ZERO);
+                }
+                Err(e) => {
+                    log(log_file, format!("ERR {}", error_kind(e.error())));
+                    let Some(write) = e.into_guard() else {
+                        // The write is over; its keys go in the background.
+                        log(
+                            log_file,
+                            hold.line(name, &held, who, held_until, "unlock_err"),
+                        );
+                        continue;
+                    };
+                    guard = Guard::Write(write);
+                }
             }
         }
         // Keep it (watching for its loss) for the rest of its hold time; half the holds

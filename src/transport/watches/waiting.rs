@@ -43,6 +43,8 @@ pub(crate) enum Wake<V> {
 /// revision of an event its watcher delivered.
 struct Judged<C: Condition> {
     condition: Option<C>,
+    /// The revision through which the condition knows the state (the waiter's read).
+    known: i64,
     sender: UnboundedSender<Wake<C::Verdict>>,
     seen: Arc<AtomicI64>,
 }
@@ -50,7 +52,17 @@ struct Judged<C: Condition> {
 impl<C: Condition> Receiver for Judged<C> {
     fn tell(&mut self, delivery: Delivery) -> bool {
         let wake = match delivery {
-            Delivery::From { after, fresh } => Wake::From { after, fresh },
+            Delivery::From { after, fresh } => {
+                // The watcher starts after what the condition knows: the events in between
+                // are not on it, and a condition judged on what follows would decide on a
+                // state that never was (a double barrier's round that counts a participant
+                // gone in the gap, and fills). It is judged no more; the waiter reads and
+                // gives a new one (`wait_again`).
+                if after > self.known {
+                    self.condition = None;
+                }
+                Wake::From { after, fresh }
+            }
             Delivery::Failed(e) => Wake::Failed(e),
             Delivery::Events(_) => return !self.sender.is_closed(),
         };
@@ -118,6 +130,7 @@ impl Watches {
         let seen = Arc::new(AtomicI64::new(0));
         let judged = Judged {
             condition: Some(condition),
+            known,
             sender,
             seen: seen.clone(),
         };
@@ -169,6 +182,7 @@ impl<C: Condition> Waiting<C> {
         };
         let judged = Judged {
             condition: Some(condition),
+            known,
             sender,
             seen: self.seen.clone(),
         };
@@ -227,6 +241,7 @@ mod tests {
         let seen = Arc::new(AtomicI64::new(0));
         let mut judged = Judged {
             condition: Some(Reaches(12)),
+            known: 10,
             sender,
             seen: seen.clone(),
         };
@@ -252,5 +267,45 @@ mod tests {
         // A waiter that is gone stops listening once decided.
         drop(receiver);
         assert!(!judged.events(&batch(&[15])));
+    }
+
+    #[test]
+    fn a_watcher_that_starts_after_what_the_waiter_knows_decides_nothing_until_it_reads() {
+        let (sender, mut receiver) = unbounded_channel();
+        let mut judged = Judged {
+            condition: Some(Reaches(12)),
+            known: 10,
+            sender,
+            seen: Arc::new(AtomicI64::new(0)),
+        };
+        // Events in (10, 11] are not on the watcher: what follows is not judged.
+        assert!(judged.tell(Delivery::From {
+            after: 11,
+            fresh: true
+        }));
+        assert!(judged.events(&batch(&[12])));
+        assert!(matches!(
+            receiver.try_recv(),
+            Ok(Wake::From {
+                after: 11,
+                fresh: true
+            })
+        ));
+        assert!(receiver.try_recv().is_err(), "no verdict on a gap");
+        // A watcher that starts at what it knows (a fresh one, here) keeps judging.
+        let (sender, mut receiver) = unbounded_channel();
+        let mut judged = Judged {
+            condition: Some(Reaches(12)),
+            known: 11,
+            sender,
+            seen: Arc::new(AtomicI64::new(0)),
+        };
+        assert!(judged.tell(Delivery::From {
+            after: 11,
+            fresh: true
+        }));
+        assert!(judged.events(&batch(&[12])));
+        assert!(matches!(receiver.try_recv(), Ok(Wake::From { .. })));
+        assert!(matches!(receiver.try_recv(), Ok(Wake::Verdict(12))));
     }
 }
