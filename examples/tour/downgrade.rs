@@ -1,6 +1,6 @@
 //! The tour's step on downgrading a write lock: a writer queued behind a downgradable
-//! write does not get in between the write and the read it becomes, and readers behind
-//! it share the read at once.
+//! write does not get in between the write and the read it becomes, and a reader queued
+//! before that writer shares the read at once.
 
 use std::time::Duration;
 
@@ -18,26 +18,36 @@ pub fn downgrade(client: &Client) -> Res<()> {
     let reader = client.session()?;
     let write = mine.rwlock("tour/catalog")?.write_downgradable()?;
     let token = write.fencing_token();
-    // A writer and a reader queue behind the write.
+    // A reader, then a writer, queue behind the write.
+    let queued_reader = {
+        let lock = reader.rwlock("tour/catalog")?;
+        std::thread::spawn(move || lock.read_timeout(Duration::from_secs(10)))
+    };
+    std::thread::sleep(Duration::from_millis(200));
     let queued_writer = {
         let lock = writer.rwlock("tour/catalog")?;
         std::thread::spawn(move || lock.write_timeout(Duration::from_secs(10)))
     };
     std::thread::sleep(Duration::from_millis(200));
-    let read_lock = reader.rwlock("tour/catalog")?;
-    match read_lock.try_read() {
-        Err(TryLockError::WouldBlock) => println!("   while we write, a reader: WouldBlock"),
-        other => return Err(format!("a reader beside our write: {other:?}").into()),
+    if queued_reader.is_finished() {
+        return Err("a reader got in beside our write".into());
     }
+    println!("   we write; a reader and then a writer queue behind us");
     let read = write.downgrade().map_err(DowngradeError::into_error)?;
     println!(
         "   downgraded: we read now (fencing token {} as when we wrote: {token})",
         read.fencing_token()
     );
-    let theirs = read_lock.try_read()?;
-    println!("   another reader shares it at once, though a writer queued before it");
+    let theirs = queued_reader
+        .join()
+        .map_err(|_| "the queued reader's thread panicked")??;
+    println!("   the queued reader shares the read at once");
     if queued_writer.is_finished() {
         return Err("the queued writer got in between our write and our read".into());
+    }
+    match writer.rwlock("tour/catalog")?.try_write() {
+        Err(TryLockError::WouldBlock) => {}
+        other => return Err(format!("a writer beside two readers: {other:?}").into()),
     }
     let holders = client.status("tour/catalog")?.holders.len();
     println!("   status: {holders} readers hold, the writer still waits");
