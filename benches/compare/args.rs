@@ -96,7 +96,8 @@ struct Cli {
     /// request: the call, and until the holder hears it, beside a mutex), barriers (a latch's,
     /// a barrier's and a mutex handoff's wake, double-barrier rounds of 2 and 4, beside
     /// lock + unlock of a mutex; --handoffs rounds), downgrade (a downgradable write, its
-    /// downgrade and the read's release, beside a mutex and a plain write)
+    /// downgrade and the read's release, beside a mutex and a plain write), permits (one and
+    /// three permits of a semaphore of 4 at once, beside a mutex)
     #[arg(long, value_name = "PHASE[,PHASE]")]
     only: Option<String>,
 

@@ -18,7 +18,8 @@
 //! without and with conflicts), [`multi`] (multi-locks of 2 and 4 names beside a mutex),
 //! [`revoke`] (asking a holder to let go, beside a mutex), [`barriers`] (barrier, latch and
 //! double-barrier wakes beside a mutex), [`downgrade`] (a write that goes on as a read,
-//! beside a mutex and a plain write),
+//! beside a mutex and a plain write), [`permits`] (one and three permits at once, beside a
+//! mutex),
 //! [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
@@ -32,6 +33,7 @@ mod handoff_floor;
 mod herd;
 mod metrics;
 mod multi;
+mod permits;
 mod readers;
 mod resources;
 mod revoke;
@@ -214,6 +216,7 @@ fn main() {
     run("multi", wants("multi"), &multi::multi);
     run("revoke", wants("revoke"), &revoke::revoke);
     run("downgrade", wants("downgrade"), &downgrade::downgrade);
+    run("permits", wants("permits"), &permits::permits);
     run("barriers", wants("barriers"), &barriers::barriers);
     run("election", wants("election"), &election::election);
     run("cost", wants("cost"), &cost::cost);
