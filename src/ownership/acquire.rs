@@ -37,6 +37,27 @@ pub(super) async fn take_turn(
     Ok(taken.await?)
 }
 
+/// What every acquisition checks before it sends anything: a blocking call is allowed
+/// here, the wait is not over, the session lives, and this thread does not hold the line's
+/// turn already (waiting for it would never end). The session's lease state on success.
+pub(super) fn may_start(
+    line: &Line,
+    wait: &Wait,
+) -> std::result::Result<Arc<LeaseState>, TryLockError> {
+    crate::client::runtime::ensure_blocking_allowed()?;
+    wait.check()?;
+    let session = line.session.lease().clone();
+    session.check()?;
+    if line.held_by_this_thread() {
+        return Err(if wait.is_never() {
+            TryLockError::WouldBlock
+        } else {
+            Error::WouldDeadlock(text(&line.name).into_owned()).into()
+        });
+    }
+    Ok(session)
+}
+
 /// Acquires `line` for `kind`, storing `value` under the key: the one path every recipe
 /// uses. On every error our key is removed (or its removal is running, turn in hand).
 pub(crate) fn acquire(
@@ -46,18 +67,7 @@ pub(crate) fn acquire(
     wait: Wait,
 ) -> std::result::Result<Held, TryLockError> {
     let started = crate::support::telemetry::Stopwatch::start();
-    crate::client::runtime::ensure_blocking_allowed()?;
-    wait.check()?;
-    let session = line.session.lease().clone();
-    session.check()?;
-    if line.held_by_this_thread() {
-        // Waiting for a turn this thread owns would never end.
-        return Err(if wait.is_never() {
-            TryLockError::WouldBlock
-        } else {
-            Error::WouldDeadlock(text(&line.name).into_owned()).into()
-        });
-    }
+    let session = may_start(line, &wait)?;
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
     let (enqueued, turn, alive_at) = client.block_on(async {

@@ -13,13 +13,11 @@
 
 use std::sync::Arc;
 
-use super::acquire::{hold_from, join_within, new_hold, take_turn, wait_in_line};
+use super::acquire::{hold_from, join_within, may_start, new_hold, take_turn, wait_in_line};
 use super::{Held, Kind, Line, Wait};
 use crate::line::queue::Position;
-use crate::support::error::Error;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
-use crate::support::kv::text;
 use crate::support::signal::Signal;
 
 /// Acquires `line` (the writer line) for `kind` with its twin key on `twin` (the reader
@@ -34,17 +32,7 @@ pub(crate) fn acquire_twin(
     wait: Wait,
 ) -> std::result::Result<(Held, Held), TryLockError> {
     let started = crate::support::telemetry::Stopwatch::start();
-    crate::client::runtime::ensure_blocking_allowed()?;
-    wait.check()?;
-    let session = line.session.lease().clone();
-    session.check()?;
-    if line.held_by_this_thread() {
-        return Err(if wait.is_never() {
-            TryLockError::WouldBlock
-        } else {
-            Error::WouldDeadlock(text(&line.name).into_owned()).into()
-        });
-    }
+    let session = may_start(line, &wait)?;
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
     let operation = kind.operation();
