@@ -31,7 +31,7 @@ use crate::support::kv::Range;
 use crate::support::kv::text;
 use crate::transport::Rpc;
 use crate::transport::watch::{Event, EventKind, Only};
-use crate::transport::watches::{Delivery, Sink, Spec, Subscribed, Watches};
+use crate::transport::watches::{Delivery, Pin, Sink, Spec, Subscribed, Watches};
 
 /// A guard as the follow task sees it (the ownership core implements it): the task only
 /// needs to end it, and to know when it ended by itself.
@@ -53,6 +53,10 @@ pub(crate) enum Follow {
         alive_at: i64,
         at_once: bool,
         hold: Weak<dyn Followed>,
+        /// The name's watcher, pinned by the wait that proved the turn so that it keeps
+        /// running until this follow subscribed to it (then dropped): the follow joins it
+        /// from `alive_at` with no new watcher and no read.
+        keep: Option<Pin>,
     },
     /// Delete any key of `session`'s lease that appears at `key` after revision `from - 1`
     /// while `turn` is free, until the session ends.
@@ -257,9 +261,15 @@ async fn read_unread(rpc: &Rpc, entries: &mut HashMap<u64, Entry>) {
 }
 
 /// Subscribes for `what`, from the revision through which it is known.
-fn subscribe(watches: &Watches, what: Follow, sink: Sink) -> Entry {
+fn subscribe(watches: &Watches, mut what: Follow, sink: Sink) -> Entry {
     let known = what.known_through();
+    let keep = match &mut what {
+        Follow::Guard { keep, .. } => keep.take(),
+        Follow::Sweep { .. } => None,
+    };
     let subscribed = watches.subscribe_to(what.spec(), known, sink);
+    // Unpinned only now: the hub takes commands in order, so the watcher never stopped.
+    drop(keep);
     Entry {
         known,
         what,

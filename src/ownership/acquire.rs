@@ -13,7 +13,7 @@ use crate::client::follow::{Follow, Followed};
 use crate::client::lease::LeaseState;
 use crate::client::removal::{self, Owned};
 use crate::line::queue::{self, Position};
-use crate::line::wait;
+use crate::line::wait::{self, Granted};
 use crate::support::backoff::Backoff;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
@@ -21,6 +21,7 @@ use crate::support::error::{Error, Result};
 use crate::support::kv::text;
 use crate::support::signal::Signal;
 use crate::transport::Rpc;
+use crate::transport::watches::Pin;
 
 /// Takes the line's turn, ending early on session loss, the deadline or a cancel.
 pub(super) async fn take_turn(
@@ -70,7 +71,7 @@ pub(crate) fn acquire(
     let session = may_start(line, &wait)?;
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
-    let (enqueued, turn, alive_at) = client.block_on(async {
+    let (enqueued, turn, granted) = client.block_on(async {
         let turn = take_turn(line, &session, &wait, kind.operation()).await?;
         // 1. Join the line in etcd.
         let (enqueued, turn) =
@@ -78,11 +79,11 @@ pub(crate) fn acquire(
         // 2. Wait for our turn in etcd, unless asked not to.
         wait_in_line(&rpc, line, kind, &wait, &session, enqueued, turn).await
     })?;
-    Ok(hold_from(line, kind, &enqueued, turn, alive_at, started))
+    Ok(hold_from(line, kind, &enqueued, turn, granted, started))
 }
 
 /// Waits until `enqueued` (our key, just joined, `turn` in hand) owns, unless `wait` is a
-/// `try_*`: the key, the turn and the proof revision. On any error the key is removed by
+/// `try_*`: the key, the turn and the proof. On any error the key is removed by
 /// its revision, turn in hand (the caller hears of the error once etcd answered, or within
 /// one request timeout).
 pub(super) async fn wait_in_line(
@@ -93,9 +94,9 @@ pub(super) async fn wait_in_line(
     session: &LeaseState,
     enqueued: queue::Enqueued,
     turn: OwnedMutexGuard<()>,
-) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>, i64), TryLockError> {
+) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>, Granted), TryLockError> {
     let waited = match &enqueued.position {
-        Position::Owner => Ok(enqueued.seen_at),
+        Position::Owner => Ok(Granted::read_at(enqueued.seen_at)),
         // Only a busy line is `WouldBlock`: a refusal is an error.
         Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
         position => {
@@ -117,7 +118,8 @@ pub(super) async fn wait_in_line(
             match (turn_came.await, position) {
                 // Our turn came after others held: a lock-delay may apply. It is a
                 // step after the proof, so it ends when our key goes (rule 4).
-                (Ok(seen_at), Position::Behind(ahead)) if !wait.delay.is_zero() => {
+                (Ok(granted), Position::Behind(ahead)) if !wait.delay.is_zero() => {
+                    let seen_at = granted.at;
                     let op = kind.operation();
                     let delay = wait.delay;
                     let held_off =
@@ -130,7 +132,7 @@ pub(super) async fn wait_in_line(
                     ) {
                         let unwatched = Box::pin(wait.bound_alive(op, session, held_off));
                         return match unwatched.await {
-                            Ok(()) => Ok((enqueued, turn, seen_at)),
+                            Ok(()) => Ok((enqueued, turn, granted)),
                             Err(e) => Err(TryLockError::from(e)),
                         };
                     }
@@ -139,7 +141,7 @@ pub(super) async fn wait_in_line(
                     // debug build it overflowed a 2 MiB thread stack inline).
                     Box::pin(wait.bound_alive(op, session, kept))
                         .await
-                        .map(|()| seen_at)
+                        .map(|()| granted)
                 }
                 (result, _) => result,
             }
@@ -147,7 +149,7 @@ pub(super) async fn wait_in_line(
         }
     };
     match waited {
-        Ok(seen_at) => Ok((enqueued, turn, seen_at)),
+        Ok(granted) => Ok((enqueued, turn, granted)),
         Err(e) => {
             // Known revision: this deletes nothing but the key this attempt created.
             let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(turn));
@@ -165,22 +167,23 @@ pub(super) async fn wait_in_line(
     }
 }
 
-/// The tail every join shares (one name, or several in one Txn): `enqueued` owns at
-/// `alive_at` (its proof revision), `turn` in hand. Makes the hold that owns the turn and
-/// has the client's follow task follow the key from `alive_at`.
+/// The tail every join shares (one name, or several in one Txn): `enqueued` owns as
+/// `granted` proves, `turn` in hand. Makes the hold that owns the turn and has the client's
+/// follow task follow the key from the proof revision.
 pub(super) fn hold_from(
     line: &Arc<Line>,
     kind: Kind,
     enqueued: &queue::Enqueued,
     turn: OwnedMutexGuard<()>,
-    alive_at: i64,
+    granted: Granted,
     started: crate::support::telemetry::Stopwatch,
 ) -> Held {
+    let Granted { at: alive_at, keep } = granted;
     // A guard that waited follows from its proof revision at once: the name's watcher is
     // pinned and running (no request), and a delete since the proof ends it as soon as the
     // event arrives, not after the deferral.
     let at_once = matches!(enqueued.position, Position::Behind(_));
-    let hold = new_hold(line, kind, enqueued, turn, (alive_at, at_once));
+    let hold = new_hold(line, kind, enqueued, turn, (alive_at, at_once), keep);
     tracing::debug!(
         key = %text(&line.key),
         fencing_token = enqueued.rev,
@@ -195,13 +198,15 @@ pub(super) fn hold_from(
 
 /// A hold of `line` for `enqueued`'s key, `turn` in hand: made the line's current hold, and
 /// followed by the client's follow task from `alive_at` (a revision at which the key was
-/// known to exist; `at_once`: subscribe now, not after the deferral).
+/// known to exist; `at_once`: subscribe now, not after the deferral; `keep`: the name's
+/// watcher, kept running until the follow subscribed to it).
 pub(super) fn new_hold(
     line: &Arc<Line>,
     kind: Kind,
     enqueued: &queue::Enqueued,
     turn: OwnedMutexGuard<()>,
     (alive_at, at_once): (i64, bool),
+    keep: Option<Pin>,
 ) -> Arc<Hold> {
     let hold = Arc::new(Hold {
         line: line.clone(),
@@ -227,6 +232,7 @@ pub(super) fn new_hold(
         alive_at,
         at_once,
         hold: Arc::downgrade(&hold) as Weak<dyn Followed>,
+        keep,
     });
     hold
 }

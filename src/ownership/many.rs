@@ -13,7 +13,7 @@ use super::hold::spawn_removal;
 use super::{Held, Kind, Line, Wait};
 use crate::client::removal::Owned;
 use crate::line::queue::{self, Enqueued, Joining, Position};
-use crate::line::wait;
+use crate::line::wait::{self, Granted};
 use crate::support::error::Error;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
@@ -66,7 +66,14 @@ pub(crate) fn lock_free_prefix(
     let held = (owned.into_iter().zip(members))
         .map(|((enqueued, turn), (line, op))| {
             let alive_at = enqueued.seen_at;
-            hold_from(line, Kind::Lock(*op), &enqueued, turn, alive_at, started)
+            hold_from(
+                line,
+                Kind::Lock(*op),
+                &enqueued,
+                turn,
+                Granted::read_at(alive_at),
+                started,
+            )
         })
         .collect::<Vec<_>>();
     let queued = queued.map(|joined| {
@@ -113,7 +120,7 @@ pub(crate) fn wait_queued(queued: Queued, wait: &Wait) -> std::result::Result<He
     let session = line.session.lease().clone();
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
-    let (enqueued, turn, alive_at) = client.block_on(async {
+    let (enqueued, turn, granted) = client.block_on(async {
         // Taken only here: a future dropped unrun leaves the removal to `Drop`.
         let mut queued = queued;
         let Some((enqueued, turn)) = queued.joined.take() else {
@@ -121,7 +128,7 @@ pub(crate) fn wait_queued(queued: Queued, wait: &Wait) -> std::result::Result<He
         };
         super::acquire::wait_in_line(&rpc, &line, kind, wait, &session, enqueued, turn).await
     })?;
-    Ok(hold_from(&line, kind, &enqueued, turn, alive_at, started))
+    Ok(hold_from(&line, kind, &enqueued, turn, granted, started))
 }
 
 /// The Txn, bounded by `wait`, and what follows from its answer: the owned prefix and the

@@ -36,7 +36,7 @@ pub(crate) fn acquire_twin(
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
     let operation = kind.operation();
-    let (enqueued, turn, twin_turn, alive_at) = client.block_on(async {
+    let (enqueued, turn, twin_turn, granted) = client.block_on(async {
         let turn = take_turn(line, &session, &wait, operation).await?;
         // Nothing is written before both turns are ours: an error here leaves no key.
         let twin_turn = take_turn(twin, &session, &wait, operation).await?;
@@ -46,7 +46,7 @@ pub(crate) fn acquire_twin(
             wait_in_line(&rpc, line, kind, &wait, &session, enqueued, turn).await
         };
         match joined.await {
-            Ok((enqueued, turn, alive_at)) => Ok((enqueued, turn, twin_turn, alive_at)),
+            Ok((enqueued, turn, granted)) => Ok((enqueued, turn, twin_turn, granted)),
             Err(e) => {
                 // The writer key is removed (or its removal runs, its turn in hand). The
                 // twin: any key of our lease on the reader line is this attempt's, since
@@ -62,8 +62,15 @@ pub(crate) fn acquire_twin(
     // at any time before the writer's proof is seen (or read) too.
     let at_once = matches!(enqueued.position, Position::Behind(_));
     let read = Kind::Lock(Operation::Read);
-    let twin_hold = new_hold(twin, read, &enqueued, twin_turn, (enqueued.rev, at_once));
-    let mut writer = hold_from(line, kind, &enqueued, turn, alive_at, started);
+    let twin_hold = new_hold(
+        twin,
+        read,
+        &enqueued,
+        twin_turn,
+        (enqueued.rev, at_once),
+        None,
+    );
+    let mut writer = hold_from(line, kind, &enqueued, turn, granted, started);
     let mut twin_held = Held::new(twin_hold);
     let shared = Arc::new(Signal::new());
     writer.share_signal(&shared);
