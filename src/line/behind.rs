@@ -49,8 +49,43 @@ pub(crate) const LOOKOUT_LEAVES: usize = 2;
 /// How far a lookout may be (keys to go, itself included) for its waiter to read it now and
 /// then while etcd may still be syncing its watcher ([`UNSYNCED_WINDOW`]): a near lookout
 /// may go before etcd would deliver its delete. A farther one is read only once, if its
-/// watcher started after the revision at which the waiter read it.
+/// watcher started after the revision at which the waiter read it, and not at once: see
+/// [`gap_read_after`].
 const POLL_NEAR: usize = 32;
+
+/// When a lookout further than [`POLL_NEAR`] whose watcher started after what the waiter
+/// knew is read, if its delete has not come by then: [`GAP_READ_PER_KEY`] for each key to
+/// go, at most [`GAP_READ_MAX`]. Its delete in that gap (before the watcher started) would
+/// be out of order (a waiter ahead giving up) and is rare; in order, the lookout goes after
+/// `away` handoffs, and its event then makes the read needless: at 64 processes (60 keys
+/// away, 1.2 ms a handoff) the read was one of the two per acquisition. A delete in the gap
+/// is found by the read, and costs the line at most that wait.
+fn gap_read_after(away: usize) -> Duration {
+    GAP_READ_PER_KEY
+        .saturating_mul(u32::try_from(away).unwrap_or(u32::MAX))
+        .min(GAP_READ_MAX)
+}
+
+/// See [`gap_read_after`]: twice the slowest handoff measured (0.6-1.9 ms).
+const GAP_READ_PER_KEY: Duration = Duration::from_millis(4);
+
+/// See [`gap_read_after`]: the longest a line may stall for a lookout deleted in the gap.
+const GAP_READ_MAX: Duration = Duration::from_millis(250);
+
+/// [`POLL_NEAR`] in force; with the `testing` feature, the environment variable
+/// `ETCD_SYNC_POLL_NEAR` if set, read once (the randomized checker sets 0 in some worker
+/// processes, so that the short lines it makes read their lookouts' gaps late, under every
+/// fault it injects).
+fn poll_near() -> usize {
+    #[cfg(feature = "testing")]
+    {
+        static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        if let Some(near) = test_hook(&OVERRIDE, "ETCD_SYNC_POLL_NEAR") {
+            return near;
+        }
+    }
+    POLL_NEAR
+}
 
 /// How far a lookout must be (keys to go) for its watcher to start right after the revision
 /// at which the waiter read it, with no read (`Watches::subscribe_from`): etcd serves such a
@@ -246,10 +281,11 @@ async fn all_there(rpc: &Rpc, session: &LeaseState, keys: &[(Vec<u8>, i64)]) -> 
 /// A far lookout's watcher starts right after `known` (unless one of its key runs already):
 /// it covers everything. Otherwise a watcher that starts after `known` (a new one starts
 /// from etcd's "now"; one restarted after compaction too) does not cover the revisions in
-/// between: one read of its key tells whether it went meanwhile. A read at or after the watcher's start that still finds it,
-/// with the create revision it had, leaves nothing uncovered. And a new watcher may be
-/// unsynced for a while (etcd delivers its events up to 100 ms late): a near lookout of one
-/// key is read again now and then until that window has passed.
+/// between: one read of its key tells whether it went meanwhile, made only if its delete
+/// has not come within [`gap_read_after`]. A read at or after the watcher's start that
+/// still finds it, with the create revision it had, leaves nothing uncovered. And a new
+/// watcher may be unsynced for a while (etcd delivers its events up to 100 ms late): a near
+/// lookout of one key is read now and then until that window has passed.
 pub(crate) async fn wait_for_lookout(
     rpc: &Rpc,
     watches: &Watches,
@@ -278,8 +314,10 @@ pub(crate) async fn wait_for_lookout(
         })
         .collect();
     let _own = watches.subscribe_to(Spec::key(own, Only::Deletes), known, Sink::new(OWN, sender));
-    let near = lookout.keys.len() == 1 && lookout.away <= POLL_NEAR;
+    let near = lookout.keys.len() == 1 && lookout.away <= poll_near();
     let mut poll_until: Option<Instant> = None;
+    // When the gap before the watchers' start is to be read, if no delete came first.
+    let mut gap_read: Option<Instant> = None;
     // Several lookouts (a permit's): their watchers start one by one, and once all have,
     // one read covers what each missed before its start.
     let mut starting = lookout.keys.len();
@@ -287,6 +325,7 @@ pub(crate) async fn wait_for_lookout(
     loop {
         session.check()?;
         let poll = poll_until.filter(|until| crate::support::clock::now() < *until);
+        let gap_due = gap_read.unwrap_or_else(crate::support::clock::now);
         let (tag, delivery) = tokio::select! {
             delivery = deliveries.recv() => delivery.ok_or(Error::Closed)?,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
@@ -295,6 +334,19 @@ pub(crate) async fn wait_for_lookout(
                     if !still_there(rpc, session, key, *created).await? {
                         return Ok(Woken::LookoutGone);
                     }
+                }
+                continue;
+            }
+            _ = tokio::time::sleep_until(gap_due.into()), if gap_read.is_some() => {
+                // A read at or after every watcher's start that still finds the keys, with
+                // the create revisions they had, leaves nothing uncovered.
+                gap_read = None;
+                let there = match lookout.keys.as_slice() {
+                    [(key, created)] => still_there(rpc, session, key, *created).await?,
+                    keys => all_there(rpc, session, keys).await?,
+                };
+                if !there {
+                    return Ok(Woken::LookoutGone);
                 }
                 continue;
             }
@@ -317,31 +369,17 @@ pub(crate) async fn wait_for_lookout(
                     poll_until = Some(crate::support::clock::now() + UNSYNCED_WINDOW);
                     continue;
                 }
-                // Deletes in (known, after] are not on this watcher: read its key once (a
+                // Deletes in (known, after] are not on this watcher: read the keys once (a
                 // key of that name created anew, its session queuing again, is another
-                // key: the lookout went). Several lookouts: all at once, when the last
-                // watcher has started; a watcher that starts again later (after
-                // compaction) has its key read alone.
-                let Some((key, created)) =
-                    usize::try_from(tag).ok().and_then(|i| lookout.keys.get(i))
-                else {
-                    continue;
-                };
-                if starting > 1 {
-                    starting -= 1;
-                    latest_start = latest_start.max(after);
-                    continue;
-                }
-                let gone = if starting == 1 && lookout.keys.len() > 1 {
-                    starting = 0;
-                    latest_start.max(after) > known
-                        && !all_there(rpc, session, &lookout.keys).await?
-                } else {
-                    starting = 0;
-                    after > known && !still_there(rpc, session, key, *created).await?
-                };
-                if gone {
-                    return Ok(Woken::LookoutGone);
+                // key: the lookout went), when the last watcher has started, and not at
+                // once: their deletes, in order, usually come first and make the read
+                // needless ([`gap_read_after`]). A watcher that starts again later (after
+                // compaction) has them read again.
+                latest_start = latest_start.max(after);
+                starting = starting.saturating_sub(1);
+                if starting == 0 && latest_start > known {
+                    let due = crate::support::clock::now() + gap_read_after(lookout.away);
+                    gap_read = Some(gap_read.map_or(due, |pending| pending.min(due)));
                 }
             }
             // Our own key's watcher starting late leaves a gap we do not read for: a delete
@@ -381,6 +419,13 @@ mod tests {
             keys: vec![(line[i].clone().into_bytes(), i as i64 + 10)],
             away,
         })
+    }
+
+    #[test]
+    fn a_lookout_gap_is_read_after_its_handoffs_would_take_and_never_later_than_the_cap() {
+        assert_eq!(gap_read_after(40), Duration::from_millis(160));
+        assert_eq!(gap_read_after(10_000), GAP_READ_MAX);
+        assert_eq!(gap_read_after(usize::MAX), GAP_READ_MAX);
     }
 
     #[test]

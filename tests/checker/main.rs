@@ -284,6 +284,13 @@ impl Children {
                     "ETCD_SYNC_FAR_START",
                     ["0", "200"][rng.below(2) as usize].to_string(),
                 ),
+                // Half of them read a lookout's start gap late, not poll it, however near
+                // (the library does so from 33 keys on), so that a lookout deleted in that
+                // gap, out of order, is found by that read under every fault.
+                (
+                    "ETCD_SYNC_POLL_NEAR",
+                    ["0", "32"][rng.below(2) as usize].to_string(),
+                ),
                 (
                     "LOG",
                     self.dir.join(format!("log-{n}")).display().to_string(),
