@@ -552,14 +552,14 @@ fn a_guard_that_waited_at_the_back_keeps_the_watcher_that_proved_its_turn() {
     let ranges = || handled(&server.metrics().unwrap(), "Range");
     drop(gate);
     let last = WAITERS - 1;
-    for i in 0..last {
+    for (i, go) in go.iter().enumerate().take(last) {
         assert_eq!(
             held_rx.recv_timeout(Duration::from_secs(10)),
             Ok(i),
             "first come, first served"
         );
         if i + 1 < last {
-            go[i].send(()).unwrap();
+            go.send(()).unwrap();
         }
     }
     // Waiter `last - 1` holds; the last one has joined the front (its lookout went two
