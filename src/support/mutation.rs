@@ -50,6 +50,12 @@ pub enum Mutation {
     /// one without etcd #18089's fix, which then loses a delete at exactly its compact
     /// revision (defect 5 of RELIABILITY.md, back where the member's version decides).
     ResumeAfterOnEveryRelease,
+    /// A waiter at the back never reads its lookout's start gap (the revisions between its
+    /// read of the line and its lookout watcher's start), so a lookout deleted there, out of
+    /// order, is never seen and the waiter misses its turn. Not in [`Mutation::ALL`]: only
+    /// lines that wait at the back can show it, and the simulation's lines are short, so
+    /// `tests/simulation_back.rs` finds it with the front narrowed to one key.
+    LookoutGapUnread,
 }
 
 impl Mutation {
@@ -83,6 +89,7 @@ impl Mutation {
             Mutation::CancelReturnsEarly => 8,
             Mutation::ReleaseKeepsRequest => 9,
             Mutation::ResumeAfterOnEveryRelease => 10,
+            Mutation::LookoutGapUnread => 11,
         }
     }
 }

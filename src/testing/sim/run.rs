@@ -139,6 +139,12 @@ pub struct Outcome {
     pub multi_locks: u64,
     /// Of [`multi_locks`](Self::multi_locks), those whose keys share one create revision.
     pub multi_locks_in_one_txn: u64,
+    /// Waits that started at the back of a line, on a lookout key (none with the default
+    /// widths: the simulation's lines are short; `ETCD_SYNC_FRONT` narrows the front).
+    /// Counted process-wide: exact when no other run overlaps this one.
+    pub back_waits: u64,
+    /// Of those, reads of the lookout's start gap, made when due (see `line/behind.rs`).
+    pub gap_reads: u64,
 }
 
 /// splitmix64: small, fast, and the same everywhere.
@@ -332,6 +338,12 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     let runtime = builder.build()?;
     let config = config.clone();
     mutation::set(config.mutation);
+    let back_counts = || {
+        use crate::line::behind::counts::{BACK_WAITS, GAP_READS};
+        use std::sync::atomic::Ordering::Relaxed;
+        (BACK_WAITS.load(Relaxed), GAP_READS.load(Relaxed))
+    };
+    let back_before = back_counts();
     let outcome = runtime.block_on(async move {
         let sim = Simulation::new(tokio::runtime::Handle::current());
         let world = Arc::new(World {
@@ -418,6 +430,9 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     drop(runtime);
     mutation::set(None);
     let mut outcome = outcome;
+    let back_after = back_counts();
+    outcome.back_waits = back_after.0 - back_before.0;
+    outcome.gap_reads = back_after.1 - back_before.1;
     let mut hasher = std::hash::DefaultHasher::new();
     outcome.trace.hash(&mut hasher);
     outcome.trace_hash = hasher.finish();

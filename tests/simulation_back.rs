@@ -1,0 +1,132 @@
+//! The back of the line under the deterministic simulation (issue 28). The simulation's
+//! lines are short (2 to 5 processes), so with the default widths every waiter waits at the
+//! front. This binary narrows the front to one key and has every lookout's start gap read
+//! when due rather than polled (`ETCD_SYNC_FRONT=1`, `ETCD_SYNC_POLL_NEAR=0`, set for this
+//! process alone before any run reads them): its waiters wait at the back on lookout keys,
+//! join the front, and hold, under every fault of the simulation. A binary of its own: the
+//! widths are read once per process, and the mutation below is switched on process-wide.
+#![cfg(feature = "simulation")]
+
+use std::time::{Duration, Instant};
+
+use etcd_sync::testing::sim::{Mutation, RunConfig, run};
+
+/// Narrows the front for this process, before the first run reads the widths.
+fn narrow_the_front() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: called before any thread of this test reads the environment (the widths
+        // are read on first use, inside a run), and only once.
+        unsafe {
+            std::env::set_var("ETCD_SYNC_FRONT", "1");
+            std::env::set_var("ETCD_SYNC_POLL_NEAR", "0");
+        }
+    });
+}
+
+fn secs(var: &str, default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var(var)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+/// A sweep of `ETCD_SYNC_SIM_BACK_SECS` (default 20) breaks no invariant while waiters wait at
+/// the back and read their lookouts' gaps; then the defect of never reading that gap
+/// (`Mutation::LookoutGapUnread`) must break one within `ETCD_SYNC_SIM_MUTATION_SECS`
+/// (default 60), and the same schedule without it must not. `ETCD_SYNC_SIM_SEED` replays
+/// one seed instead (with `ETCD_SYNC_SIM_MUTATION=LookoutGapUnread`, with the defect).
+#[test]
+#[ignore = "a minute or two of schedules: scripts/test runs it optimized, with --include-ignored"]
+fn waiters_at_the_back_break_no_invariant_and_an_unread_lookout_gap_is_found() {
+    narrow_the_front();
+    if let Ok(seed) = std::env::var("ETCD_SYNC_SIM_SEED") {
+        let seed: u64 = seed.parse().expect("ETCD_SYNC_SIM_SEED is a number");
+        let mutation = std::env::var("ETCD_SYNC_SIM_MUTATION")
+            .is_ok_and(|name| name == "LookoutGapUnread")
+            .then_some(Mutation::LookoutGapUnread);
+        let outcome = run(&RunConfig {
+            mutation,
+            ..RunConfig::from_seed(seed)
+        })
+        .expect("a run");
+        for line in &outcome.trace {
+            println!("{line}");
+        }
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed}: {:?}",
+            outcome.violations
+        );
+        return;
+    }
+
+    let budget = secs("ETCD_SYNC_SIM_BACK_SECS", 20);
+    let base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64);
+    println!("sweeping from seed {base} for {budget:?} (replay one: ETCD_SYNC_SIM_SEED=<seed>)");
+    let started = Instant::now();
+    let (mut schedules, mut acquisitions, mut back_waits, mut gap_reads) = (0u64, 0, 0, 0);
+    let mut failed = Vec::new();
+    while started.elapsed() < budget {
+        let seed = base + schedules;
+        let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
+        schedules += 1;
+        acquisitions += outcome.acquisitions;
+        back_waits += outcome.back_waits;
+        gap_reads += outcome.gap_reads;
+        if !outcome.violations.is_empty() {
+            failed.push((seed, outcome.violations));
+        }
+    }
+    println!(
+        "{schedules} schedules, {acquisitions} acquisitions, {back_waits} waits at the back, \
+         {gap_reads} lookout gaps read when due"
+    );
+    assert!(
+        failed.is_empty(),
+        "seeds with violations (replay: ETCD_SYNC_SIM_SEED=<seed>): {failed:#?}"
+    );
+    assert!(
+        back_waits > schedules,
+        "waiters waited at the back: {back_waits}"
+    );
+    assert!(gap_reads > 0, "some lookout gaps were read when due");
+
+    // Fixed seeds: the same on every machine and every run.
+    let budget = secs("ETCD_SYNC_SIM_MUTATION_SECS", 60);
+    let started = Instant::now();
+    let mut seed = 1_000;
+    let found = loop {
+        assert!(
+            started.elapsed() < budget,
+            "LookoutGapUnread not found within {budget:?} ({} schedules)",
+            seed - 1_000
+        );
+        let outcome = run(&RunConfig {
+            mutation: Some(Mutation::LookoutGapUnread),
+            ..RunConfig::from_seed(seed)
+        })
+        .expect("a run");
+        if let Some(first) = outcome.violations.first() {
+            let control = run(&RunConfig::from_seed(seed)).expect("a run");
+            assert!(
+                control.violations.is_empty(),
+                "seed {seed} breaks an invariant without LookoutGapUnread too: {:?}",
+                control.violations
+            );
+            break (seed, first.clone());
+        }
+        seed += 1;
+    };
+    println!(
+        "| LookoutGapUnread | {:.2} s | {} | {} | {} |",
+        started.elapsed().as_secs_f64(),
+        found.0 - 999,
+        found.0,
+        found.1.trim()
+    );
+}
