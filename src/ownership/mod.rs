@@ -250,6 +250,11 @@ pub(crate) struct Line {
     /// read. Dropped when a wait starts at the back of a long line, so that a client whose
     /// waiters are all far back hears of no release (issue 28).
     deletes_pinned: StdMutex<Option<Pin>>,
+    /// Keeps the client's watcher of deletes of this line's own key once a wait started at
+    /// the back (where a waiter watches its own key beside its lookout), so the next wait
+    /// there finds it running: no create and no cancel per turn. The key is the same for
+    /// every turn of the session; a release of ours costs it one event.
+    own_pinned: StdMutex<Option<Pin>>,
     /// etcd refused a release's delete of the key's release request (a role that covers
     /// `<name>/` only): releases delete the key alone from then on (`requests.rs`).
     requests_denied: Arc<std::sync::atomic::AtomicBool>,
@@ -335,6 +340,7 @@ impl Line {
             turn,
             current: StdMutex::new(Weak::new()),
             deletes_pinned: StdMutex::new(None),
+            own_pinned: StdMutex::new(None),
             requests_denied: Arc::default(),
         })
     }
@@ -388,7 +394,8 @@ impl Line {
 
     /// The client's watches, for a wait that starts `far` back in the line or at its
     /// front: at the front, the watcher of deletes under the name is pinned for the life of
-    /// this line (waiters subscribe to it); far back, it is unpinned.
+    /// this line (waiters subscribe to it); far back, it is unpinned, and the watcher of
+    /// the line's own key is pinned instead, for the life of the line.
     pub(crate) fn watches_for(&self, far: bool) -> &Watches {
         let watches = self.session.client().watches();
         let mut pinned = self
@@ -401,6 +408,12 @@ impl Line {
                 *pinned = Some(watches.pin(Spec::prefix(&self.prefix, Only::Deletes)));
             }
             _ => {}
+        }
+        if far {
+            let mut own = self.own_pinned.lock().unwrap_or_else(|e| e.into_inner());
+            if own.is_none() {
+                *own = Some(watches.pin(Spec::key(&self.key, Only::Deletes)));
+            }
         }
         watches
     }
