@@ -45,9 +45,11 @@ pub(crate) trait Followed: Send + Sync {
 pub(crate) enum Follow {
     /// End `hold` when `key` (under `prefix`, created at `rev`, known to exist at
     /// `alive_at`) is deleted. `at_once`: subscribe now, not after [`DEFER`] (the guard
-    /// waited, so its name's watcher runs already).
+    /// waited, so its name's watcher runs already). `own`: follow on the watcher of the
+    /// key alone, which its line keeps running (it waited at the back), not the name's.
     Guard {
         prefix: Vec<u8>,
+        own: bool,
         key: Vec<u8>,
         rev: i64,
         alive_at: i64,
@@ -110,6 +112,7 @@ impl Follow {
     fn spec(&self) -> Spec {
         match self {
             // Deletes only: a put with our create revision is a proclamation.
+            Follow::Guard { own: true, key, .. } => Spec::key(key, Only::Deletes),
             Follow::Guard { prefix, .. } => Spec::prefix(prefix, Only::Deletes),
             Follow::Sweep { key, .. } => Spec::key(key, Only::Puts),
         }

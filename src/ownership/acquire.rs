@@ -225,13 +225,20 @@ pub(super) fn new_hold(
         requests: StdMutex::new(None),
     });
     *line.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&hold);
+    // A line that waited at the back keeps its own key's watcher: the guard follows there,
+    // so the name's watcher can go, and the holder hears neither of its own release twice
+    // nor of every delete behind it.
+    let own = line.watches_own_key();
     line.session.client().follower().follow(Follow::Guard {
         prefix: line.prefix.clone(),
+        own,
         key: line.key.clone(),
         rev: enqueued.rev,
         alive_at,
         at_once,
         hold: Arc::downgrade(&hold) as Weak<dyn Followed>,
+        // Dropped by the follow task once it subscribed: the name's watcher stays up to
+        // then for whoever follows on it (a downgradable write's twin, just before).
         keep,
     });
     hold

@@ -418,6 +418,14 @@ impl Line {
         watches
     }
 
+    /// Whether this line keeps its own key's watcher running (it waited at the back).
+    pub(crate) fn watches_own_key(&self) -> bool {
+        self.own_pinned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     /// The hold that owns this line's turn, if it has not ended.
     pub(crate) fn live_hold(&self) -> Option<Arc<Hold>> {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
