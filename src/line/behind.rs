@@ -95,14 +95,8 @@ fn gap_left_unread() -> bool {
 /// processes, so that the short lines it makes read their lookouts' gaps late, under every
 /// fault it injects).
 fn poll_near() -> usize {
-    #[cfg(feature = "testing")]
-    {
-        static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-        if let Some(near) = test_hook(&OVERRIDE, "ETCD_SYNC_POLL_NEAR") {
-            return near;
-        }
-    }
-    POLL_NEAR
+    static HOOK: Hook = Hook::new();
+    hooked(&HOOK, "ETCD_SYNC_POLL_NEAR", POLL_NEAR)
 }
 
 /// How far a lookout must be (keys to go) for its watcher to start right after the revision
@@ -124,21 +118,24 @@ const LOOKOUT_POLL: Duration = Duration::from_millis(30);
 /// [`LOOKOUT_LEAVES`]), read once: the randomized checker sets it in some worker processes,
 /// so that its short lines also wait at the back, under every fault it injects.
 pub(crate) fn widths() -> (usize, usize) {
-    #[cfg(feature = "testing")]
-    {
-        static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-        if let Some(front) = test_hook(&OVERRIDE, "ETCD_SYNC_FRONT") {
-            return (front, front.min(LOOKOUT_LEAVES));
-        }
-    }
-    (FRONT, LOOKOUT_LEAVES)
+    static HOOK: Hook = Hook::new();
+    let front = hooked(&HOOK, "ETCD_SYNC_FRONT", FRONT);
+    (front, front.min(LOOKOUT_LEAVES))
 }
 
-/// With the `testing` feature: the number in the environment variable `name`, if set, read
-/// once into `cell` (the test hooks above).
-#[cfg(feature = "testing")]
-fn test_hook(cell: &'static std::sync::OnceLock<Option<usize>>, name: &str) -> Option<usize> {
-    *cell.get_or_init(|| std::env::var(name).ok().and_then(|v| v.parse().ok()))
+/// A test hook's cell: read once (see [`hooked`]).
+type Hook = std::sync::OnceLock<Option<usize>>;
+
+/// `default`; with the `testing` feature, the number in the environment variable `name`
+/// instead, if set, read once into `cell` (the test hooks above).
+fn hooked(cell: &'static Hook, name: &str, default: usize) -> usize {
+    #[cfg(feature = "testing")]
+    if let Some(set) = *cell.get_or_init(|| std::env::var(name).ok().and_then(|v| v.parse().ok())) {
+        return set;
+    }
+    #[cfg(not(feature = "testing"))]
+    let _ = (cell, name);
+    default
 }
 
 /// [`FAR_START`] in force; with the `testing` feature, the environment variable
@@ -146,14 +143,8 @@ fn test_hook(cell: &'static std::sync::OnceLock<Option<usize>>, name: &str) -> O
 /// processes, so that their lookouts' watchers start from the revision they read, under
 /// every fault it injects, compaction included).
 fn far_start() -> usize {
-    #[cfg(feature = "testing")]
-    {
-        static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-        if let Some(far) = test_hook(&OVERRIDE, "ETCD_SYNC_FAR_START") {
-            return far;
-        }
-    }
-    FAR_START
+    static HOOK: Hook = Hook::new();
+    hooked(&HOOK, "ETCD_SYNC_FAR_START", FAR_START)
 }
 
 /// [`widths`]' front: how many keys ahead a waiter at the front may have.
