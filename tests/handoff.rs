@@ -593,11 +593,13 @@ fn a_guard_that_waited_at_the_back_keeps_the_watcher_that_proved_its_turn() {
     let reads = ranges() - ranges_before;
     // One watch request: the name's watcher of the new holder's client goes (its guard
     // follows its key on the watcher of that key alone, which its line keeps since it
-    // waited at the back); the released guard's client keeps both of its own.
-    assert_eq!(
-        (requests, reads),
-        (1.0, 0),
-        "watch requests and reads while the turn passed to a waiter from the back"
+    // waited at the back); the released guard's client keeps both of its own. etcd 3.4.23
+    // counts 1; 3.7.2 counts 2 for that one cancel (the clients' sends traced: one cancel
+    // in the window). The old handover cancelled and created the name's watcher: 3 on 3.4.
+    assert!(
+        requests <= 2.0 && reads == 0,
+        "{requests} watch requests and {reads} reads while the turn passed to a waiter from \
+         the back"
     );
     go[last].send(()).unwrap();
     for t in threads {
