@@ -33,11 +33,15 @@ use crate::transport::{Retry, Rpc};
 /// shared prefix watcher, however long the line. A line of up to `FRONT + 1` keys waits
 /// there whole: each release then reaches every waiting process of it, and each takes its
 /// turn on the event, with no read and no watcher of its own to set up. Chosen by
-/// measurement (BENCHMARKS.md, "Second step: a narrow front for long lines"): waiters at the
-/// back of a line of 8 processes lost three quarters of its throughput (1,400 → 360
-/// acquisitions/s), because etcd registers some new watchers *unsynced*, and a lookout's
-/// delete then arrives up to 100 ms late, when the whole line may have waited for it.
-pub(crate) const FRONT: usize = 8;
+/// measurement (BENCHMARKS.md, "Second step: a narrow front for long lines" and "Fourth
+/// step"): waiters at the back of a line of 8 processes lost three quarters of its
+/// throughput (1,400 → 360 acquisitions/s), because etcd registers some new watchers
+/// *unsynced*, and a lookout's delete then arrives up to 100 ms late, when the whole line
+/// may have waited for it. With 8, lines of 12 and 16 processes still handed off at 690 and
+/// 730-770 acquisitions/s on etcd 3.4.23 (1,030-1,125 and 1,070-1,085 on 3.7.2); with 16,
+/// at 1,205-1,265 and 900-1,165 (1,265-1,310 and 1,130-1,175), etcd spending less CPU per
+/// acquisition on 16 events than on a lookout's and a join's watch requests and read.
+pub(crate) const FRONT: usize = 16;
 
 /// How many keys ahead are left when a waiter at the back sees its lookout go, if the line
 /// drains in order: it then joins the front with that many handoffs to spare. With 2, a

@@ -270,12 +270,12 @@ impl Children {
                 ("ENDPOINTS", self.endpoints.join(",")),
                 ("DEADLINE_NS", self.deadline_ns.to_string()),
                 ("SEED", rng.next().to_string()),
-                // The front of a line is 8 waiters wide; the few processes here rarely
+                // The front of a line is 16 waiters wide; the few processes here rarely
                 // queue that deep, so most children narrow it, and their waiters also
                 // wait at the back on one lookout key (line/behind.rs).
                 (
                     "ETCD_SYNC_FRONT",
-                    ["0", "1", "2", "8"][rng.below(4) as usize].to_string(),
+                    ["0", "1", "2", "16"][rng.below(4) as usize].to_string(),
                 ),
                 // Half of them start every lookout's watcher from the revision the waiter
                 // read (the library does so only 200 keys from the front), so that such
