@@ -109,6 +109,10 @@ fn poll_near() -> usize {
 /// take longer than that (at 0.6 ms each, faster than any line measured).
 const FAR_START: usize = 200;
 
+/// Read interval inside [`UNSYNCED_WINDOW`], at the front (where a late delete may be our
+/// turn).
+pub(crate) const UNSYNCED_POLL: Duration = Duration::from_millis(15);
+
 /// Read interval of a near lookout inside [`UNSYNCED_WINDOW`]: a late lookout delete costs
 /// the line only what is left of this interval after [`LOOKOUT_LEAVES`] handoffs.
 const LOOKOUT_POLL: Duration = Duration::from_millis(30);

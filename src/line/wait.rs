@@ -2,10 +2,10 @@
 //! (`line/behind.rs`), then at the front on the name's shared watcher, where the last key
 //! ahead crossed off is the proof of ownership (`line/crossing.rs`), with no read.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::client::lease::LeaseState;
-use crate::line::behind::{self, Woken, still_there};
+use crate::line::behind::{self, UNSYNCED_POLL, Woken, still_there};
 use crate::line::crossing::{Awaited, Crossed};
 use crate::line::queue::{
     Ahead, Ours, Position, key_gone_error, read_position_at, warn_of_foreign_keys,
@@ -16,24 +16,6 @@ use crate::transport::Rpc;
 use crate::transport::watch::Only;
 use crate::transport::watches::waiting::{Waiting, Wake};
 use crate::transport::watches::{Pin, Spec, UNSYNCED_WINDOW, Watches};
-
-/// The wait before the `n`th read (from 0) while a new front watcher may be unsynced
-/// ([`UNSYNCED_WINDOW`]): [`UNSYNCED_POLL_FIRST`], doubling up to [`UNSYNCED_POLL`]. A
-/// waiter from the back joins the front about two handoffs before its turn, so when etcd
-/// registered its watcher unsynced, its turn comes a few milliseconds in: at a steady 15 ms,
-/// 1 % of the handoffs at 256 processes on etcd 3.4.23 took 17-20 ms (measured; 4-11 ms
-/// with this schedule, for two reads more at most per join).
-fn unsynced_poll(n: u32) -> Duration {
-    UNSYNCED_POLL_FIRST
-        .saturating_mul(1u32.checked_shl(n).unwrap_or(u32::MAX))
-        .min(UNSYNCED_POLL)
-}
-
-/// The first wait of [`unsynced_poll`].
-const UNSYNCED_POLL_FIRST: Duration = Duration::from_millis(2);
-
-/// The longest wait of [`unsynced_poll`].
-const UNSYNCED_POLL: Duration = Duration::from_millis(15);
 
 /// Our turn came: the revision that proves it, and, when the name's shared watcher told
 /// us, a pin that keeps that watcher running until the guard's follow has subscribed to it.
@@ -156,7 +138,6 @@ async fn wait_at_front(
     // the watcher has delivered an event at or after our last read: then it has delivered
     // everything up to there, and what comes later it delivers as it happens.
     let mut poll_until: Option<Instant> = None;
-    let mut polls = 0u32;
 
     loop {
         session.check()?;
@@ -166,8 +147,7 @@ async fn wait_at_front(
         let delivery = tokio::select! {
             delivery = deletes.next() => delivery,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
-            _ = tokio::time::sleep(unsynced_poll(polls)), if poll.is_some() => {
-                polls += 1;
+            _ = tokio::time::sleep(UNSYNCED_POLL), if poll.is_some() => {
                 // The newest key ahead still there: not our turn yet, and one single-key
                 // read said so (a read of our place costs etcd the whole line).
                 if let Some((key, created)) = &last
@@ -198,7 +178,6 @@ async fn wait_at_front(
                     Reread::Waiting(at, newest) => {
                         (known, last) = (at, newest);
                         if fresh && at > after {
-                            polls = 0;
                             poll_until = Some(crate::support::clock::now() + UNSYNCED_WINDOW);
                         }
                     }
@@ -269,28 +248,5 @@ async fn reread(
             deletes.wait_again(at, awaited(ours.key, ahead, at));
             Ok(Reread::Waiting(at, last))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_of_an_unsynced_front_start_quick_and_back_off_to_the_steady_interval() {
-        let waits: Vec<u64> = (0..7)
-            .map(|n| unsynced_poll(n).as_millis() as u64)
-            .collect();
-        assert_eq!(waits, [2, 4, 8, 15, 15, 15, 15]);
-        assert_eq!(unsynced_poll(u32::MAX), UNSYNCED_POLL);
-        // Inside the window: at most ten reads, where a steady 15 ms made eight.
-        let mut at = Duration::ZERO;
-        let reads = (0..)
-            .take_while(|&n| {
-                at += unsynced_poll(n);
-                at < UNSYNCED_WINDOW
-            })
-            .count();
-        assert_eq!(reads, 10);
     }
 }
