@@ -26,6 +26,17 @@ fn metric(server: &etcd_sync::testing::EtcdServer, name: &str, labels: &[(&str, 
         .sum(name, labels)
 }
 
+/// Taken by the tests that count etcd's work per acquisition with many processes: they
+/// run one at a time, so that none is measured while another loads the machine's cores
+/// (their bounds assume the line's own pace, which other tests' processes slow down on 2
+/// cores).
+fn measured_alone() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// `order` (waiter, fencing token) is every one of `waiters` in arrival order, with growing
 /// tokens.
 fn assert_served_in_order(order: &[(usize, i64)], waiters: usize) {
@@ -213,6 +224,7 @@ const LOOKOUT_LEAVES: usize = 2;
 /// or twice (its lookout's watcher starting late, and joining the front).
 #[test]
 fn a_release_reaches_the_front_of_the_line_not_every_waiting_process() {
+    let _alone = measured_alone();
     let server = etcd();
     let endpoints = server.endpoints();
     let c = client(&endpoints);
@@ -360,6 +372,7 @@ fn a_waiter_at_the_back_whose_key_is_deleted_gets_lock_lost_at_once() {
 /// instead of 10.0.)
 #[test]
 fn processes_that_queue_again_after_their_turn_wait_at_the_back() {
+    let _alone = measured_alone();
     let server = etcd();
     let endpoints = server.endpoints();
     const PROCESSES: usize = 24;
@@ -419,6 +432,7 @@ fn processes_that_queue_again_after_their_turn_wait_at_the_back() {
 /// (5.6-5.7 when it created and cancelled that watcher every turn).
 #[test]
 fn waiters_far_back_in_a_long_line_read_once_per_turn() {
+    let _alone = measured_alone();
     let server = etcd();
     let endpoints = server.endpoints();
     const PROCESSES: usize = 48;
@@ -478,6 +492,7 @@ fn waiters_far_back_in_a_long_line_read_once_per_turn() {
 /// holders than permits, and every process gets its turns.
 #[test]
 fn a_semaphore_release_reaches_few_of_many_waiting_processes() {
+    let _alone = measured_alone();
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let server = etcd();
@@ -534,6 +549,7 @@ fn a_semaphore_release_reaches_few_of_many_waiting_processes() {
 /// acquisition at 256 processes; 3 watch requests here.)
 #[test]
 fn a_guard_that_waited_at_the_back_keeps_the_watcher_that_proved_its_turn() {
+    let _alone = measured_alone();
     let server = etcd();
     let endpoints = server.endpoints();
     let c = client(&endpoints);
