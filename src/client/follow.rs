@@ -152,7 +152,8 @@ struct Entry {
     _subscribed: Subscribed,
 }
 
-/// How often the task drops ended guards (and so their subscriptions).
+/// How often the task drops ended guards (and so their subscriptions), while it follows
+/// anything: a client that follows nothing has no timer to wake it.
 const TICK: Duration = Duration::from_millis(250);
 
 /// How long a guard is held before it subscribes. Most holds are shorter and then cost
@@ -203,6 +204,8 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
     let mut next_tag = 0u64;
     let (delivered, mut deliveries) = unbounded_channel();
     let mut prune = tokio::time::interval(TICK);
+    // Not polled while nothing is followed; the ticks missed meanwhile are skipped.
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             command = commands.recv() => match command {
@@ -229,7 +232,7 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
                     entries.remove(&tag);
                 }
             }
-            _ = prune.tick() => {
+            _ = prune.tick(), if !entries.is_empty() => {
                 entries.retain(|_, entry| entry.what.is_live());
                 read_unread(&rpc, &mut entries).await;
             }

@@ -14,7 +14,7 @@ use crate::support::cancel::WaitOptions;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
 use crate::transport::Rpc;
-use crate::transport::watch::{EventKind, Only, STALE_CHECK};
+use crate::transport::watch::{EventKind, Only};
 use crate::transport::watches::{Delivery, Spec, Watches};
 
 /// A change seen by an [`Observer`].
@@ -96,6 +96,9 @@ async fn current_leader(rpc: &Rpc, prefix: &[u8]) -> Result<(Option<Holder>, i64
 /// that, changes are coalesced: when room frees up, one event takes the consumer from what
 /// it saw last to the current state, so memory stays bounded and nothing current is lost.
 pub(crate) const OBSERVER_BUFFER: usize = 256;
+
+/// How often a consumer that fell behind is offered the latest state again.
+const BEHIND_RETRY: Duration = Duration::from_millis(250);
 
 /// The observer's side of the channel: remembers what the consumer saw last, and
 /// coalesces while the buffer is full.
@@ -192,7 +195,7 @@ async fn observe_loop(
         let delivery = tokio::select! {
             delivery = changes.next() => Some(delivery),
             // A consumer that was behind may have room again.
-            _ = tokio::time::sleep(STALE_CHECK), if outbox.behind => None,
+            _ = tokio::time::sleep(BEHIND_RETRY), if outbox.behind => None,
         };
         if outbox.behind && !outbox.catch_up(last.as_ref().unwrap_or(&None)) {
             return;

@@ -90,6 +90,9 @@ struct RpcInner {
     channels: Vec<Channel>,
     /// Index of the endpoint requests go to; moved on when that endpoint fails.
     current: AtomicUsize,
+    /// Counts the moves of `current`, so that a watch stream learns of one at once instead
+    /// of checking on a timer ([`Rpc::moves`]).
+    moves: tokio::sync::watch::Sender<u64>,
     request_timeout: Duration,
     credentials: Option<(String, String)>,
     /// The current auth token, sent as `token` metadata on every call and stream.
@@ -168,6 +171,7 @@ impl Rpc {
                 endpoints: config.endpoints.clone(),
                 channels,
                 current: AtomicUsize::new(current),
+                moves: tokio::sync::watch::Sender::new(0),
                 request_timeout: config.request_timeout,
                 credentials: config.credentials.clone(),
                 token: std::sync::RwLock::new(token),
@@ -251,6 +255,12 @@ impl Rpc {
         self.inner.current.load(Ordering::Relaxed) % self.inner.channels.len()
     }
 
+    /// Tells of every later move to another endpoint ([`Rpc::fail_over`]): its `changed()`
+    /// returns once requests go elsewhere than when it was made.
+    pub(crate) fn moves(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.moves.subscribe()
+    }
+
     /// Moves on from endpoint `failed` to the next one, unless another caller already did.
     pub(crate) fn fail_over(&self, failed: usize) {
         let next = (failed + 1) % self.inner.channels.len();
@@ -261,6 +271,7 @@ impl Rpc {
             .is_ok()
             && next != failed
         {
+            self.inner.moves.send_modify(|moves| *moves += 1);
             crate::support::telemetry::failover(
                 &self.inner.endpoints[failed],
                 &self.inner.endpoints[next],

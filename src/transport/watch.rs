@@ -7,7 +7,6 @@
 //! lock recipe at about 80 handoffs per second.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
@@ -17,9 +16,6 @@ use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
 use crate::support::etcd_text;
 use crate::support::kv::KeyValue;
-
-/// How often a waiter checks that its watch stream still runs on the endpoint in use.
-pub(crate) const STALE_CHECK: Duration = Duration::from_millis(250);
 
 /// Which events a watcher reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -20,9 +20,6 @@ use crate::support::error::Result;
 use crate::transport::Rpc;
 use crate::transport::watch::{WatchResponse, WatchStream, cancel_error};
 
-/// How often the task checks that its stream runs on the endpoint the client uses.
-const STALE_CHECK: Duration = crate::transport::watch::STALE_CHECK;
-
 /// The task's state, kept across streams.
 #[derive(Default)]
 pub(super) struct Hub {
@@ -40,7 +37,7 @@ pub(super) struct Hub {
 /// not get there): a break after it is news, and the next stream opens after the shortest
 /// pause, not after the pauses of breaks past (a guard must hear of its key's deletion
 /// within a second, also after a member restart that grew the pauses).
-const HEALTHY: std::time::Duration = std::time::Duration::from_millis(100);
+const HEALTHY: Duration = Duration::from_millis(100);
 
 /// Why a stream ended.
 enum Ended {
@@ -248,6 +245,8 @@ impl Hub {
                 unfixed.clone()
             }
         };
+        // Made before the stream opens, so that a move while it opens is heard too.
+        let mut moves = rpc.moves();
         let (mut stream, created, _) = WatchStream::open_tolerant(rpc, creates).await?;
         self.fixed = created.keeps_compacted_deletes;
         for (spec, &id) in specs.iter().zip(&ids) {
@@ -259,7 +258,9 @@ impl Hub {
         for answer in created.answers {
             self.on_created(answer, &stream);
         }
-        let mut stale_check = tokio::time::interval(STALE_CHECK);
+        // Told when the client moves to another endpoint (a frozen member sends no events
+        // and no error: watchers follow the client), with no timer to wake an idle client.
+        let mut moved = true;
         loop {
             tokio::select! {
                 command = commands.recv() => match command {
@@ -282,7 +283,9 @@ impl Hub {
                         self.on_events(response, &stream);
                     }
                 }
-                _ = stale_check.tick() => {
+                changed = moves.changed(), if moved => {
+                    // The sender lives as long as `rpc`; should it be gone, nothing moves.
+                    moved = changed.is_ok();
                     if stream.is_stale(rpc) {
                         return Ok(Ended::Reopen);
                     }
