@@ -1,8 +1,9 @@
 //! The private tokio runtime behind the blocking API.
 //!
-//! Like `reqwest::blocking` and the `postgres` crate, every blocking call runs its future with
-//! `block_on` on the caller's own thread, while one runtime worker thread drives sockets and
-//! timers. Nothing of tokio shows in the public API.
+//! Like `reqwest::blocking`, every blocking call hands its future to the runtime's one
+//! worker thread, which drives sockets, timers and the futures of every call, and parks
+//! until the answer is there (`client/borrowed_task.rs`). Like the `postgres` crate, the
+//! runtime is owned in one place. Nothing of tokio shows in the public API.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -131,8 +132,8 @@ impl Runtime {
     }
 
     /// The blocking seam: every blocking call of the crate ends here. Runs `fut` to
-    /// completion on the calling thread (refusing on a thread that drives async tasks) and
-    /// returns its result.
+    /// completion as a task of the runtime while the calling thread parks (refusing on a
+    /// thread that drives async tasks), and returns its result.
     pub(crate) fn block_on<T: Send, E: From<Error> + Send>(
         &self,
         fut: impl Future<Output = std::result::Result<T, E>> + Send,
@@ -142,7 +143,9 @@ impl Runtime {
             return sim.block_on(fut)?;
         }
         ensure_blocking_allowed()?;
-        self.handle()?.block_on(fut)
+        // The caller's span goes along: events of the call are logged within it.
+        let fut = tracing::Instrument::instrument(fut, tracing::Span::current());
+        super::borrowed_task::run(self.handle()?, fut)?
     }
 
     /// Runs `fut` in the background (used for best-effort cleanup from `Drop`).

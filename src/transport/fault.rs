@@ -109,14 +109,23 @@ fn is_transport_layer(error: &(dyn StdError + 'static)) -> bool {
 
 /// Walks `error` and its sources; `None` if no layer is a transport or TLS error.
 fn classify(error: &(dyn StdError + 'static)) -> Option<Wire> {
-    let mut transport = false;
+    let (mut transport, mut canceled) = (false, false);
     let mut next = Some(error);
     while let Some(layer) = next {
         if let Some(found) = classify_one(layer) {
             return Some(found);
         }
         transport |= is_transport_layer(layer);
+        // hyper dropped the request unsent because its connection closed first (a server
+        // that refuses our client certificate by closing right after the handshake, met
+        // before our first write); its cause, "connection closed", is only text.
+        canceled |= layer
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled);
         next = layer.source();
+    }
+    if canceled {
+        return Some(Wire::Broken(io::ErrorKind::ConnectionAborted));
     }
     transport.then_some(Wire::Broken(io::ErrorKind::Other))
 }
