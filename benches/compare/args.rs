@@ -42,6 +42,12 @@ struct Cli {
     #[arg(long, default_value_t = 20)]
     row_secs: u64,
 
+    /// The rows' contenders each on a runtime thread of their own, as separate processes
+    /// would be. Default: they share the process's runtime thread (`shared_runtime`), as
+    /// the Go and etcd-client drivers' contenders share their runtime
+    #[arg(long)]
+    own_runtimes: bool,
+
     /// Election campaign+resign iterations
     #[arg(long, default_value_t = 500)]
     campaigns: usize,
@@ -121,6 +127,7 @@ pub struct Args {
     pub waiters: Vec<usize>,
     pub rows: Vec<usize>,
     pub row_time: Duration,
+    pub own_runtimes: bool,
     pub handoffs: usize,
     pub hold: Duration,
     pub sessions: usize,
@@ -173,6 +180,7 @@ impl Args {
             waiters,
             rows,
             row_time: Duration::from_secs(cli.row_secs.max(1)),
+            own_runtimes: cli.own_runtimes,
             handoffs: cli.handoffs.max(1),
             hold: Duration::from_millis(cli.hold_ms),
             sessions: cli.sessions.max(2),

@@ -78,7 +78,10 @@ pub fn connect_many(args: &Args, n: usize) -> Res<Vec<Contender>> {
                     if i >= n {
                         return;
                     }
-                    let made = Client::connect(&args.endpoints)
+                    let made = Client::builder()
+                        .endpoints(&args.endpoints)
+                        .shared_runtime(!args.own_runtimes)
+                        .connect()
                         .map_err(Into::into)
                         .and_then(|client| {
                             let session = client.session()?;

@@ -1,6 +1,7 @@
 //! The contender-count rows (issue 28): the mutex at each count of `--rows` (default 8, 64,
 //! 256 and 1,024 contenders, each with its own client and session, as a process would
-//! have), then a semaphore (`--rows`' largest count of workers, `SEM_PERMITS` permits) and
+//! have; the clients share the process's runtime thread, as the other drivers' clients
+//! share their runtime, or with `--own-runtimes` each has one of its own), then a semaphore (`--rows`' largest count of workers, `SEM_PERMITS` permits) and
 //! the read-write lock row ([`crate::readers`]).
 //!
 //! Each row: every contender loops lock → count itself in → unlock. The first `N`
@@ -297,9 +298,14 @@ pub fn rows(args: &Args, summary: &mut Summary) -> Res<()> {
         let median = st.map_or(f64::NAN, |s| s.median);
         let base = *first_median.get_or_insert(median);
         summary.text(format!(
-            "row: {n} contenders (own client + session each): {:.0} acq/s, handoff median \
+            "row: {n} contenders (own client + session each, {}): {:.0} acq/s, handoff median \
              {median:.0} µs ({:.2}x the {}-contender row), {:.2} watch events, {:.3} Range, \
              {:.2} Txn and {:.0} µs of etcd CPU per acquisition",
+            if args.own_runtimes {
+                "a runtime thread each"
+            } else {
+                "one shared runtime thread"
+            },
             w.throughput(),
             median / base,
             args.rows[0],

@@ -86,6 +86,7 @@ pub struct ClientBuilder {
     request_timeout: Duration,
     keep_alive_interval: Duration,
     credentials: Option<(String, String)>,
+    shared_runtime: bool,
     #[cfg(feature = "tls")]
     tls: Option<crate::support::tls::TlsConfig>,
 }
@@ -99,6 +100,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("keep_alive_interval", &self.keep_alive_interval)
             // Never print the password.
             .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .field("shared_runtime", &self.shared_runtime)
             .finish()
     }
 }
@@ -111,6 +113,7 @@ impl Default for ClientBuilder {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             keep_alive_interval: MIN_KEEP_ALIVE_INTERVAL,
             credentials: None,
+            shared_runtime: false,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -218,6 +221,29 @@ impl ClientBuilder {
         self
     }
 
+    /// Runs this client's I/O on the process's shared runtime thread (`true`) instead of a
+    /// thread of its own (`false`, the default). Every client built with it shares one
+    /// worker thread, started by the first and stopped when the last is dropped, as the
+    /// clients of an async program share their executor. For a process that holds many
+    /// clients at once (one per cluster or per tenant, or many contenders in one test): one
+    /// thread instead of one each, and fewer thread switches (BENCHMARKS.md, "Sixth
+    /// step"). The clients' futures then take turns on that one thread, so a client's
+    /// calls wait while another's are being handled. Each client still has its own
+    /// connection, keep-alive thread and watch stream, and dropping one stops its own work
+    /// only.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let a = etcd_sync::Client::builder().endpoints(["127.0.0.1:2379"]).shared_runtime(true).connect()?;
+    /// let b = etcd_sync::Client::builder().endpoints(["127.0.0.1:22379"]).shared_runtime(true).connect()?;
+    /// # let _ = (a, b);
+    /// # Ok(()) }
+    /// ```
+    pub fn shared_runtime(mut self, shared: bool) -> ClientBuilder {
+        self.shared_runtime = shared;
+        self
+    }
+
     /// Validates the settings, starts the private runtime and keep-alive thread, and
     /// connects. Fails within the connect timeout when no endpoint answers.
     ///
@@ -300,6 +326,6 @@ impl ClientBuilder {
             #[cfg(feature = "tls")]
             tls: self.tls.clone(),
         };
-        Client::start(&config)
+        Client::start(&config, self.shared_runtime)
     }
 }

@@ -347,18 +347,19 @@ pub(crate) fn non_empty_key(key: &[u8]) -> Result<Vec<u8>> {
 }
 
 impl Client {
-    /// Starts what a client owns (the runtime, the connection, the keep-alive thread, the
-    /// watch and follow tasks) for a validated configuration.
-    pub(crate) fn start(config: &RpcConfig) -> Result<Client> {
+    /// Starts what a client owns (the runtime or its share of the shared one, the
+    /// connection, the keep-alive thread, the watch and follow tasks) for a validated
+    /// configuration.
+    pub(crate) fn start(config: &RpcConfig, shared_runtime: bool) -> Result<Client> {
         // On a simulated process's thread: the run's runtime, and the keep-alive loop as
         // one of its tasks (`client/simulated.rs`).
         #[cfg(feature = "simulation")]
         let (runtime, simulated) = match simulated::current() {
             Some(sim) => (Runtime::simulated(sim), true),
-            None => (Runtime::new()?, false),
+            None => (Runtime::new(shared_runtime)?, false),
         };
         #[cfg(not(feature = "simulation"))]
-        let (runtime, simulated) = (Runtime::new()?, false);
+        let (runtime, simulated) = (Runtime::new(shared_runtime)?, false);
         let rpc = runtime.block_on(Rpc::connect(config))?;
         let keepalive = if simulated {
             KeepAlive::start_task(runtime.handle()?, rpc.clone())

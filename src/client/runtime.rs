@@ -6,7 +6,7 @@
 //! runtime is owned in one place. Nothing of tokio shows in the public API.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
@@ -67,19 +67,20 @@ fn install_quiet_probe_hook() {
     });
 }
 
-/// Owns the runtime. Dropping it stops and joins the worker thread, except inside an async
-/// context, where joining would panic: there it is shut down in the background.
+/// Owns the runtime, or a share of the process's shared one. Dropping it stops and joins
+/// the worker thread (the shared one's once its last client is gone), except inside an
+/// async context, where joining would panic: there it is shut down in the background.
 pub(crate) struct Runtime {
-    rt: Option<tokio::runtime::Runtime>,
+    rt: Option<Arc<tokio::runtime::Runtime>>,
     /// In a simulated run (feature `simulation`): its scheduler, whose runtime this client
     /// shares instead of owning one.
     #[cfg(feature = "simulation")]
     sim: Option<Arc<super::simulated::Simulation>>,
     /// Background work started with [`Runtime::spawn`] (revokes, releases).
     tasks: TaskTracker,
-    /// In a simulated run: stops the background work of this client once it is dropped
-    /// and [`CLEANUP_GRACE`] has passed, as dropping a runtime of its own would.
-    #[cfg(feature = "simulation")]
+    /// Stops the background work of this client once it is dropped and [`CLEANUP_GRACE`]
+    /// has passed, on a runtime that goes on without it (shared, or simulated), as
+    /// dropping a runtime of its own would.
     stop: tokio_util::sync::CancellationToken,
 }
 
@@ -90,24 +91,19 @@ const CLEANUP_GRACE: Duration = Duration::from_secs(1);
 impl Runtime {
     /// A multi-thread runtime with exactly one worker: one thread always drives the HTTP/2
     /// connections (pings, GOAWAY, stream resets) even while no caller is inside `block_on`.
-    pub(crate) fn new() -> Result<Runtime> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name("etcd-sync-runtime")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Unavailable {
-                endpoint: None,
-                reason: format!("cannot start the I/O runtime: {e}"),
-                source: Some(Arc::new(e)),
-            })?;
+    /// `shared`: the process's shared one (started by the first client that asks for it,
+    /// stopped with the last).
+    pub(crate) fn new(shared: bool) -> Result<Runtime> {
+        let rt = if shared {
+            shared_runtime()?
+        } else {
+            Arc::new(start()?)
+        };
         Ok(Runtime {
             rt: Some(rt),
             #[cfg(feature = "simulation")]
             sim: None,
             tasks: TaskTracker::new(),
-            #[cfg(feature = "simulation")]
             stop: tokio_util::sync::CancellationToken::new(),
         })
     }
@@ -153,18 +149,13 @@ impl Runtime {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        #[cfg(feature = "simulation")]
-        if let Some(sim) = &self.sim {
-            let stop = self.stop.clone();
-            let fut = async move {
-                tokio::select! {
-                    () = fut => {}
-                    () = stop.cancelled() => {}
-                }
-            };
-            drop(self.tasks.spawn_on(fut, sim.handle()));
-            return;
-        }
+        let stop = self.stop.clone();
+        let fut = async move {
+            tokio::select! {
+                () = fut => {}
+                () = stop.cancelled() => {}
+            }
+        };
         if let Ok(handle) = self.handle() {
             drop(self.tasks.spawn_on(fut, handle));
         }
@@ -178,6 +169,35 @@ impl Runtime {
     pub(crate) fn stop(&self) {
         self.stop.cancel();
     }
+}
+
+/// Starts a runtime of one worker thread.
+fn start() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .thread_name("etcd-sync-runtime")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Unavailable {
+            endpoint: None,
+            reason: format!("cannot start the I/O runtime: {e}"),
+            source: Some(Arc::new(e)),
+        })
+}
+
+/// The process's shared runtime while a client uses it.
+static SHARED: Mutex<Option<Weak<tokio::runtime::Runtime>>> = Mutex::new(None);
+
+/// The process's shared runtime: the running one, or a new one if no client uses it.
+fn shared_runtime() -> Result<Arc<tokio::runtime::Runtime>> {
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(rt) = shared.as_ref().and_then(Weak::upgrade) {
+        return Ok(rt);
+    }
+    let rt = Arc::new(start()?);
+    *shared = Some(Arc::downgrade(&rt));
+    Ok(rt)
 }
 
 impl Drop for Runtime {
@@ -198,17 +218,27 @@ impl Drop for Runtime {
             }
             return;
         }
-        if let Some(rt) = self.rt.take() {
+        let Some(rt) = self.rt.take() else {
+            return;
+        };
+        if !inside_async() {
+            // Give background cleanup a moment to reach etcd, then stop it. `wait` ends
+            // once the tracker is closed and its tasks are done.
+            self.tasks.close();
+            let (tasks, stop) = (&self.tasks, &self.stop);
+            rt.block_on(async {
+                let _ = tokio::time::timeout(CLEANUP_GRACE, tasks.wait()).await;
+                stop.cancel();
+            });
+        } else {
+            self.stop.cancel();
+        }
+        // The last user of the runtime stops it; dropping it waits for the worker, so no
+        // thread of ours outlives the last client.
+        if let Some(rt) = Arc::into_inner(rt) {
             if inside_async() {
                 rt.shutdown_background();
             } else {
-                // Give background cleanup a moment to reach etcd, then stop; dropping the
-                // runtime waits for the worker, so no thread of ours outlives the client.
-                // `wait` ends once the tracker is closed and its tasks are done.
-                self.tasks.close();
-                rt.block_on(async {
-                    let _ = tokio::time::timeout(CLEANUP_GRACE, self.tasks.wait()).await;
-                });
                 drop(rt);
             }
         }
