@@ -28,19 +28,12 @@ pub(crate) fn run<T: Send, F: Future<Output = T> + Send>(
     handle: &tokio::runtime::Handle,
     fut: F,
 ) -> Result<T> {
-    let slot: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
-    let filled = slot.clone();
-    let work: Pin<Box<dyn Future<Output = ()> + Send + '_>> = Box::pin(async move {
-        let out = fut.await;
-        *filled.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
-    });
     // SAFETY: `work` may borrow this thread's stack, and `T` may hold borrows. This thread
     // parks below until `ended` is set, and `Task` sets it only after it dropped `work`:
     // when `work` completed, when its poll panicked, or when the task is dropped unfinished
     // (the runtime shuts down, or it refused the task and dropped it inside `spawn`). Only
     // then is the output taken; nothing `work` borrows is used after this frame returns.
-    let work: Pin<Box<dyn Future<Output = ()> + Send + 'static>> =
-        unsafe { std::mem::transmute(work) };
+    let (work, slot) = unsafe { erase(fut) };
     let ended = Arc::new(Ended::default());
     drop(handle.spawn(Task {
         work: Some(work),
@@ -51,6 +44,31 @@ pub(crate) fn run<T: Send, F: Future<Output = T> + Send>(
     }
     let out = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
     out.ok_or(Error::Closed)
+}
+
+/// A caller's future with its lifetime erased, as a task's work, and the slot its output
+/// is put in when it completes.
+pub(crate) type Work = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// `fut` as [`Work`] and the slot of its output.
+///
+/// # Safety
+///
+/// `fut` may borrow the caller's stack and its output may hold borrows: the caller must not
+/// return, nor use anything `fut` borrows, until the work has been dropped (completed, or
+/// dropped unfinished), and may take the output only then.
+pub(crate) unsafe fn erase<'a, T: Send + 'a, F: Future<Output = T> + Send + 'a>(
+    fut: F,
+) -> (Work, Arc<Mutex<Option<T>>>) {
+    let slot: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
+    let filled = slot.clone();
+    let work: Pin<Box<dyn Future<Output = ()> + Send + 'a>> = Box::pin(async move {
+        let out = fut.await;
+        *filled.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+    });
+    // SAFETY: only the lifetime changes; the caller keeps it alive (above).
+    let work: Work = unsafe { std::mem::transmute(work) };
+    (work, slot)
 }
 
 /// Set once a [`Task`] has dropped its work: the caller may go on.
@@ -88,7 +106,7 @@ impl Ended {
 /// A caller's future as a task: when it ends (completed, panicked, or dropped unfinished),
 /// its work is dropped first and only then is its caller let go.
 struct Task {
-    work: Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>>,
+    work: Option<Work>,
     ended: Option<Arc<Ended>>,
 }
 

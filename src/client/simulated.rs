@@ -143,20 +143,13 @@ impl Simulation {
         if self.baton().closed {
             return Err(Error::Closed);
         }
-        let slot: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
-        let filled = slot.clone();
-        let work: Pin<Box<dyn Future<Output = ()> + Send + '_>> = Box::pin(async move {
-            let out = fut.await;
-            *filled.lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
-        });
         // SAFETY: `work` may borrow this thread's stack, and `T` may hold borrows. This
         // thread parks below until the task has ended: completed, or dropped unfinished
         // (`Task::finish` drops `work` before it passes the baton back, and a task dropped
         // at once by a runtime that is gone is dropped here, on this thread, before
         // `spawn` returns). Only then is the output taken; nothing `work` borrows is used
         // after this frame returns.
-        let work: Pin<Box<dyn Future<Output = ()> + Send + 'static>> =
-            unsafe { std::mem::transmute(work) };
+        let (work, slot) = unsafe { super::borrowed_task::erase(fut) };
         drop(self.handle.spawn(Task {
             work: Some(work),
             sim: Some(self.clone()),
@@ -173,7 +166,7 @@ impl Simulation {
 /// A process's `block_on` future as a task: when it ends (or is dropped unfinished, when
 /// the runtime shuts down), the baton goes back to its process, which waits for it.
 struct Task {
-    work: Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>>,
+    work: Option<super::borrowed_task::Work>,
     sim: Option<Arc<Simulation>>,
     process: u64,
 }
