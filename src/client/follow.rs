@@ -18,7 +18,7 @@
 //! subscription reports every event after the revision it names, or says where it starts
 //! again, and then one read of the key decides.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -199,7 +199,7 @@ impl Deferred {
 }
 
 async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>) {
-    let mut entries: HashMap<u64, Entry> = HashMap::new();
+    let mut entries: BTreeMap<u64, Entry> = BTreeMap::new();
     let mut deferred = Deferred::default();
     let mut next_tag = 0u64;
     let (delivered, mut deliveries) = unbounded_channel();
@@ -242,7 +242,7 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
 
 /// Reads the keys whose gap is still unread (see [`Entry::unread`]), until the first read
 /// that fails (the cluster still cannot answer: the next tick tries again).
-async fn read_unread(rpc: &Rpc, entries: &mut HashMap<u64, Entry>) {
+async fn read_unread(rpc: &Rpc, entries: &mut BTreeMap<u64, Entry>) {
     let mut tags: Vec<u64> = entries
         .iter()
         .filter(|(_, e)| e.unread)
@@ -286,7 +286,7 @@ fn subscribe(watches: &Watches, mut what: Follow, sink: Sink) -> Entry {
 
 /// Drops `what` if an equal sweep already runs; queues a guard that is to wait [`DEFER`];
 /// returns what is to be subscribed now (a sweep, a guard that waited for its turn).
-fn accept(entries: &HashMap<u64, Entry>, deferred: &mut Deferred, what: Follow) -> Option<Follow> {
+fn accept(entries: &BTreeMap<u64, Entry>, deferred: &mut Deferred, what: Follow) -> Option<Follow> {
     match what {
         Follow::Guard { at_once: false, .. } => {
             deferred.push(what);

@@ -7,7 +7,7 @@
 //! later than the server's expiry, and we declare the session lost at
 //! `sent_at + ttl - safety_margin(ttl)` of the last acknowledged request.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -122,7 +122,7 @@ enum Event {
 
 struct Renewals {
     rpc: Rpc,
-    leases: HashMap<i64, Lease>,
+    leases: BTreeMap<i64, Lease>,
     stream: Option<Stream>,
     retry_at: Instant,
     backoff: Backoff,
@@ -134,7 +134,7 @@ impl Renewals {
     fn new(rpc: Rpc) -> Renewals {
         Renewals {
             rpc,
-            leases: HashMap::new(),
+            leases: BTreeMap::new(),
             stream: None,
             retry_at: crate::support::clock::now(),
             backoff: Backoff::new(Duration::from_millis(50), Duration::from_secs(1)),

@@ -18,7 +18,7 @@ use crate::support::etcd_text;
 use crate::support::kv::KeyValue;
 
 /// Which events a watcher reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Only {
     All,
     Deletes,

@@ -8,7 +8,7 @@
 //! progress notifications move a quiet watcher's resume revision forward, so a break after
 //! a compaction usually finds it still resumable.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -23,9 +23,9 @@ use crate::transport::watch::{WatchResponse, WatchStream, cancel_error};
 /// The task's state, kept across streams.
 #[derive(Default)]
 pub(super) struct Hub {
-    watchers: HashMap<Spec, Watcher>,
+    watchers: BTreeMap<Spec, Watcher>,
     /// Watch id → spec, for the current stream.
-    by_id: HashMap<i64, Spec>,
+    by_id: BTreeMap<i64, Spec>,
     next_id: i64,
     /// When the current stream opened (its creates answered), if it did.
     opened_at: Option<std::time::Instant>,

@@ -45,7 +45,7 @@ use crate::transport::Rpc;
 use crate::transport::watch::{Event, Only, Watch};
 
 /// What to watch: a key or a range, and which events.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Spec {
     key: Vec<u8>,
     range_end: Vec<u8>,

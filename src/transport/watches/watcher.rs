@@ -1,7 +1,7 @@
 //! One etcd watcher as the hub keeps it: its subscribers, where it stands (every event after
 //! `through` is delivered or on its way), and its recent history for late subscribers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,7 +17,7 @@ pub(super) type Subscriber = Box<dyn Receiver>;
 /// One etcd watcher and its subscribers.
 #[derive(Default)]
 pub(super) struct Watcher {
-    pub(super) subscribers: HashMap<u64, Subscriber>,
+    pub(super) subscribers: BTreeMap<u64, Subscriber>,
     pub(super) pins: usize,
     /// Its id on the current stream, once the create was sent there.
     pub(super) id: Option<i64>,
