@@ -44,6 +44,8 @@
 //!
 //! See `ARCHITECTURE.md` for threads and request flow.
 #![warn(missing_docs)]
+// Time is read through `support::clock` only (clippy.toml says why).
+#![warn(clippy::disallowed_methods)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub(crate) mod client;
@@ -54,6 +56,7 @@ pub(crate) mod session;
 pub(crate) mod support;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+#[allow(clippy::disallowed_methods)] // It runs and waits for real processes.
 pub mod testing;
 pub(crate) mod transport;
 

@@ -264,7 +264,7 @@ impl Held {
             _ => {
                 let pending = spawn_removal(&line, owned, turn);
                 // What is left of the caller's bound; a timeout reports all of it.
-                let left = limit.saturating_sub(started.elapsed());
+                let left = limit.saturating_sub(crate::support::clock::since(started));
                 self.await_release(pending, Some(left), started)
             }
         }
@@ -317,7 +317,7 @@ impl Held {
                 self.pending = Some(pending);
                 Err(Error::Timeout {
                     operation: Operation::Release,
-                    after: since.elapsed(),
+                    after: crate::support::clock::since(since),
                     endpoint: None,
                 })
             }

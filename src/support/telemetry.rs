@@ -107,7 +107,8 @@ pub(crate) fn acquired(name: &[u8], operation: Operation, waited: Stopwatch) {
         describe();
         let labels = labels(name, operation);
         metrics::counter!(ACQUISITIONS, labels.iter()).increment(1);
-        metrics::histogram!(WAIT_SECONDS, labels.iter()).record(waited.started.elapsed());
+        metrics::histogram!(WAIT_SECONDS, labels.iter())
+            .record(crate::support::clock::since(waited.started));
         if operation == Operation::Campaign {
             leadership(name, "elected");
         }
@@ -130,7 +131,8 @@ pub(crate) fn released(
         }
         describe();
         let labels = labels(name, operation);
-        metrics::histogram!(HOLD_SECONDS, labels.iter()).record(acquired.started.elapsed());
+        metrics::histogram!(HOLD_SECONDS, labels.iter())
+            .record(crate::support::clock::since(acquired.started));
         if operation == Operation::Campaign {
             leadership(name, "resigned");
         }

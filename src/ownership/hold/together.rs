@@ -70,7 +70,7 @@ pub(crate) fn release_together(
                 helds[i].pending = Some(removal);
                 Err(Error::Timeout {
                     operation: Operation::Release,
-                    after: started.elapsed(),
+                    after: crate::support::clock::since(started),
                     endpoint: None,
                 })
             }
