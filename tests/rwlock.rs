@@ -175,65 +175,6 @@ fn a_deleted_read_key_ends_the_guard_and_its_writes() {
     assert_eq!(c.get("del-data").unwrap().unwrap().value, b"1");
 }
 
-/// A process that resumed its lease after a restart finds a writer key of its previous
-/// life under the name (an enqueue etcd applied after the old process gave up on it). Its
-/// read does not wait behind that key (nor would anyone else, until the session ends):
-/// nothing in this process uses it, so the read removes it and holds at once. Before the
-/// fix (found by the simulation, issue 29) the read waited out its whole limit.
-#[test]
-fn a_resumed_session_removes_its_own_leftover_writer_key() {
-    let server = etcd();
-    let old = client(&server.endpoints());
-    let first = session(&old, 10);
-    let lease = first.lease_id();
-    // The write enqueue of the old life, applied late: our lease's writer key.
-    let stale = format!("leftover/{lease:x}");
-    old.put_with_lease(&stale, "", lease).unwrap();
-    first.orphan();
-    let c = client(&server.endpoints());
-    let resumed = c.session_builder().resume(lease).start().unwrap();
-    let started = Instant::now();
-    let read = resumed
-        .rwlock("leftover")
-        .unwrap()
-        .read_timeout(Duration::from_secs(5))
-        .expect("the read holds once our leftover writer key is gone");
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
-    assert_eq!(
-        keys(&c, "leftover/"),
-        vec![format!("leftover/{lease:x}.shared")],
-        "the leftover writer key was removed"
-    );
-    assert!(read.is_held());
-}
-
-/// The same rule never touches a key this process uses: a writer of the same session on
-/// another thread keeps its key, and the read waits for it like any reader.
-#[test]
-fn a_read_waits_for_a_live_writer_of_its_own_session() {
-    let server = etcd();
-    let c = client(&server.endpoints());
-    let s = session(&c, 10);
-    let writer = s.rwlock("own").unwrap().write().unwrap();
-    let reader_session = s.clone();
-    let read = std::thread::spawn(move || {
-        reader_session
-            .rwlock("own")
-            .unwrap()
-            .read_timeout(Duration::from_millis(800))
-            .map(|_| ())
-    })
-    .join()
-    .unwrap();
-    assert!(read.as_ref().is_err_and(Error::is_wait_timeout), "{read:?}");
-    assert!(writer.is_held(), "the writer's key was left alone");
-    assert_eq!(keys(&c, "own/"), vec![writer.key_str().into_owned()]);
-}
-
 // ---- Downgrade: a write lock becomes a read lock with no gap (the shared twin key). ----
 
 /// Our downgradable writer holds; a reader and then a writer queue behind it, and a reader

@@ -207,6 +207,30 @@ fn ahead_of_new(
     position
 }
 
+/// Every key of our lease under `prefix`, keys only: ours, and any other mode's (a
+/// leftover of an earlier life of the lease, or a key this process uses). A long line's
+/// enqueue reads only the newest keys ahead, so a leftover further ahead would be seen by
+/// no one who may remove it; this read finds it wherever it is.
+fn of_lease(prefix: &[u8], lease: i64) -> Range {
+    let mut start = prefix.to_vec();
+    start.extend_from_slice(LeaseHex(lease).to_string().as_bytes());
+    Range {
+        limit: TRACKED,
+        keys_only: true,
+        ..Range::prefix(&start)
+    }
+}
+
+/// The keys of `lease` in `kvs` (from [`of_lease`]) other than those created at `rev`
+/// (ours, and a downgradable write's twin). The range's prefix also covers longer lease
+/// ids that start with ours: the key names the lease.
+fn other_keys_of(prefix: &[u8], lease: i64, kvs: Vec<KeyValue>, rev: i64) -> Vec<Vec<u8>> {
+    kvs.into_iter()
+        .filter(|kv| kv.create_revision != rev && Mode::lease_of(prefix, &kv.key) == Some(lease))
+        .map(|kv| kv.key)
+        .collect()
+}
+
 /// Range over `prefix` oldest-first, one key: the owner (Go's `WithFirstCreate`).
 pub(crate) fn first_created(prefix: &[u8]) -> Range {
     Range {
@@ -319,6 +343,9 @@ pub(crate) struct Enqueued {
     /// With a twin: its create revision when the else branch found it (a key of this
     /// session's reader line, to be replaced with ours).
     pub(crate) twin_existed: Option<i64>,
+    /// The other keys of our lease under the name, in any mode, as the Txn found them:
+    /// leftovers to remove unless this process uses them (`ownership/leftover.rs`).
+    pub(crate) leased: Vec<Vec<u8>>,
 }
 
 /// Joins the line in one transaction, with the compare and put of Go's `Mutex.tryAcquire`
@@ -335,7 +362,8 @@ pub(crate) struct Enqueued {
 /// The Txn then also requires the twin to be absent: a put on an existing reader key would
 /// keep that key's older revision, and it would be no twin. Its else branch reads the twin
 /// too; a key of ours found there (either one) is reported as `existed`, with `rev` 0 if
-/// only the twin existed.
+/// only the twin existed. Without a twin, both branches also read every key of our lease
+/// under the name ([`Enqueued::leased`]).
 pub(crate) async fn enqueue(
     rpc: &Rpc,
     ours: Ours<'_>,
@@ -361,6 +389,10 @@ pub(crate) async fn enqueue(
         reads.push(TxnOp::range(Range::key(twin)));
     }
     puts.push(TxnOp::range(line));
+    if twin.is_none() {
+        puts.push(TxnOp::range(of_lease(prefix, lease)));
+        reads.push(TxnOp::range(of_lease(prefix, lease)));
+    }
     #[cfg(feature = "simulation")]
     let absent: &[Compare] = if crate::support::mutation::active(
         crate::support::mutation::Mutation::EnqueueWithoutCondition,
@@ -387,6 +419,12 @@ pub(crate) async fn enqueue(
     });
     if resp.succeeded {
         let line = ranges.next().unwrap_or_default();
+        let leased = other_keys_of(
+            prefix,
+            lease,
+            ranges.next().unwrap_or_default(),
+            txn_revision,
+        );
         let ours = Ours {
             rev: txn_revision,
             ..ours
@@ -405,6 +443,7 @@ pub(crate) async fn enqueue(
             position,
             seen_at,
             twin_existed: None,
+            leased,
         });
     }
     if twin.is_some() {
@@ -421,6 +460,7 @@ pub(crate) async fn enqueue(
             position: Position::Gone,
             seen_at: txn_revision,
             twin_existed: twin_kv.map(|kv| kv.create_revision),
+            leased: Vec::new(),
         });
     }
     // Our key exists already (same session, earlier attempt or a resumed lease).
@@ -430,6 +470,7 @@ pub(crate) async fn enqueue(
     };
     let owner = ranges.next().and_then(|kvs| kvs.into_iter().next());
     let rev = mine.create_revision;
+    let leased = other_keys_of(prefix, lease, ranges.next().unwrap_or_default(), rev);
     let (position, seen_at) = match owner {
         Some(owner) if owner.create_revision == rev => (Position::Owner, txn_revision),
         _ => read_position_at(rpc, Ours { rev, ..ours }).await?,
@@ -442,6 +483,7 @@ pub(crate) async fn enqueue(
         position,
         seen_at,
         twin_existed: None,
+        leased,
     })
 }
 

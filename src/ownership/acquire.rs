@@ -95,14 +95,17 @@ pub(super) async fn wait_in_line(
     enqueued: queue::Enqueued,
     turn: OwnedMutexGuard<()>,
 ) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>, Granted), TryLockError> {
+    // Leftovers of our lease: those ahead, and those the Txn found wherever they are.
+    let ahead = match &enqueued.position {
+        Position::Behind(ahead) => Some(ahead.keys()),
+        _ => None,
+    };
+    super::leftover::remove_unused(line, ahead.into_iter().flatten().chain(&enqueued.leased));
     let waited = match &enqueued.position {
         Position::Owner => Ok(Granted::read_at(enqueued.seen_at)),
         // Only a busy line is `WouldBlock`: a refusal is an error.
         Position::Behind(_) if wait.is_never() => Err(TryLockError::WouldBlock),
         position => {
-            if let Position::Behind(ahead) = position {
-                super::leftover::remove_unused(line, ahead);
-            }
             let watches = line.session.client().watches();
             let far = wait::starts_far(watches, line.ours(enqueued.rev), position);
             let turn_came = wait.bound(

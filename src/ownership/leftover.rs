@@ -15,13 +15,17 @@ use std::time::Duration;
 use super::Line;
 use crate::client::removal;
 use crate::line::mode::Mode;
-use crate::line::queue::Ahead;
 
-/// Removes, in the background, every key ahead of `line`'s own that has our lease in
-/// another mode and no user in this process.
-pub(super) fn remove_unused(line: &Arc<Line>, ahead: &Ahead) {
+/// Removes, in the background, every key of `keys` (ahead of `line`'s own, or of our
+/// lease wherever it is: `Enqueued::leased`) that has our lease in another mode and no
+/// user in this process.
+pub(super) fn remove_unused<'k>(line: &Arc<Line>, keys: impl IntoIterator<Item = &'k Vec<u8>>) {
     let lease = line.session.lease_id();
-    for key in ahead.keys() {
+    let mut seen = std::collections::BTreeSet::new();
+    for key in keys {
+        if !seen.insert(key) {
+            continue;
+        }
         let Some(mode) = Mode::of_key(&line.prefix, key) else {
             continue;
         };

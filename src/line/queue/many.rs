@@ -101,6 +101,7 @@ pub(crate) async fn enqueue_many(
             position,
             seen_at,
             twin_existed: None,
+            leased: Vec::new(),
         });
     }
     Ok(Some(joined))

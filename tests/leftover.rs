@@ -1,0 +1,124 @@
+//! Keys of our own lease that nothing in this process uses (leftovers of an earlier life of
+//! a resumed lease, `ownership/leftover.rs`): a wait never waits behind one, wherever it is
+//! in the line, and never touches a key this process uses.
+
+#![cfg(feature = "testing")]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, etcd, eventually, keys, session};
+use etcd_sync::Error;
+
+/// A process that resumed its lease after a restart finds a writer key of its previous
+/// life under the name (an enqueue etcd applied after the old process gave up on it). Its
+/// read does not wait behind that key (nor would anyone else, until the session ends):
+/// nothing in this process uses it, so the read removes it and holds at once. Before the
+/// fix (found by the simulation, issue 29) the read waited out its whole limit.
+#[test]
+fn a_resumed_session_removes_its_own_leftover_writer_key() {
+    let server = etcd();
+    let old = client(&server.endpoints());
+    let first = session(&old, 10);
+    let lease = first.lease_id();
+    // The write enqueue of the old life, applied late: our lease's writer key.
+    let stale = format!("leftover/{lease:x}");
+    old.put_with_lease(&stale, "", lease).unwrap();
+    first.orphan();
+    let c = client(&server.endpoints());
+    let resumed = c.session_builder().resume(lease).start().unwrap();
+    let started = Instant::now();
+    let read = resumed
+        .rwlock("leftover")
+        .unwrap()
+        .read_timeout(Duration::from_secs(5))
+        .expect("the read holds once our leftover writer key is gone");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        keys(&c, "leftover/"),
+        vec![format!("leftover/{lease:x}.shared")],
+        "the leftover writer key was removed"
+    );
+    assert!(read.is_held());
+}
+
+/// The same rule never touches a key this process uses: a writer of the same session on
+/// another thread keeps its key, and the read waits for it like any reader.
+#[test]
+fn a_read_waits_for_a_live_writer_of_its_own_session() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let writer = s.rwlock("own").unwrap().write().unwrap();
+    let reader_session = s.clone();
+    let read = std::thread::spawn(move || {
+        reader_session
+            .rwlock("own")
+            .unwrap()
+            .read_timeout(Duration::from_millis(800))
+            .map(|_| ())
+    })
+    .join()
+    .unwrap();
+    assert!(read.as_ref().is_err_and(Error::is_wait_timeout), "{read:?}");
+    assert!(writer.is_held(), "the writer's key was left alone");
+    assert_eq!(keys(&c, "own/"), vec![writer.key_str().into_owned()]);
+}
+
+/// The same leftover far ahead: a reader key of our earlier life with a line behind it
+/// longer than the front (`line/behind.rs`, `FRONT`: 16), every waiter in it stuck behind
+/// that key. A write joining that line reads only the newest keys ahead, so it never saw
+/// the leftover, waited at the back, and everyone waited out their limits (found by the
+/// simulation's back-of-line sweep, seed 1795584862204072, in CI). The enqueue now also
+/// reads the keys of its own lease under the name: the write removes the leftover, the
+/// line drains in order, and the write holds.
+#[test]
+fn a_leftover_far_ahead_of_a_long_line_is_removed_and_the_line_drains() {
+    const LINE: usize = 24;
+    let server = etcd();
+    let old = client(&server.endpoints());
+    let first = session(&old, 10);
+    let lease = first.lease_id();
+    let stale = format!("far/{lease:x}.shared");
+    old.put_with_lease(&stale, "", lease).unwrap();
+    first.orphan();
+    let others = client(&server.endpoints());
+    let waiters: Vec<_> = (0..LINE)
+        .map(|_| {
+            let rw = session(&others, 10).rwlock("far").unwrap();
+            std::thread::spawn(move || {
+                rw.write_timeout(Duration::from_secs(20))
+                    .map(|g| g.release().map(|_| ()))
+            })
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(10), || keys(&others, "far/").len()
+            == LINE + 1),
+        "{} keys",
+        keys(&others, "far/").len()
+    );
+    let c = client(&server.endpoints());
+    let resumed = c.session_builder().resume(lease).start().unwrap();
+    let started = Instant::now();
+    let write = resumed
+        .rwlock("far")
+        .unwrap()
+        .write_timeout(Duration::from_secs(10));
+    let took = started.elapsed();
+    let write = write.expect("the write holds once our leftover is gone and the line drained");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    let mut held = 0;
+    for waiter in waiters {
+        waiter.join().unwrap().unwrap().unwrap();
+        held += 1;
+    }
+    assert_eq!(held, LINE, "every waiter ahead held and released");
+    assert_eq!(keys(&c, "far/"), vec![write.key_str().into_owned()]);
+    assert!(write.is_held());
+}
