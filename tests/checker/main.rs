@@ -523,9 +523,17 @@ fn randomized_checker() {
     println!("CHECKER stm: {stm_totals:?}");
     println!(
         "CHECKER multi_lock: {multi_totals:?} waits_judged={} slowest_judged_wait={} ms \
-         all_or_none_judged={}",
-        multi_report.judged, multi_report.slowest_ms, multi_report.all_or_none_judged
+         all_or_none_judged={} removed_after_return={}",
+        multi_report.judged,
+        multi_report.slowest_ms,
+        multi_report.all_or_none_judged,
+        multi_report.removed_after_return.len()
     );
+    for late in &multi_report.removed_after_return {
+        println!(
+            "CHECKER note: {late}; gone one request timeout later (a removal etcd answered late)"
+        );
+    }
     println!("CHECKER barriers: {barrier_report:?}");
     println!("CHECKER release requests: {requests:?}");
     println!(

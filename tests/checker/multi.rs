@@ -12,8 +12,11 @@
 //! Its own lines:
 //!
 //! * `MBEG <id> <name,name,...> <start>` and `MEND <id> <end> <outcome>` around each attempt;
-//! * `MLEFT <id> <at> <keys>` after a failed attempt: how many keys of our lease etcd still
-//!   had under the set's names (all or none: must be 0 when no fault was near);
+//! * `MLEFT <id> <at> <left> <after> <keys>` after a failed attempt: how many keys of our
+//!   lease etcd still had under the set's names (`?`: a name could not be read), how many
+//!   it had one request timeout and a half later (looked at only if some were left), and
+//!   those keys (`key@create revision`, `-` for none). All or none: when no fault was near,
+//!   none may be left once a removal still running has had its request timeout;
 //! * `MBAD <id> <what>` when a returned guard does not hold exactly the set.
 //!
 //! Liveness (`check`): while an attempt waits, its names count as held (it may hold some
@@ -35,7 +38,7 @@ use etcd_sync::{
 use super::common::monotonic_ns;
 use super::liveness::{self, Events};
 use super::workload::{current_session, error_kind};
-use super::{Log, RW_NAME, Rng, log};
+use super::{Log, REQUEST_TIMEOUT, RW_NAME, Rng, log};
 
 /// The names multi-locks take: the workers' Mutex/Election names and the read-write lock.
 pub(crate) const MULTI_NAMES: [&str; 3] = ["ck-a", "ck-b", RW_NAME];
@@ -139,17 +142,34 @@ pub(crate) fn worker(client: &Client, log_file: &Log, who: &str, deadline_ns: u6
         let (outcome, guard) = attempt(&lock, &mut rng);
         log(log_file, format!("MEND {id} {} {outcome}", monotonic_ns()));
         let Some(guard) = guard else {
-            // All or none: nothing of ours may be left under any name of the set.
-            let mut left = 0;
-            for n in &names {
-                if let Ok(kvs) = client.get_prefix(format!("{n}/")) {
-                    left += kvs
-                        .iter()
-                        .filter(|kv| kv.lease == session.lease_id())
-                        .count();
+            // All or none: nothing of ours may be left under any name of the set. A key
+            // still there may be a removal etcd has not answered yet (it goes on in the
+            // background past the wait's return when etcd is slow): look again one request
+            // timeout later, when it must be gone.
+            let left = keys_of(client, &names, session.lease_id());
+            let at = monotonic_ns();
+            let after = match &left {
+                Some(keys) if !keys.is_empty() => {
+                    std::thread::sleep(REQUEST_TIMEOUT + Duration::from_millis(500));
+                    keys_of(client, &names, session.lease_id())
                 }
-            }
-            log(log_file, format!("MLEFT {id} {} {left}", monotonic_ns()));
+                _ => Some(Vec::new()),
+            };
+            let count = |keys: &Option<Vec<String>>| {
+                keys.as_ref().map_or("?".into(), |k| k.len().to_string())
+            };
+            let listed = left
+                .as_ref()
+                .filter(|k| !k.is_empty())
+                .map_or("-".into(), |k| k.join(","));
+            log(
+                log_file,
+                format!(
+                    "MLEFT {id} {at} {} {} {listed}",
+                    count(&left),
+                    count(&after)
+                ),
+            );
             std::thread::sleep(rng.millis(20, 200));
             continue;
         };
@@ -158,6 +178,23 @@ pub(crate) fn worker(client: &Client, log_file: &Log, who: &str, deadline_ns: u6
         // bulk of the run.
         std::thread::sleep(rng.millis(20, 200));
     }
+}
+
+/// The keys of `lease` under `names` (`key@create revision`); `None` if a name could not
+/// be read.
+fn keys_of(client: &Client, names: &[&str], lease: i64) -> Option<Vec<String>> {
+    let mut keys = Vec::new();
+    for n in names {
+        let kvs = client.get_prefix(format!("{n}/")).ok()?;
+        keys.extend((kvs.iter().filter(|kv| kv.lease == lease)).map(|kv| {
+            format!(
+                "{}@{}",
+                String::from_utf8_lossy(&kv.key),
+                kv.create_revision
+            )
+        }));
+    }
+    Some(keys)
 }
 
 /// Holds the set for a while (guarded writes, watching for a loss), releases it, and logs
@@ -286,12 +323,22 @@ pub(crate) struct Attempt {
     pub(crate) log: usize,
 }
 
+/// An `MLEFT` line: the attempt, when it looked, how many keys of its lease were left under
+/// its names then and one request timeout and a half later (`None`: not read), which keys.
+pub(crate) struct Look {
+    id: String,
+    at: u64,
+    left: Option<u64>,
+    after: Option<u64>,
+    keys: String,
+}
+
 /// What the children's logs say of their multi-locks.
 #[derive(Default)]
 pub(crate) struct Totals {
     pub(crate) attempts: Vec<Attempt>,
-    /// Attempt id, when it looked, keys of its lease left under its names.
-    pub(crate) left: Vec<(String, u64, u64)>,
+    /// After each failed attempt, the keys of its lease left under its names.
+    pub(crate) left: Vec<Look>,
     pub(crate) bad: Vec<String>,
     pub(crate) outcomes: std::collections::BTreeMap<String, u64>,
 }
@@ -356,9 +403,16 @@ pub(crate) fn parse(dir: &std::path::Path, files: usize, events: &Events, end_ns
                         *totals.outcomes.entry(f[3].to_string()).or_default() += 1;
                     }
                 }
-                (Some(&"MLEFT"), 4) => {
-                    if let (Ok(at), Ok(left)) = (f[2].parse(), f[3].parse()) {
-                        totals.left.push((f[1].to_string(), at, left));
+                (Some(&"MLEFT"), 6) => {
+                    if let Ok(at) = f[2].parse() {
+                        let (left, after) = (f[3].parse().ok(), f[4].parse().ok());
+                        totals.left.push(Look {
+                            id: f[1].to_string(),
+                            at,
+                            left,
+                            after,
+                            keys: f[5].to_string(),
+                        });
                     }
                 }
                 (Some(&"MBAD"), _) => totals.bad.push(format!("multi-lock: {line} (log-{n})")),
@@ -381,6 +435,10 @@ pub(crate) struct Report {
     pub(crate) slowest_ms: u64,
     /// Failed attempts whose leftover keys were judged (no fault near).
     pub(crate) all_or_none_judged: u64,
+    /// Of those, the ones that returned while a removal of theirs was still running (their
+    /// keys gone one request timeout later): etcd answered slower than the wait's settle
+    /// window, with no fault near. Allowed (the removal goes on in the background), counted.
+    pub(crate) removed_after_return: Vec<String>,
 }
 
 /// The checks above. `hung`: the logs of children that did not end by themselves.
@@ -399,8 +457,15 @@ pub(crate) fn check(
     let quiet = |from: u64, to: u64| windows.iter().all(|&(s, e)| e < from || s > to);
     let by_id: HashMap<&str, &Attempt> =
         totals.attempts.iter().map(|a| (a.id.as_str(), a)).collect();
-    for (id, at, left) in &totals.left {
-        let Some(a) = by_id.get(id.as_str()) else {
+    for Look {
+        id,
+        at,
+        left,
+        after,
+        keys,
+    } in &totals.left
+    {
+        let (Some(a), Some(left)) = (by_id.get(id.as_str()), left) else {
             continue;
         };
         // A release of an earlier hold of this thread may still be under way within a
@@ -409,11 +474,20 @@ pub(crate) fn check(
             continue;
         }
         report.all_or_none_judged += 1;
-        if *left > 0 {
-            report.safety.push(format!(
-                "multi-lock {id} on {:?} ended {:?} and left {left} keys of its lease behind (all or none)",
-                a.names, a.outcome
-            ));
+        let returned_ms = at.saturating_sub(a.end) / 1_000_000;
+        let what = format!(
+            "multi-lock {id} on {:?} ended {:?} ({} ms after it began) and {returned_ms} ms \
+             later had {left} keys of its lease under them: {keys}",
+            a.names,
+            a.outcome,
+            a.end.saturating_sub(a.start) / 1_000_000
+        );
+        match (left, after) {
+            (0, _) => {}
+            (_, Some(0)) => report.removed_after_return.push(what),
+            (_, after) => report.safety.push(format!(
+                "{what}; one request timeout and a half later: {after:?} (all or none)"
+            )),
         }
     }
     let covers = totals.covers();
@@ -498,6 +572,60 @@ mod tests {
             vec![(5, 10), (20, 25)]
         );
         assert!(intersect(&[(0, 10)], &[(10, 20)]).is_empty());
+    }
+
+    #[test]
+    fn a_key_left_after_a_failed_attempt_is_a_leak_unless_its_removal_ends_in_time() {
+        let secs = 1_000_000_000;
+        let attempt = |id: &str| Attempt {
+            id: id.into(),
+            names: vec!["a".into(), "b".into()],
+            start: 5 * secs,
+            end: 6 * secs,
+            outcome: Some("timeout".into()),
+            log: 1,
+        };
+        let look = |id: &str, left, after| Look {
+            id: id.into(),
+            at: 6 * secs + 1_000_000,
+            left,
+            after,
+            keys: "a/1@7".into(),
+        };
+        let totals = Totals {
+            attempts: vec![
+                attempt("m#1"),
+                attempt("m#2"),
+                attempt("m#3"),
+                attempt("m#4"),
+            ],
+            left: vec![
+                look("m#1", Some(0), Some(0)),
+                // Gone a request timeout later: a removal answered late, counted.
+                look("m#2", Some(1), Some(0)),
+                // Still there: a leak.
+                look("m#3", Some(1), Some(1)),
+                // Not read: not judged.
+                look("m#4", None, Some(0)),
+            ],
+            ..Totals::default()
+        };
+        let report = check(
+            &totals,
+            &HashMap::new(),
+            &Events::default(),
+            (0, 10 * secs),
+            &[],
+        );
+        assert_eq!(report.all_or_none_judged, 3);
+        assert_eq!(
+            report.removed_after_return.len(),
+            1,
+            "{:?}",
+            report.removed_after_return
+        );
+        assert_eq!(report.safety.len(), 1, "{:?}", report.safety);
+        assert!(report.safety[0].contains("m#3") && report.safety[0].contains("a/1@7"));
     }
 
     #[test]
