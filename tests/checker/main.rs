@@ -40,6 +40,7 @@
 
 #![cfg(feature = "testing")]
 
+mod all_or_none;
 mod analysis;
 mod barrier_check;
 mod barriers;

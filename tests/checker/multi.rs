@@ -12,11 +12,9 @@
 //! Its own lines:
 //!
 //! * `MBEG <id> <name,name,...> <start>` and `MEND <id> <end> <outcome>` around each attempt;
-//! * `MLEFT <id> <at> <left> <after> <keys>` after a failed attempt: how many keys of our
-//!   lease etcd still had under the set's names (`?`: a name could not be read), how many
-//!   it had one request timeout and a half later (looked at only if some were left), and
-//!   those keys (`key@create revision`, `-` for none). All or none: when no fault was near,
-//!   none may be left once a removal still running has had its request timeout;
+//! * `MLEFT <id> <at> <left> <after> <keys>` after a failed attempt: the keys of our lease
+//!   still under the set's names, then and one request timeout and a half later (all or
+//!   none, `all_or_none.rs`);
 //! * `MBAD <id> <what>` when a returned guard does not hold exactly the set.
 //!
 //! Liveness (`check`): while an attempt waits, its names count as held (it may hold some
@@ -35,10 +33,11 @@ use etcd_sync::{
     TxnOp, WaitOptions,
 };
 
+use super::all_or_none::{self, Look};
 use super::common::monotonic_ns;
 use super::liveness::{self, Events};
 use super::workload::{current_session, error_kind};
-use super::{Log, REQUEST_TIMEOUT, RW_NAME, Rng, log};
+use super::{Log, RW_NAME, Rng, log};
 
 /// The names multi-locks take: the workers' Mutex/Election names and the read-write lock.
 pub(crate) const MULTI_NAMES: [&str; 3] = ["ck-a", "ck-b", RW_NAME];
@@ -142,34 +141,7 @@ pub(crate) fn worker(client: &Client, log_file: &Log, who: &str, deadline_ns: u6
         let (outcome, guard) = attempt(&lock, &mut rng);
         log(log_file, format!("MEND {id} {} {outcome}", monotonic_ns()));
         let Some(guard) = guard else {
-            // All or none: nothing of ours may be left under any name of the set. A key
-            // still there may be a removal etcd has not answered yet (it goes on in the
-            // background past the wait's return when etcd is slow): look again one request
-            // timeout later, when it must be gone.
-            let left = keys_of(client, &names, session.lease_id());
-            let at = monotonic_ns();
-            let after = match &left {
-                Some(keys) if !keys.is_empty() => {
-                    std::thread::sleep(REQUEST_TIMEOUT + Duration::from_millis(500));
-                    keys_of(client, &names, session.lease_id())
-                }
-                _ => Some(Vec::new()),
-            };
-            let count = |keys: &Option<Vec<String>>| {
-                keys.as_ref().map_or("?".into(), |k| k.len().to_string())
-            };
-            let listed = left
-                .as_ref()
-                .filter(|k| !k.is_empty())
-                .map_or("-".into(), |k| k.join(","));
-            log(
-                log_file,
-                format!(
-                    "MLEFT {id} {at} {} {} {listed}",
-                    count(&left),
-                    count(&after)
-                ),
-            );
+            all_or_none::look(client, log_file, &id, &names, session.lease_id());
             std::thread::sleep(rng.millis(20, 200));
             continue;
         };
@@ -178,23 +150,6 @@ pub(crate) fn worker(client: &Client, log_file: &Log, who: &str, deadline_ns: u6
         // bulk of the run.
         std::thread::sleep(rng.millis(20, 200));
     }
-}
-
-/// The keys of `lease` under `names` (`key@create revision`); `None` if a name could not
-/// be read.
-fn keys_of(client: &Client, names: &[&str], lease: i64) -> Option<Vec<String>> {
-    let mut keys = Vec::new();
-    for n in names {
-        let kvs = client.get_prefix(format!("{n}/")).ok()?;
-        keys.extend((kvs.iter().filter(|kv| kv.lease == lease)).map(|kv| {
-            format!(
-                "{}@{}",
-                String::from_utf8_lossy(&kv.key),
-                kv.create_revision
-            )
-        }));
-    }
-    Some(keys)
 }
 
 /// Holds the set for a while (guarded writes, watching for a loss), releases it, and logs
@@ -323,16 +278,6 @@ pub(crate) struct Attempt {
     pub(crate) log: usize,
 }
 
-/// An `MLEFT` line: the attempt, when it looked, how many keys of its lease were left under
-/// its names then and one request timeout and a half later (`None`: not read), which keys.
-pub(crate) struct Look {
-    id: String,
-    at: u64,
-    left: Option<u64>,
-    after: Option<u64>,
-    keys: String,
-}
-
 /// What the children's logs say of their multi-locks.
 #[derive(Default)]
 pub(crate) struct Totals {
@@ -403,18 +348,7 @@ pub(crate) fn parse(dir: &std::path::Path, files: usize, events: &Events, end_ns
                         *totals.outcomes.entry(f[3].to_string()).or_default() += 1;
                     }
                 }
-                (Some(&"MLEFT"), 6) => {
-                    if let Ok(at) = f[2].parse() {
-                        let (left, after) = (f[3].parse().ok(), f[4].parse().ok());
-                        totals.left.push(Look {
-                            id: f[1].to_string(),
-                            at,
-                            left,
-                            after,
-                            keys: f[5].to_string(),
-                        });
-                    }
-                }
+                (Some(&"MLEFT"), _) => totals.left.extend(Look::parse(&f)),
                 (Some(&"MBAD"), _) => totals.bad.push(format!("multi-lock: {line} (log-{n})")),
                 _ => {}
             }
@@ -457,39 +391,22 @@ pub(crate) fn check(
     let quiet = |from: u64, to: u64| windows.iter().all(|&(s, e)| e < from || s > to);
     let by_id: HashMap<&str, &Attempt> =
         totals.attempts.iter().map(|a| (a.id.as_str(), a)).collect();
-    for Look {
-        id,
-        at,
-        left,
-        after,
-        keys,
-    } in &totals.left
-    {
-        let (Some(a), Some(left)) = (by_id.get(id.as_str()), left) else {
-            continue;
-        };
-        // A release of an earlier hold of this thread may still be under way within a
-        // request timeout of its start: look from a little before the attempt.
-        if !quiet(a.start.saturating_sub(2_000_000_000), *at) {
-            continue;
-        }
-        report.all_or_none_judged += 1;
-        let returned_ms = at.saturating_sub(a.end) / 1_000_000;
-        let what = format!(
-            "multi-lock {id} on {:?} ended {:?} ({} ms after it began) and {returned_ms} ms \
-             later had {left} keys of its lease under them: {keys}",
-            a.names,
-            a.outcome,
-            a.end.saturating_sub(a.start) / 1_000_000
-        );
-        match (left, after) {
-            (0, _) => {}
-            (_, Some(0)) => report.removed_after_return.push(what),
-            (_, after) => report.safety.push(format!(
-                "{what}; one request timeout and a half later: {after:?} (all or none)"
-            )),
-        }
-    }
+    let tried = |id: &str| {
+        by_id.get(id).map(|a| all_or_none::Tried {
+            names: &a.names,
+            outcome: a.outcome.as_deref(),
+            start: a.start,
+            end: a.end,
+        })
+    };
+    // A release of an earlier hold of this thread may still be under way within a request
+    // timeout of its start: look from a little before the attempt.
+    let quiet_near =
+        |a: &all_or_none::Tried<'_>, at| quiet(a.start.saturating_sub(2_000_000_000), at);
+    let verdicts = all_or_none::judge(&totals.left, tried, quiet_near);
+    report.all_or_none_judged = verdicts.judged;
+    report.removed_after_return = verdicts.removed_late;
+    report.safety.extend(verdicts.leaks);
     let covers = totals.covers();
     let spans = liveness::quiet_spans(&windows, start_ns, end_ns);
     let bound = liveness::HANDOFF_BOUND.as_nanos() as u64;
