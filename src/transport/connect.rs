@@ -130,8 +130,9 @@ pub(super) async fn connect(config: &RpcConfig) -> Result<Connected> {
     })
 }
 
-/// Connects a channel to `endpoint`: over TCP, or, with the `simulation` feature, through
-/// an in-memory pipe to a simulated member (`transport/memory.rs`).
+/// Connects a channel to `endpoint`: over TCP, on sockets that gather a flush's frames into
+/// one write (`transport/coalesce.rs`), or, with the `simulation` feature, through an
+/// in-memory pipe to a simulated member (`transport/memory.rs`).
 async fn dial(endpoint: &Endpoint) -> std::result::Result<Channel, tonic::transport::Error> {
     #[cfg(feature = "simulation")]
     if super::memory::is_memory(&endpoint.uri().to_string()) {
@@ -139,7 +140,9 @@ async fn dial(endpoint: &Endpoint) -> std::result::Result<Channel, tonic::transp
             .connect_with_connector(super::memory::Connector)
             .await;
     }
-    endpoint.connect().await
+    endpoint
+        .connect_with_connector(super::coalesce::Connector::new())
+        .await
 }
 
 /// [`dial`], connecting on first use.
@@ -148,7 +151,7 @@ fn dial_lazy(endpoint: &Endpoint) -> Channel {
     if super::memory::is_memory(&endpoint.uri().to_string()) {
         return endpoint.connect_with_connector_lazy(super::memory::Connector);
     }
-    endpoint.connect_lazy()
+    endpoint.connect_with_connector_lazy(super::coalesce::Connector::new())
 }
 
 /// The first pause between connect rounds, and the longest.

@@ -4,6 +4,7 @@
 //! Everything here is async and crate-private; the blocking API calls it through
 //! [`Runtime::block_on`](crate::client::runtime::Runtime::block_on).
 
+mod coalesce;
 mod connect;
 mod convert;
 pub(crate) mod fault;
