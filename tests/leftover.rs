@@ -55,16 +55,7 @@ fn a_read_waits_for_a_live_writer_of_its_own_session() {
     let c = client(&server.endpoints());
     let s = session(&c, 10);
     let writer = s.rwlock("own").unwrap().write().unwrap();
-    let reader_session = s.clone();
-    let read = std::thread::spawn(move || {
-        reader_session
-            .rwlock("own")
-            .unwrap()
-            .read_timeout(Duration::from_millis(800))
-            .map(|_| ())
-    })
-    .join()
-    .unwrap();
+    let read = common::read_on_another_thread(&s, "own", Duration::from_millis(800));
     assert!(read.as_ref().is_err_and(Error::is_wait_timeout), "{read:?}");
     assert!(writer.is_held(), "the writer's key was left alone");
     assert_eq!(keys(&c, "own/"), vec![writer.key_str().into_owned()]);

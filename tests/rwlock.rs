@@ -434,16 +434,7 @@ fn the_twin_is_not_taken_by_a_read_of_the_same_session() {
     let s = session(&c, 10);
     let write = s.rwlock("same").unwrap().write_downgradable().unwrap();
     let before = keys(&c, "same/");
-    let other = s.clone();
-    let read = std::thread::spawn(move || {
-        other
-            .rwlock("same")
-            .unwrap()
-            .read_timeout(Duration::from_millis(800))
-            .map(|_| ())
-    })
-    .join()
-    .unwrap();
+    let read = common::read_on_another_thread(&s, "same", Duration::from_millis(800));
     assert!(read.as_ref().is_err_and(Error::is_wait_timeout), "{read:?}");
     assert!(write.is_held());
     assert_eq!(keys(&c, "same/"), before, "the twin was left alone");

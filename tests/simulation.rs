@@ -2,6 +2,8 @@
 //! against a simulated cluster, virtual time, faults and schedule drawn from one seed.
 #![cfg(feature = "simulation")]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use etcd_sync::testing::sim::{RunConfig, run};
@@ -203,13 +205,7 @@ fn seeds_that_found_defects_stay_clean() {
         1_795_513_100_111_575,
         1_795_514_135_847_217,
     ] {
-        let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
-        assert!(
-            outcome.violations.is_empty(),
-            "seed {seed}: {:?}",
-            outcome.violations
-        );
-        assert!(outcome.acquisitions > 0, "seed {seed} acquired nothing");
+        common::assert_seed_clean(seed);
     }
 }
 

@@ -7,6 +7,8 @@
 //! widths are read once per process, and the mutation below is switched on process-wide.
 #![cfg(feature = "simulation")]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use etcd_sync::testing::sim::{Mutation, RunConfig, run};
@@ -148,12 +150,6 @@ fn seeds_that_found_defects_at_the_back_stay_clean() {
     narrow_the_front();
     let seeds: &[u64] = &[1_795_584_862_204_072];
     for &seed in seeds {
-        let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
-        assert!(
-            outcome.violations.is_empty(),
-            "seed {seed}: {:?}",
-            outcome.violations
-        );
-        assert!(outcome.acquisitions > 0, "seed {seed} acquired nothing");
+        common::assert_seed_clean(seed);
     }
 }

@@ -91,6 +91,19 @@ pub fn session(client: &Client, ttl_secs: u64) -> Session {
         .expect("start a session")
 }
 
+/// A read lock on `name` tried from another thread of the same session, for up to `limit`:
+/// what a second user of one session on a name meets.
+pub fn read_on_another_thread(
+    session: &Session,
+    name: &'static str,
+    limit: Duration,
+) -> etcd_sync::Result<()> {
+    let session = session.clone();
+    std::thread::spawn(move || session.rwlock(name)?.read_timeout(limit).map(|_| ()))
+        .join()
+        .unwrap_or_else(|_| panic!("the reading thread panicked"))
+}
+
 /// Keys currently under `prefix`, as strings.
 pub fn keys(client: &Client, prefix: &str) -> Vec<String> {
     client
@@ -248,4 +261,17 @@ pub fn hostname() -> String {
     );
     let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+/// Runs the simulation with `seed` and fails on any violation, or if nothing was acquired.
+#[cfg(feature = "simulation")]
+pub fn assert_seed_clean(seed: u64) {
+    use etcd_sync::testing::sim::{RunConfig, run};
+    let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
+    assert!(
+        outcome.violations.is_empty(),
+        "seed {seed}: {:?}",
+        outcome.violations
+    );
+    assert!(outcome.acquisitions > 0, "seed {seed} acquired nothing");
 }
