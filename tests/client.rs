@@ -331,12 +331,18 @@ fn a_request_reaches_etcd_in_one_write() {
     for _ in 0..50 {
         c.get("one-write").unwrap();
     }
+    // The fewest of three rounds: a loaded machine can only add reads (a PING
+    // acknowledgement that waited 5 ms in vain goes alone).
     let requests = 300;
-    let before = reads_of(pid);
-    for _ in 0..requests {
-        assert!(c.get("one-write").unwrap().is_some());
-    }
-    let per_request = (reads_of(pid) - before) as f64 / f64::from(requests);
+    let per_request = (0..3)
+        .map(|_| {
+            let before = reads_of(pid);
+            for _ in 0..requests {
+                assert!(c.get("one-write").unwrap().is_some());
+            }
+            (reads_of(pid) - before) as f64 / f64::from(requests)
+        })
+        .fold(f64::INFINITY, f64::min);
     eprintln!("etcd read calls per sequential get: {per_request:.2}");
     assert!(
         per_request < 3.0,
