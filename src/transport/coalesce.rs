@@ -13,7 +13,11 @@
 //! connection task and answers `Pending` once, so the connection task comes back after
 //! them, the body task among them), then writes everything in one call. The next request's
 //! frames, the body that follows its headers and a PING's acknowledgement go out together.
-//! Nothing waits on a timer: a flush is late by one pass of the runtime's ready tasks.
+//! A flush is late by one pass of the runtime's ready tasks, with two exceptions: bytes
+//! that are only PING acknowledgements wait up to [`LAZY_HOLD`] for other frames (our next
+//! request usually follows an answer closely), and once a read has found the socket
+//! ended, nothing waits (HTTP/2 is closing the connection). Under TLS the bytes are
+//! ciphertext, so only the pass applies.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
