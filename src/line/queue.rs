@@ -155,24 +155,41 @@ fn newest_up_to(prefix: &[u8], max_create: i64) -> Range {
 /// waits at the back, on one of those it read (`line/behind.rs`), and reads again when that
 /// one goes. So it reads at most [`front`] + 1 keys besides its own, newest first, and a
 /// long line costs the answer a few keys, not one per waiting process (etcd reads the whole
-/// line either way). Not when another waiter of the client waits at the front
+/// line either way). A permit of a semaphore of `n` likewise reads the newest [`front`] +
+/// `n` + 1 keys ahead: if there are more, those alone weigh more than `n` + [`front`]
+/// permits, so it waits at the back, on the newest of them (`line/behind.rs`), and reads
+/// its place when they go. With 1,024 workers on 8 permits that is 26 keys in the answer
+/// instead of 1,023, which etcd encodes and sends and the waiter sorts (BENCHMARKS.md,
+/// "Eighth step"). Neither when another waiter of the client waits at the front
 /// (`whole_line`): then it waits there too, and to take its turn on an event, with no read,
-/// it must know every key ahead. A reader or a permit needs to know which keys ahead block
-/// it, so it reads every key (up to [`TRACKED`] + 1), unsorted.
+/// it must know every key ahead. A reader needs to know which keys ahead block it, and the
+/// newest ones may all be readers, so it reads every key (up to [`TRACKED`] + 1),
+/// unsorted; so does a permit of a semaphore so large that its newest keys would be as
+/// many.
 fn the_line(prefix: &[u8], mode: Mode, whole_line: bool) -> Range {
+    let newest = |limit: i64| Range {
+        limit,
+        by_create_revision: Some(false),
+        keys_only: true,
+        ..Range::prefix(prefix)
+    };
     match mode {
-        Mode::Exclusive if !whole_line => Range {
-            limit: front() as i64 + 2,
-            by_create_revision: Some(false),
-            keys_only: true,
-            ..Range::prefix(prefix)
-        },
+        Mode::Exclusive if !whole_line => newest(front() as i64 + 2),
+        Mode::Permits(n, _) if !whole_line && permits_read_newest(n) => {
+            newest(front() as i64 + i64::from(n) + 2)
+        }
         _ => Range {
             limit: TRACKED + 1,
             keys_only: true,
             ..Range::prefix(prefix)
         },
     }
+}
+
+/// Whether the enqueue of a permit of a semaphore of `n` reads only the newest keys ahead
+/// (see [`the_line`]): when they are fewer than the whole line it would read otherwise.
+fn permits_read_newest(n: u32) -> bool {
+    front() as i64 + i64::from(n) + 2 <= TRACKED
 }
 
 /// The position of `key`, just put, from `line` (read with the limit `limit` in the same
@@ -192,17 +209,22 @@ fn ahead_of_new(
         .map(|kv| (kv.key, kv.create_revision))
         .collect();
     let mut position = judge(ours.mode, ours.prefix, before, complete);
-    // An exclusive key read only the newest keys ahead: its lookout is as far as every key
-    // etcd counted says, less those it leaves ahead.
+    // An exclusive key or a permit read only the newest keys ahead: its lookout is as far
+    // as every key etcd counted says (ours among them), less those an exclusive key leaves
+    // ahead; a permit's, less the free permits (each key weighs at least one).
     if let Some(Position::Behind(Ahead {
         lookout: Some(lookout),
         complete: false,
         ..
     })) = &mut position
-        && ours.mode == Mode::Exclusive
     {
-        let ahead = usize::try_from(counted.saturating_sub(1)).unwrap_or(0);
-        lookout.away = lookout.away.max(ahead.saturating_sub(widths().1));
+        let counted = usize::try_from(counted).unwrap_or(0);
+        let away = match ours.mode {
+            Mode::Exclusive => counted.saturating_sub(1 + widths().1),
+            Mode::Permits(n, _) => counted.saturating_sub(n as usize),
+            Mode::Shared => 0,
+        };
+        lookout.away = lookout.away.max(away);
     }
     position
 }

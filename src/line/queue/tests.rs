@@ -177,6 +177,58 @@ fn an_exclusive_key_reads_only_the_newest_keys_ahead_and_a_reader_reads_the_line
     }
 }
 
+#[test]
+fn a_permit_reads_only_the_newest_keys_ahead_unless_the_semaphore_is_as_large() {
+    // A semaphore of 8: its own key, the front, the 8 permits and one more, newest first.
+    let permits = the_line(b"p/", Mode::Permits(8, 1), false);
+    assert_eq!(permits.limit, front() as i64 + 10);
+    assert_eq!(permits.by_create_revision, Some(false));
+    // Joining the client's waiters at the front, or a semaphore of nearly TRACKED
+    // permits: the whole line, unsorted.
+    let whole = the_line(b"p/", Mode::Shared, false);
+    assert_eq!(the_line(b"p/", Mode::Permits(8, 1), true), whole);
+    assert_eq!(the_line(b"p/", Mode::Permits(1024, 1), false), whole);
+    // A line of 1,000 permits read in part: the waiter watches the newest 8 ahead.
+    let own = b"p/fff.permits-8";
+    let mut newest: Vec<KeyValue> = vec![kv(own, 5000)];
+    newest.extend(
+        (1..permits.limit).map(|i| kv(format!("p/{i:03x}.permits-8").as_bytes(), 5000 - i)),
+    );
+    match ahead_of_new(
+        newest,
+        (permits.limit, 1000),
+        ours(own, Mode::Permits(8, 1), 5000),
+    ) {
+        Some(Position::Behind(ahead)) => {
+            assert!(!ahead.complete);
+            let lookout = ahead.lookout.expect("far from its turn");
+            let expected: Vec<(Vec<u8>, i64)> = (1..=8)
+                .rev()
+                .map(|i| (format!("p/{i:03x}.permits-8").into_bytes(), 5000 - i))
+                .collect();
+            assert_eq!(lookout.keys, expected);
+            // 999 permits ahead, each weighing at least one, 8 of them may hold: at
+            // least 992 of them must go first.
+            assert_eq!(lookout.away, 992);
+        }
+        other => panic!("expected Behind, got {other:?}"),
+    }
+    // A short line comes back whole: the permit knows every key ahead.
+    let short = vec![
+        kv(own, 50),
+        kv(b"p/a.permits-8", 40),
+        kv(b"p/b.permits-8", 30),
+    ];
+    assert!(matches!(
+        ahead_of_new(
+            short,
+            (permits.limit, 3),
+            ours(own, Mode::Permits(8, 1), 50)
+        ),
+        Some(Position::Owner)
+    ));
+}
+
 /// A downgradable write's twin has our create revision: never a key ahead of ours, in the
 /// enqueue's answer or in a position read, whichever order etcd returns the tie in.
 #[test]
