@@ -388,3 +388,42 @@ fn acquire_and_release_cost_one_txn_and_a_release_wakes_only_who_can_hold() {
         "8 readers on one client, yet the release was delivered {delivered} times"
     );
 }
+
+/// A permit joining a long line reads only the newest keys ahead of it in its enqueue
+/// (`FRONT` + N + 1 of them), not every key: what etcd sends it stays a few keys long however
+/// many permits wait ahead (it was one key per permit ahead, about 20 KB here). The permit
+/// still waits its turn (here the limit ends the wait) and removes its key.
+#[test]
+fn a_permit_behind_a_long_line_is_told_only_the_newest_keys_ahead() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    const AHEAD: usize = 400;
+    for i in 1..=AHEAD {
+        c.put(format!("long/{i:016x}.permits-2"), "").unwrap();
+    }
+    let sent = || {
+        let text = server.metrics().unwrap();
+        let metrics = etcd_sync::testing::metrics::parse(&text).expect("etcd's /metrics text");
+        metrics.sum("etcd_network_client_grpc_sent_bytes_total", &[]) as u64
+    };
+    let s = session(&c, 30);
+    let sem = s.semaphore("long", 2).unwrap();
+    let before = sent();
+    let started = Instant::now();
+    let waited = sem.acquire_timeout(Duration::from_millis(300));
+    assert!(
+        matches!(waited, Err(ref e) if e.is_timeout()),
+        "400 permits ahead of a semaphore of 2: {:?}",
+        waited.map(|p| p.num_permits())
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let bytes = sent() - before;
+    eprintln!("a permit behind {AHEAD} others: etcd sent {bytes} bytes");
+    assert!(
+        bytes < 6_000,
+        "etcd sent {bytes} bytes to a permit joining a line of {AHEAD}"
+    );
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "long/")
+        .len()
+        == AHEAD));
+}
