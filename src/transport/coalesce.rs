@@ -391,6 +391,16 @@ mod tests {
         Pin::new(c).poll_flush(&mut cx)
     }
 
+    /// A plaintext connection whose preface went out (its first write), after one pass.
+    fn past_the_preface() -> (Recorder, Coalesced<Recorder>) {
+        let recorder = Recorder::default();
+        let mut c = Coalesced::new(recorder.clone(), true);
+        write(&mut c, PREFACE);
+        assert!(flush(&mut c).is_pending());
+        assert!(flush(&mut c).is_ready());
+        (recorder, c)
+    }
+
     #[test]
     fn the_preface_and_requests_are_urgent_and_ping_acknowledgements_are_not() {
         let mut frames = Frames::default();
@@ -449,11 +459,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_ping_acknowledgement_waits_for_company_or_its_time() {
-        let recorder = Recorder::default();
-        let mut c = Coalesced::new(recorder.clone(), true);
-        write(&mut c, PREFACE);
-        assert!(flush(&mut c).is_pending());
-        assert!(flush(&mut c).is_ready());
+        let (recorder, mut c) = past_the_preface();
 
         // Alone, it waits; a request's frames take it along.
         write(&mut c, &ping_ack());
@@ -485,11 +491,7 @@ mod tests {
 
     #[tokio::test]
     async fn once_the_socket_has_ended_a_flush_does_not_wait() {
-        let recorder = Recorder::default();
-        let mut c = Coalesced::new(recorder.clone(), true);
-        write(&mut c, PREFACE);
-        assert!(flush(&mut c).is_pending());
-        assert!(flush(&mut c).is_ready());
+        let (recorder, mut c) = past_the_preface();
         let mut room = [0u8; 64];
         let mut buf = hyper::rt::ReadBuf::new(&mut room);
         let mut cx = Context::from_waker(Waker::noop());
