@@ -343,12 +343,26 @@ fn acquire_and_release_cost_one_txn_and_a_release_wakes_only_who_can_hold() {
         "one client's 16 waiters share one watcher, yet the release was delivered {delivered} times"
     );
     drop(held);
-    let mut admitted = 0;
-    for w in waiters {
-        let (p, s) = w.join().unwrap();
-        drop(p.unwrap());
-        drop(s);
-        admitted += 1;
+    // Each waiter returns its permit still held: release them in the order they are
+    // admitted, which need not be the order the threads were started in (waiting for an
+    // unadmitted one while two admitted ones hold both permits would wait forever).
+    let (mut waiters, mut admitted) = (waiters, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !waiters.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} waiters never admitted",
+            waiters.len()
+        );
+        match waiters.iter().position(|w| w.is_finished()) {
+            Some(i) => {
+                let (p, s) = waiters.swap_remove(i).join().unwrap();
+                drop(p.unwrap());
+                drop(s);
+                admitted += 1;
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
     }
     assert_eq!(admitted, 16);
 
