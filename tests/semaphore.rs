@@ -347,23 +347,16 @@ fn acquire_and_release_cost_one_txn_and_a_release_wakes_only_who_can_hold() {
     // admitted, which need not be the order the threads were started in (waiting for an
     // unadmitted one while two admitted ones hold both permits would wait forever).
     let (mut waiters, mut admitted) = (waiters, 0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !waiters.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "{} waiters never admitted",
-            waiters.len()
-        );
-        match waiters.iter().position(|w| w.is_finished()) {
-            Some(i) => {
-                let (p, s) = waiters.swap_remove(i).join().unwrap();
-                drop(p.unwrap());
-                drop(s);
-                admitted += 1;
-            }
-            None => std::thread::sleep(Duration::from_millis(5)),
+    let drained = eventually(Duration::from_secs(30), || {
+        while let Some(i) = waiters.iter().position(|w| w.is_finished()) {
+            let (p, s) = waiters.swap_remove(i).join().unwrap();
+            drop(p.unwrap());
+            drop(s);
+            admitted += 1;
         }
-    }
+        waiters.is_empty()
+    });
+    assert!(drained, "{} waiters never admitted", waiters.len());
     assert_eq!(admitted, 16);
 
     // A write lock with readers queued behind it: its release admits all of them at once.
