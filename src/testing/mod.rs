@@ -94,6 +94,7 @@ mod member;
 mod membership;
 pub mod metrics;
 mod process;
+mod proxy;
 mod scratch;
 mod server;
 #[cfg(feature = "simulation")]
@@ -106,6 +107,7 @@ pub use auth::{AUTH_PREFIX, AUTH_ROOT, AUTH_USER};
 pub use binary::{etcd_binary, etcdctl_binary};
 pub use certs::TlsCerts;
 pub use cluster::EtcdCluster;
+pub use proxy::{EtcdProxy, EtcdProxyBuilder};
 pub use server::{EtcdServer, EtcdServerBuilder};
 pub use start::EtcdClusterBuilder;
 pub use version::{EtcdVersion, etcd_version};

@@ -16,6 +16,7 @@ pub(crate) mod memory;
 #[cfg(feature = "tls")]
 mod tls;
 pub(crate) mod watch;
+pub(crate) mod watch_ids;
 pub(crate) mod watches;
 
 use std::future::Future;

@@ -12,6 +12,7 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use super::Rpc;
 use super::generated::{etcdserverpb as pb, mvccpb};
+use super::watch_ids::WatchIds;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
 use crate::support::etcd_text;
@@ -145,6 +146,9 @@ pub(crate) struct WatchStream {
     endpoint: usize,
     /// Its URL, for errors.
     url: String,
+    /// The server's ids for our watchers (see `watch_ids.rs`: etcd's gRPC proxy numbers
+    /// them itself).
+    ids: std::sync::Mutex<WatchIds>,
 }
 
 /// What `open` learned: one watch id per create request, in order (`None` where etcd
@@ -229,8 +233,10 @@ impl WatchStream {
     ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
         let wanted = creates.len();
         let (requests, receiver) = unbounded_channel();
+        let mut ids = WatchIds::default();
         // Queue before issuing the call: etcd sends headers only with its first response.
         for create in creates {
+            ids.sent_create(create.id);
             let _ = requests.send(pb::WatchRequest {
                 request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
                     create.to_pb(),
@@ -244,6 +250,7 @@ impl WatchStream {
             early: VecDeque::new(),
             endpoint,
             url: rpc.endpoint_url(endpoint).to_string(),
+            ids: std::sync::Mutex::new(ids),
         };
         let mut created = Created {
             ids: Vec::with_capacity(wanted),
@@ -284,16 +291,27 @@ impl WatchStream {
     /// Adds a watcher to the open stream; its `created` answer arrives in order with the
     /// other responses.
     pub(crate) fn send_create(&self, create: &Watch) -> Result<()> {
+        let mut ids = self.ids();
         self.send(pb::watch_request::RequestUnion::CreateRequest(
             create.to_pb(),
-        ))
+        ))?;
+        ids.sent_create(create.id);
+        Ok(())
     }
 
-    /// Cancels watcher `id` on this stream.
+    /// Cancels watcher `id` (ours) on this stream.
     pub(crate) fn send_cancel(&self, id: i64) -> Result<()> {
-        self.send(pb::watch_request::RequestUnion::CancelRequest(
-            pb::WatchCancelRequest { watch_id: id },
-        ))
+        let theirs = self.ids().cancel_ids(id);
+        for watch_id in theirs {
+            self.send(pb::watch_request::RequestUnion::CancelRequest(
+                pb::WatchCancelRequest { watch_id },
+            ))?;
+        }
+        Ok(())
+    }
+
+    fn ids(&self) -> std::sync::MutexGuard<'_, WatchIds> {
+        self.ids.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn send(&self, request: pb::watch_request::RequestUnion) -> Result<()> {
@@ -306,7 +324,12 @@ impl WatchStream {
 
     async fn receive(&mut self) -> Result<WatchResponse> {
         match self.stream.message().await {
-            Ok(Some(response)) => Ok(response.into()),
+            Ok(Some(response)) => {
+                let mut response = WatchResponse::from(response);
+                self.ids()
+                    .translate(response.created, response.canceled, &mut response.watch_id);
+                Ok(response)
+            }
             Ok(None) => Err(self.unavailable("etcd closed the watch stream")),
             Err(status) => Err(super::fault::status_error(&status, &self.url)),
         }

@@ -93,8 +93,9 @@ pub(super) async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Command>) {
 
 impl Hub {
     fn next_watch_id(&mut self) -> i64 {
-        // Never 0: etcd reads 0 as "choose an id".
-        self.next_id += 1;
+        // Never 0 (etcd reads 0 as "choose an id"), and never a number etcd's gRPC proxy
+        // gives (`transport/watch_ids.rs`).
+        self.next_id = self.next_id.max(crate::transport::watch_ids::FIRST_OWN_ID) + 1;
         self.next_id
     }
 

@@ -26,7 +26,9 @@
 //!   again from now and its subscribers read.
 //!
 //! Watch ids are ours (etcd 3.4+ accepts client-chosen ids), so a `created` answer or a
-//! late event for a cancelled watcher is never confused with another watcher's.
+//! late event for a cancelled watcher is never confused with another watcher's. etcd's gRPC
+//! proxy numbers a stream's watchers itself; the stream translates its numbers to ours
+//! (`transport/watch_ids.rs`), so the hub sees only its own ids either way.
 
 mod hub;
 pub(crate) mod waiting;
