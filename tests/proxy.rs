@@ -388,6 +388,8 @@ through_both!(
     stm_and_status,
     excludes_etcdctl_on_the_member,
     wait_survives_a_proxy_restart,
+    member_restart_behind_the_proxy,
+    observer_made_while_the_member_is_down,
 );
 
 /// Two proxies as the endpoints; the one in use dies under a wait: the client moves to
@@ -419,4 +421,76 @@ fn wait_moves_to_the_second_proxy_when_the_first_dies() {
         .expect("the waiter returns");
     assert!(got.expect("the waiter takes the lock through the second proxy"));
     drop(p2);
+}
+
+/// The member behind the proxy restarts (the proxy's own watch on it breaks and resumes),
+/// then an operator deletes a guard's key and a waiter's turn comes: both are heard.
+fn member_restart_behind_the_proxy(hop: &Hop) {
+    let a = hop.client();
+    let sa = session(&a, 30);
+    let guard = sa.mutex("kept").unwrap().lock().unwrap();
+    let holder = sa.mutex("line").unwrap().lock().unwrap();
+    let b = hop.client();
+    let waiter = on_thread(move || {
+        let sb = session(&b, 30);
+        sb.mutex("line")
+            .unwrap()
+            .lock_timeout(Duration::from_secs(40))
+            .map(|g| g.is_held())
+    });
+    thread::sleep(Duration::from_millis(300));
+    hop.etcd.kill().unwrap();
+    thread::sleep(Duration::from_millis(500));
+    hop.etcd.restart().unwrap();
+    thread::sleep(Duration::from_millis(500));
+    let lost = guard.lost();
+    let key = hop.stored(&guard.key_str());
+    let deleted = Instant::now();
+    hop.direct().delete(&key).unwrap();
+    let fired = lost.recv_timeout(Duration::from_secs(10));
+    assert!(
+        !matches!(
+            fired,
+            Err(etcd_sync::crossbeam_channel::RecvTimeoutError::Timeout)
+        ),
+        "lost() never fired after the member behind the proxy restarted"
+    );
+    eprintln!("loss heard {:?} after the delete", deleted.elapsed());
+    drop(holder);
+    let got = waiter
+        .recv_timeout(Duration::from_secs(45))
+        .expect("the waiter returns");
+    assert!(got.expect("the waiter takes the lock after the member restarted"));
+}
+
+/// An observer made while the member behind the proxy is down (the proxy refuses its
+/// watcher: it cannot check permissions) hears the leader once the member is back.
+fn observer_made_while_the_member_is_down(hop: &Hop) {
+    let c = hop.client();
+    // The client's stream is up before the member goes.
+    let _warm = c.observe("warm").unwrap();
+    hop.etcd.kill().unwrap();
+    let c2 = c.clone();
+    let observing = on_thread(move || {
+        let observer = c2.observe("down-el")?;
+        loop {
+            match observer.recv_timeout(Duration::from_secs(30))? {
+                LeaderEvent::Elected(holder) => return Ok(holder.value_str().into_owned()),
+                _ => continue,
+            }
+        }
+    });
+    thread::sleep(Duration::from_millis(1000));
+    hop.etcd.restart().unwrap();
+    let d = hop.direct();
+    let s = session(&d, 10);
+    let _leading = s
+        .election(hop.stored("down-el"))
+        .unwrap()
+        .campaign("back")
+        .unwrap();
+    let seen: etcd_sync::Result<String> = observing
+        .recv_timeout(Duration::from_secs(40))
+        .expect("the observer returns");
+    assert_eq!(seen.expect("the observer hears the leader"), "back");
 }

@@ -7,6 +7,7 @@ mod barrier;
 mod common;
 mod modes;
 mod proc;
+mod proxy;
 mod revoke;
 mod status;
 
