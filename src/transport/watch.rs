@@ -310,6 +310,12 @@ impl WatchStream {
         Ok(())
     }
 
+    /// Whether the server numbers the watchers itself (etcd's gRPC proxy does), once its
+    /// first answer said.
+    pub(crate) fn server_numbers_watchers(&self) -> bool {
+        self.ids().server_numbers() == Some(true)
+    }
+
     fn ids(&self) -> std::sync::MutexGuard<'_, WatchIds> {
         self.ids.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -48,8 +48,7 @@ impl WatchIds {
     }
 
     /// Whether the server numbers the watchers itself (etcd's gRPC proxy), once known.
-    #[cfg(test)]
-    fn server_numbers(&self) -> Option<bool> {
+    pub(crate) fn server_numbers(&self) -> Option<bool> {
         self.keeps_ours.map(|keeps| !keeps)
     }
 

@@ -39,6 +39,14 @@ pub(super) struct Hub {
 /// within a second, also after a member restart that grew the pauses).
 const HEALTHY: Duration = Duration::from_millis(100);
 
+/// Through etcd's gRPC proxy, how long a watcher may go without an event before it is
+/// created again from now (its subscribers read, if anything changed since they last
+/// knew): the proxy has lost events (etcd #9988; #21813: a watcher joining a broadcast
+/// whose own watch on etcd is broken hears nothing, ever), and a watcher that can miss one
+/// must find out within a bound. A member never needs this: its watchers are checked by
+/// etcd's own guarantees, and an idle client keeps no timer.
+const PROXY_SILENCE: Duration = Duration::from_secs(1);
+
 /// Why a stream ended.
 enum Ended {
     /// Every handle is gone: the client was dropped.
@@ -262,8 +270,13 @@ impl Hub {
         // Told when the client moves to another endpoint (a frozen member sends no events
         // and no error: watchers follow the client), with no timer to wake an idle client.
         let mut moved = true;
+        let mut recheck = tokio::time::interval(PROXY_SILENCE / 2);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = recheck.tick(), if stream.server_numbers_watchers() => {
+                    self.recheck_through_proxy(&stream, rpc.request_timeout())?;
+                }
                 command = commands.recv() => match command {
                     Some(command) => self.apply(command, Some(&stream)),
                     None => return Ok(Ended::Commands),
@@ -293,6 +306,32 @@ impl Hub {
                 }
             }
         }
+    }
+
+    /// Through a proxy: a create it has not confirmed within a request timeout ends the
+    /// stream (the next one starts afresh), and a watcher silent for [`PROXY_SILENCE`] starts
+    /// again from now.
+    fn recheck_through_proxy(&mut self, stream: &WatchStream, limit: Duration) -> Result<()> {
+        let now = crate::support::clock::now();
+        let mut silent = Vec::new();
+        for (spec, watcher) in &self.watchers {
+            let Some(heard) = watcher.heard_at else {
+                continue;
+            };
+            let quiet = now.saturating_duration_since(heard);
+            if watcher.id.is_some() && !watcher.created && quiet >= limit {
+                return Err(crate::support::error::Error::unavailable(
+                    "etcd's gRPC proxy did not confirm a watcher",
+                ));
+            }
+            if watcher.created && quiet >= PROXY_SILENCE {
+                silent.push(spec.clone());
+            }
+        }
+        for spec in silent {
+            self.restart(&spec, stream, 0);
+        }
+        Ok(())
     }
 
     /// etcd's answer to a create request.

@@ -29,6 +29,8 @@ pub(super) struct Watcher {
     pub(super) through: Option<i64>,
     /// When it last started from etcd's "now" (see [`Delivery::From`]'s `fresh`).
     started_at: Option<Instant>,
+    /// When it was last created, confirmed or heard from (events) on the stream.
+    pub(super) heard_at: Option<Instant>,
     /// Recent events, all of those after `history_from`.
     history: VecDeque<Batch>,
     history_events: usize,
@@ -66,6 +68,7 @@ impl Watcher {
     /// Records that [`request`](Self::request)`(.., id, fixed)` was sent on the stream.
     pub(super) fn sent(&mut self, id: i64, fixed: bool) {
         self.id = Some(id);
+        self.heard_at = Some(crate::support::clock::now());
         self.overlap = !fixed && self.through.is_some_and(|through| through > 0);
     }
 
@@ -137,6 +140,7 @@ impl Watcher {
         );
         self.through = Some(revision);
         self.started_at = Some(crate::support::clock::now());
+        self.heard_at = self.started_at;
         self.history.clear();
         self.history_events = 0;
         self.history_from = revision;
@@ -196,6 +200,7 @@ impl Watcher {
             return;
         };
         self.through = Some(self.through.map_or(last, |t| t.max(last)));
+        self.heard_at = Some(crate::support::clock::now());
         let batch: Batch = Arc::new(events);
         self.history_events += batch.len();
         self.history.push_back(batch.clone());
