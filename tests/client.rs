@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, etcd};
+use common::{client, etcd, session};
 use etcd_sync::{Client, Compare, CompareOp, Error, Txn, TxnOp, TxnOpResponse};
 
 #[test]
@@ -348,4 +348,29 @@ fn a_request_reaches_etcd_in_one_write() {
         per_request < 3.0,
         "etcd read each request in {per_request:.2} calls (about 2 for one write, 6 for three)"
     );
+}
+
+/// An endpoint given as a host name that resolves to several addresses (`localhost`: `::1`,
+/// where nothing listens, and `127.0.0.1`) connects, and a lock taken through it hands over.
+#[test]
+fn a_host_name_endpoint_with_several_addresses_works() {
+    let server = etcd();
+    let port = server.endpoint().rsplit(':').next().unwrap().to_string();
+    let by_name = format!("http://localhost:{port}");
+    let c = client(std::slice::from_ref(&by_name));
+    c.put("named", "yes").unwrap();
+    assert_eq!(c.get("named").unwrap().unwrap().value_str(), "yes");
+    let s = session(&c, 10);
+    let guard = s.mutex("named-lock").unwrap().lock().unwrap();
+    let c2 = client(&[by_name]);
+    let waiter = std::thread::spawn(move || {
+        let s2 = session(&c2, 10);
+        s2.mutex("named-lock")
+            .unwrap()
+            .lock_timeout(Duration::from_secs(10))
+            .map(|g| g.is_held())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(guard);
+    assert!(waiter.join().unwrap().unwrap());
 }

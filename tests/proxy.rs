@@ -494,3 +494,70 @@ fn observer_made_while_the_member_is_down(hop: &Hop) {
         .expect("the observer returns");
     assert_eq!(seen.expect("the observer hears the leader"), "back");
 }
+
+/// Watch creates the member has received, from anyone (the proxy's own stream included).
+fn watch_messages(etcd: &EtcdServer) -> f64 {
+    let text = etcd.metrics().unwrap();
+    let metrics = etcd_sync::testing::metrics::parse(&text).unwrap();
+    metrics.sum(
+        "grpc_server_msg_received_total",
+        &[("grpc_method", "Watch")],
+    )
+}
+
+/// Through a proxy, an idle guard's watcher is created again about once a second (the
+/// bound on an event the proxy loses), and the guard and a waiter still work after several
+/// such rounds; straight to a member, an idle client sends etcd nothing on its watch
+/// stream.
+#[test]
+fn silent_watchers_are_rechecked_through_a_proxy_only() {
+    let hop = Hop::start(None);
+    let a = hop.client();
+    let sa = session(&a, 30);
+    let guard = sa.mutex("idle").unwrap().lock().unwrap();
+    let b = hop.client();
+    let waiter = on_thread(move || {
+        let sb = session(&b, 30);
+        sb.mutex("idle")
+            .unwrap()
+            .lock_timeout(Duration::from_secs(30))
+            .map(|g| (g.is_held(), Instant::now()))
+    });
+    thread::sleep(Duration::from_millis(500));
+    let before = watch_messages(&hop.etcd);
+    thread::sleep(Duration::from_secs(3));
+    let rechecks = watch_messages(&hop.etcd) - before;
+    eprintln!("{rechecks} watch requests reached the member in 3 idle seconds");
+    assert!(
+        rechecks >= 2.0,
+        "idle watchers through the proxy were not rechecked: {rechecks}"
+    );
+    drop(guard);
+    let released = Instant::now();
+    let (held, at) = waiter
+        .recv_timeout(Duration::from_secs(35))
+        .expect("the waiter returns")
+        .expect("the waiter takes the lock after the rechecks");
+    assert!(held);
+    assert!(at.duration_since(released) < HANDOVER);
+
+    drop((sa, a));
+    // Straight to the member: nothing while idle.
+    let direct = hop.direct();
+    let sd = session(&direct, 30);
+    let guard = sd.mutex("idle-direct").unwrap().lock().unwrap();
+    let lost = guard.lost();
+    thread::sleep(Duration::from_millis(500));
+    let before = watch_messages(&hop.etcd);
+    thread::sleep(Duration::from_secs(2));
+    let idle = watch_messages(&hop.etcd) - before;
+    assert!(
+        idle <= 1.0,
+        "{idle} watch requests from an idle direct client"
+    );
+    hop.direct().delete(guard.key()).unwrap();
+    assert!(!matches!(
+        lost.recv_timeout(Duration::from_secs(5)),
+        Err(etcd_sync::crossbeam_channel::RecvTimeoutError::Timeout)
+    ));
+}

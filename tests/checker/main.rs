@@ -8,8 +8,9 @@
 //! killed and restarted members, paused members, the whole cluster frozen for longer than
 //! the request timeout, compactions (periodic, and explicit right before other faults),
 //! a member restarted after missing enough entries to be sent a snapshot, leader
-//! transfers, learners added, promoted and removed, and operator deletes of held and
-//! waiting keys. One more thread per child runs software transactions (`stm.rs`), one
+//! transfers, learners added, promoted and removed, operator deletes of held and
+//! waiting keys, and etcd's gRPC proxy (in front of the cluster, half the children talk to
+//! it) killed and restarted. One more thread per child runs software transactions (`stm.rs`), one
 //! takes several of the workers' names at once (`multi.rs`), and two run a double barrier,
 //! a barrier and a count-down latch (`barriers.rs`, checked in `barrier_check.rs`).
 //!
@@ -62,7 +63,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use common::{CHILD_ROLE, ChildGuard, eventually, keys, monotonic_ns, spawn_child};
-use etcd_sync::testing::EtcdCluster;
+use etcd_sync::testing::{EtcdCluster, EtcdProxy};
 use etcd_sync::{Client, Session};
 
 const PROCESSES: usize = 3;
@@ -154,6 +155,10 @@ fn checker_child() {
     }
     let mut endpoints = endpoints;
     endpoints.rotate_left((seed % 3) as usize);
+    // Through etcd's gRPC proxy first, the members behind it as the next endpoints.
+    if let Ok(proxy) = std::env::var("THROUGH_PROXY") {
+        endpoints.insert(0, proxy);
+    }
     let client = loop {
         match client_for(&endpoints) {
             Ok(client) => break client,
@@ -252,6 +257,10 @@ impl Observer {
 /// replaced), and at the end waited for; every kill is logged (`KILL <log> <ns>`).
 struct Children {
     endpoints: Vec<String>,
+    /// The gRPC proxy's endpoint: half the children talk to it first.
+    proxy: String,
+    /// How many children were started talking to the proxy.
+    through_proxy: usize,
     dir: std::path::PathBuf,
     deadline_ns: u64,
     events: Log,
@@ -264,40 +273,46 @@ impl Children {
     fn spawn(&mut self, rng: &mut Rng) -> (usize, ChildGuard) {
         self.spawned += 1;
         let n = self.spawned;
-        let child = spawn_child(
-            "checker_child",
-            "worker",
-            &[
-                ("ENDPOINTS", self.endpoints.join(",")),
-                ("DEADLINE_NS", self.deadline_ns.to_string()),
-                ("SEED", rng.next().to_string()),
-                // The front of a line is 16 waiters wide; the few processes here rarely
-                // queue that deep, so most children narrow it, and their waiters also
-                // wait at the back on one lookout key (line/behind.rs).
-                (
-                    "ETCD_SYNC_FRONT",
-                    ["0", "1", "2", "16"][rng.below(4) as usize].to_string(),
-                ),
-                // Half of them start every lookout's watcher from the revision the waiter
-                // read (the library does so only 200 keys from the front), so that such
-                // watchers meet compaction and restarts too.
-                (
-                    "ETCD_SYNC_FAR_START",
-                    ["0", "200"][rng.below(2) as usize].to_string(),
-                ),
-                // Half of them read a lookout's start gap late, not poll it, however near
-                // (the library does so from 33 keys on), so that a lookout deleted in that
-                // gap, out of order, is found by that read under every fault.
-                (
-                    "ETCD_SYNC_POLL_NEAR",
-                    ["0", "32"][rng.below(2) as usize].to_string(),
-                ),
-                (
-                    "LOG",
-                    self.dir.join(format!("log-{n}")).display().to_string(),
-                ),
-            ],
-        );
+        let through = if rng.below(2) == 0 {
+            self.through_proxy += 1;
+            self.proxy.clone()
+        } else {
+            String::new()
+        };
+        let mut envs = vec![("ENDPOINTS", self.endpoints.join(","))];
+        if !through.is_empty() {
+            envs.push(("THROUGH_PROXY", through));
+        }
+        envs.extend([
+            ("DEADLINE_NS", self.deadline_ns.to_string()),
+            ("SEED", rng.next().to_string()),
+            // The front of a line is 16 waiters wide; the few processes here rarely
+            // queue that deep, so most children narrow it, and their waiters also
+            // wait at the back on one lookout key (line/behind.rs).
+            (
+                "ETCD_SYNC_FRONT",
+                ["0", "1", "2", "16"][rng.below(4) as usize].to_string(),
+            ),
+            // Half of them start every lookout's watcher from the revision the waiter
+            // read (the library does so only 200 keys from the front), so that such
+            // watchers meet compaction and restarts too.
+            (
+                "ETCD_SYNC_FAR_START",
+                ["0", "200"][rng.below(2) as usize].to_string(),
+            ),
+            // Half of them read a lookout's start gap late, not poll it, however near
+            // (the library does so from 33 keys on), so that a lookout deleted in that
+            // gap, out of order, is found by that read under every fault.
+            (
+                "ETCD_SYNC_POLL_NEAR",
+                ["0", "32"][rng.below(2) as usize].to_string(),
+            ),
+            (
+                "LOG",
+                self.dir.join(format!("log-{n}")).display().to_string(),
+            ),
+        ]);
+        let child = spawn_child("checker_child", "worker", &envs);
         (n, ChildGuard(Some(child)))
     }
 
@@ -361,13 +376,18 @@ fn randomized_checker() {
     let deadline_ns = start_ns + secs * 1_000_000_000;
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut rng = Rng::new(seed);
+    // etcd's gRPC proxy in front of the whole cluster (its own client fails over between
+    // the members); half the children talk to it first.
+    let proxy = EtcdProxy::start(&endpoints).expect("start etcd grpc-proxy");
     let mut children = Children {
         endpoints: endpoints.clone(),
+        proxy: proxy.endpoint(),
         dir: dir.clone(),
         deadline_ns,
         events: events.clone(),
         running: Vec::new(),
         spawned: 0,
+        through_proxy: 0,
     };
     for _ in 0..PROCESSES {
         let child = children.spawn(&mut rng);
@@ -376,6 +396,7 @@ fn randomized_checker() {
     let c = client_for(&endpoints).unwrap();
     let mut nemesis = nemesis::Nemesis {
         cluster: &mut cluster,
+        proxy: &proxy,
         client: c.clone(),
         log: events,
         enabled: enabled.clone(),
@@ -402,6 +423,10 @@ fn randomized_checker() {
         .sum();
 
     let spawned = children.spawned;
+    println!(
+        "CHECKER children={spawned} through_proxy={}",
+        children.through_proxy
+    );
     let mut totals = parse_logs(&dir, spawned);
     let events = liveness::parse_events(&dir.join("nemesis"));
     let multi_totals = multi::parse(&dir, spawned, &events, end_ns);

@@ -7,14 +7,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use etcd_sync::testing::EtcdCluster;
+use etcd_sync::testing::{EtcdCluster, EtcdProxy};
 use etcd_sync::{Client, Txn};
 
 use super::common::monotonic_ns;
 use super::{Log, NAMES, REQUEST_TIMEOUT, Rng, log};
 
 /// Every fault the nemesis knows. `CHECKER_FAULTS` picks among them.
-pub(crate) const FAULTS: [&str; 9] = [
+pub(crate) const FAULTS: [&str; 10] = [
     "client_sigkill",
     "member_kill",
     "member_pause",
@@ -24,6 +24,7 @@ pub(crate) const FAULTS: [&str; 9] = [
     "leader_transfer",
     "learner",
     "operator_delete",
+    "proxy_restart",
 ];
 
 /// The voting members the cluster starts with (learners get the indices after them).
@@ -70,6 +71,7 @@ fn disruptive(fault: &str) -> bool {
     matches!(
         fault,
         "member_kill"
+            | "proxy_restart"
             | "member_pause"
             | "cluster_freeze"
             | "snapshot_restart"
@@ -80,6 +82,8 @@ fn disruptive(fault: &str) -> bool {
 
 pub(crate) struct Nemesis<'a> {
     pub(crate) cluster: &'a mut EtcdCluster,
+    /// etcd's gRPC proxy in front of the cluster, which half the children talk to.
+    pub(crate) proxy: &'a EtcdProxy,
     pub(crate) client: Client,
     pub(crate) log: Log,
     pub(crate) enabled: Vec<&'static str>,
@@ -142,6 +146,7 @@ impl Nemesis<'_> {
             "leader_transfer" => self.leader_transfer(rng),
             "learner" => self.learner(rng),
             "operator_delete" => self.operator_delete(rng),
+            "proxy_restart" => self.proxy_restart(rng),
             _ => Ok(()),
         };
         let end = monotonic_ns();
@@ -159,6 +164,14 @@ impl Nemesis<'_> {
         self.cluster.kill(member).map_err(|e| e.to_string())?;
         std::thread::sleep(rng.millis(300, 1500));
         self.cluster.restart(member).map_err(|e| e.to_string())
+    }
+
+    /// The gRPC proxy killed and started again on its port: the children talking to it
+    /// lose their streams and move to a member, or wait for it.
+    fn proxy_restart(&mut self, rng: &mut Rng) -> Result<(), String> {
+        self.proxy.kill().map_err(|e| e.to_string())?;
+        std::thread::sleep(rng.millis(300, 1500));
+        self.proxy.restart().map_err(|e| e.to_string())
     }
 
     fn member_pause(&mut self, rng: &mut Rng) -> Result<(), String> {
