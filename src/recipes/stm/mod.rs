@@ -2,7 +2,7 @@
 //! writes keys through a [`StmTx`](tx::StmTx), and one Txn commits its writes only if what
 //! it read is unchanged, else the closure runs again. [`Isolation`] picks Go's four levels;
 //! [`StmBuilder`] the level, a bound on retries and keys to prefetch. The keys and
-//! compares are Go's, so Go's STM and ours transact on the same keys.
+//! compares are Go's (less one it implies), so Go's STM and ours transact on the same keys.
 
 pub(crate) mod tx;
 
@@ -221,10 +221,10 @@ impl StmBuilder {
     ///
     /// A transaction is one etcd Txn, so etcd's limit on operations per Txn
     /// (`--max-txn-ops`, 128 by default) bounds its keys read and its keys written (each
-    /// counted separately).
+    /// counted separately: a read-modify-write of 128 keys commits at every level).
     ///
-    /// Go's STM uses the same keys and the same compares, so it and this one may run
-    /// transactions on the same keys at once.
+    /// Go's STM uses the same keys and the same compares (we leave out one that another
+    /// implies), so it and this one may run transactions on the same keys at once.
     ///
     /// # Errors
     ///
