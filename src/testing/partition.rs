@@ -147,12 +147,12 @@ impl NetFaults {
         netns::set_up_inside()?;
         let mut script = format!(
             "add table ip {TABLE}\n\
-             add chain ip {TABLE} snat {{ type nat hook postrouting priority srcnat; policy accept; }}\n"
+             add chain ip {TABLE} member_sources {{ type nat hook postrouting priority srcnat; policy accept; }}\n"
         );
         for i in 0..MAX_MEMBERS {
             let _ = writeln!(
                 script,
-                "add rule ip {TABLE} snat meta skuid {} snat to {}",
+                "add rule ip {TABLE} member_sources meta skuid {} snat to {}",
                 member_uid(i),
                 member_address(i)
             );
