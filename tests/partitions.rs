@@ -135,9 +135,9 @@ fn loss_trial(
     lead
 }
 
-/// 1. A holder cut from its only member (both ways; black hole and reset) hears of the
-/// loss before anyone else can acquire: 20 trials, the pinned member rotating over all
-/// three (so it is sometimes the raft leader).
+/// Item 1 of issue 47: a holder cut from its only member (both ways; black hole and reset) hears of
+/// the loss before anyone else can acquire: 20 trials, the pinned member rotating over all three
+/// (so it is sometimes the raft leader).
 #[test]
 fn a_holder_cut_from_its_member_learns_the_loss_before_anyone_acquires() {
     let Some(net) = enter("a_holder_cut_from_its_member_learns_the_loss_before_anyone_acquires")
@@ -167,9 +167,9 @@ fn a_holder_cut_from_its_member_learns_the_loss_before_anyone_acquires() {
     assert_nothing_left(&cl.endpoints(), "p-holder-");
 }
 
-/// 3. One-way partitions between a holder's client and its member: the client cannot send
-/// (its member hears nothing), or it sends and hears nothing back. Either way, when another
-/// acquires, the holder's guard has said lost and etcd no longer has its key.
+/// Item 3 of issue 47: one-way partitions between a holder's client and its member: the client
+/// cannot send (its member hears nothing), or it sends and hears nothing back. Either way, when
+/// another acquires, the holder's guard has said lost and etcd no longer has its key.
 #[test]
 fn a_one_way_partition_never_leaves_a_guard_held_while_another_holds() {
     let Some(net) = enter("a_one_way_partition_never_leaves_a_guard_held_while_another_holds")
@@ -203,8 +203,8 @@ fn a_one_way_partition_never_leaves_a_guard_held_while_another_holds() {
     assert_nothing_left(&cl.endpoints(), "p-oneway-");
 }
 
-/// 2. A waiter whose member is cut off (black hole, then reset) goes on waiting on another
-/// endpoint and takes the lock when it is released; its session survives.
+/// Item 2 of issue 47: a waiter whose member is cut off (black hole, then reset) goes on waiting on
+/// another endpoint and takes the lock when it is released; its session survives.
 #[test]
 fn a_waiter_whose_member_is_cut_off_fails_over_and_acquires() {
     let Some(net) = enter("a_waiter_whose_member_is_cut_off_fails_over_and_acquires") else {
@@ -267,8 +267,8 @@ fn a_waiter_whose_member_is_cut_off_fails_over_and_acquires() {
     assert_nothing_left(&all, "p-failover-");
 }
 
-/// 5. Waits that time out or are cancelled while their member is cut off leave nothing
-/// behind once the partition heals, while their session lives on.
+/// Item 5 of issue 47: waits that time out or are cancelled while their member is cut off leave
+/// nothing behind once the partition heals, while their session lives on.
 #[test]
 fn waits_ended_during_a_partition_leave_no_key_after_it_heals() {
     let Some(net) = enter("waits_ended_during_a_partition_leave_no_key_after_it_heals") else {
@@ -402,9 +402,9 @@ fn next_of(
     }
 }
 
-/// 4. A leader loop whose member ends up in the minority (isolated from both others: as
-/// raft leader, and as follower; black hole and reset) steps down; a loop on the majority
-/// side is elected within the session TTL (3 s) plus a bound, and not before the minority
+/// Item 4 of issue 47: a leader loop whose member ends up in the minority (isolated from both
+/// others: as raft leader, and as follower; black hole and reset) steps down; a loop on the
+/// majority side is elected within the session TTL (3 s) plus a bound, and not before the minority
 /// leader stepped down.
 #[test]
 fn a_leader_loop_on_the_minority_side_steps_down_and_the_majority_elects() {
