@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::binary::etcd_binary;
 use super::certs::TlsCerts;
 use super::cluster::EtcdCluster;
+use super::error::context;
 use super::health::START_TIMEOUT;
 use super::member::JoinSettings;
 use super::member::{Member, MemberConfig, MemberPorts, member_name, peer_url};
@@ -281,7 +282,8 @@ impl EtcdClusterBuilder {
     }
 
     /// Runs member `i`'s etcd as the `i`-th of `uids` (its directory is given to that user,
-    /// and the cluster's directory made traversable), so that firewall rules can match
+    /// the cluster's directory made traversable, and etcd copied into it so that any user
+    /// can run it; the system's temporary directory must be reachable), so that firewall rules can match
     /// each member's packets by their socket's owner (`meta skuid`). Needs root; the user
     /// ids need no account.
     ///
@@ -429,10 +431,23 @@ impl EtcdClusterBuilder {
         let size = self.members;
         let suffix = unique_suffix();
         let dir = TempDir::create(&format!("etcd-sync-{suffix}"))?;
-        if self.uids.is_some() {
-            // The members' own users must reach their directories inside.
+        let own_copy;
+        let binary = if self.uids.is_some() {
+            // The members' own users must reach their directories inside, and run etcd,
+            // which may sit under a directory only we can enter (such as ~/.cargo).
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
-        }
+            own_copy = dir.path().join("etcd");
+            std::fs::copy(binary, &own_copy).map_err(|e| {
+                context(
+                    e,
+                    format_args!("cannot copy {} for the members' users", binary.display()),
+                )
+            })?;
+            std::fs::set_permissions(&own_copy, std::fs::Permissions::from_mode(0o755))?;
+            own_copy.as_path()
+        } else {
+            binary
+        };
         let tls = if self.tls {
             Some(TlsCerts::generate(&dir.path().join("tls"))?)
         } else {
