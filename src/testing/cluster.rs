@@ -1,6 +1,7 @@
 //! A multi-member etcd cluster: members addressed by index, their faults and their state.
 
 use std::io;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::time::Duration;
 
@@ -363,6 +364,86 @@ impl EtcdCluster {
     /// ```
     pub fn log_path(&self, i: usize) -> &Path {
         &self.member(i).log_path
+    }
+
+    /// The loopback address member `i` listens on: `127.0.0.1` unless the builder gave
+    /// each member its own ([`EtcdClusterBuilder::member_addresses`]).
+    ///
+    /// [`EtcdClusterBuilder::member_addresses`]: super::EtcdClusterBuilder::member_addresses
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::start(3)?;
+    /// assert!(cluster.member_address(0).is_loopback());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn member_address(&self, i: usize) -> Ipv4Addr {
+        match self.member(i).client_addr.ip() {
+            IpAddr::V4(ip) => ip,
+            IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
+        }
+    }
+
+    /// The port member `i` serves clients on (the port of its
+    /// [`member_endpoint`](Self::member_endpoint)).
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::start(3)?;
+    /// let port = cluster.client_port(1);
+    /// assert!(cluster.member_endpoint(1).ends_with(&format!(":{port}")));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.member(i).client_addr.port()
+    }
+
+    /// The port member `i`'s peers reach it on (raft traffic), on
+    /// [`member_address`](Self::member_address).
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::start(3)?;
+    /// assert_ne!(cluster.peer_port(0), cluster.client_port(0));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn peer_port(&self, i: usize) -> u16 {
+        self.member(i).peer_port
+    }
+
+    /// The user id member `i`'s etcd runs as, if the builder set one
+    /// ([`EtcdClusterBuilder::member_uids`]); `None` when it runs as the test's user.
+    ///
+    /// [`EtcdClusterBuilder::member_uids`]: super::EtcdClusterBuilder::member_uids
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::start(3)?;
+    /// assert_eq!(cluster.member_uid(0), None);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn member_uid(&self, i: usize) -> Option<u32> {
+        self.member(i).uid
     }
 
     /// Waits until every running member (killed members are skipped) reports itself

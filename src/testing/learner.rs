@@ -29,7 +29,7 @@ impl EtcdCluster {
         ports: &MemberPorts,
     ) -> io::Result<()> {
         let name = member_name(index);
-        let peer = peer_url(ports.peer);
+        let peer = peer_url(ports.ip, ports.peer);
         let voter = (0..self.len())
             .find(|&v| !self.is_learner(v) && self.member(v).is_answering())
             .map_or_else(
@@ -109,11 +109,7 @@ impl EtcdCluster {
     pub fn add_learner(&mut self) -> io::Result<usize> {
         let index = self.len();
         let ports = free_ports(3)?;
-        let ports = MemberPorts {
-            client: ports[0],
-            peer: ports[1],
-            metrics: ports[2],
-        };
+        let ports = MemberPorts::localhost(ports[0], ports[1], ports[2]);
         // The fallback when etcdctl prints no ETCD_INITIAL_CLUSTER: the running members.
         let mut joined = (0..self.len())
             .filter(|&i| self.member(i).is_running())

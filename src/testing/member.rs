@@ -38,11 +38,30 @@ pub(super) struct MemberConfig<'a> {
     pub(super) version: EtcdVersion,
 }
 
-/// The ports of one member, all on 127.0.0.1.
+/// Where one member listens (its loopback address and ports) and as whom it runs.
 pub(super) struct MemberPorts {
+    /// The address of all three listeners: 127.0.0.1 unless the cluster gave each member
+    /// its own ([`EtcdClusterBuilder::member_addresses`](super::EtcdClusterBuilder::member_addresses)).
+    pub(super) ip: Ipv4Addr,
     pub(super) client: u16,
     pub(super) peer: u16,
     pub(super) metrics: u16,
+    /// The user id etcd runs as, if not ours
+    /// ([`EtcdClusterBuilder::member_uids`](super::EtcdClusterBuilder::member_uids)).
+    pub(super) uid: Option<u32>,
+}
+
+impl MemberPorts {
+    /// Ports on 127.0.0.1, etcd running as the current user.
+    pub(super) fn localhost(client: u16, peer: u16, metrics: u16) -> MemberPorts {
+        MemberPorts {
+            ip: Ipv4Addr::LOCALHOST,
+            client,
+            peer,
+            metrics,
+            uid: None,
+        }
+    }
 }
 
 /// The `--name` of member `i`, also its key in `--initial-cluster`.
@@ -51,8 +70,8 @@ pub(super) fn member_name(i: usize) -> String {
 }
 
 /// The URL peers reach a member on.
-pub(super) fn peer_url(port: u16) -> String {
-    format!("http://127.0.0.1:{port}")
+pub(super) fn peer_url(ip: Ipv4Addr, port: u16) -> String {
+    format!("http://{ip}:{port}")
 }
 
 /// The voters' settings a member added later (a learner) starts with too.
@@ -77,6 +96,12 @@ pub(super) struct Member {
     /// Plain-HTTP listener for /health and /metrics (`--listen-metrics-urls`), so health
     /// checks work the same with and without TLS on the client port.
     pub(super) metrics_addr: SocketAddr,
+    /// The address and port of the client listener.
+    pub(super) client_addr: SocketAddr,
+    /// The port of the peer listener (on the client listener's address).
+    pub(super) peer_port: u16,
+    /// The user id etcd runs as, if not ours.
+    pub(super) uid: Option<u32>,
     state: Mutex<State>,
 }
 
@@ -99,17 +124,26 @@ impl Member {
         let name = member_name(index);
         let member_dir = config.dir.join(&name);
         create_private_dir(&member_dir)?;
+        if let Some(uid) = ports.uid {
+            // etcd creates its data directory in here, as that user.
+            std::os::unix::fs::chown(&member_dir, Some(uid), None).map_err(|e| {
+                context(
+                    e,
+                    format_args!("cannot give {} to uid {uid}", member_dir.display()),
+                )
+            })?;
+        }
         let data_dir = member_dir.join("data");
         let log_path = member_dir.join(LOG_FILE_NAME);
-        let client_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, ports.client));
+        let client_addr = SocketAddr::from((ports.ip, ports.client));
         let scheme = if config.tls.is_some() {
             "https"
         } else {
             "http"
         };
         let client_url = format!("{scheme}://{client_addr}");
-        let metrics_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, ports.metrics));
-        let peer_url = peer_url(ports.peer);
+        let metrics_addr = SocketAddr::from((ports.ip, ports.metrics));
+        let peer_url = peer_url(ports.ip, ports.peer);
         let mut args: Vec<OsString> = Vec::new();
         let mut flag = |flag: &str, value: OsString| {
             args.push(flag.into());
@@ -150,6 +184,9 @@ impl Member {
             client_url,
             peer_url,
             metrics_addr,
+            client_addr,
+            peer_port: ports.peer,
+            uid: ports.uid,
             state: Mutex::new(State::default()),
         })
     }
@@ -201,6 +238,9 @@ impl Member {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr);
+        if let Some(uid) = self.uid {
+            std::os::unix::process::CommandExt::uid(&mut command, uid);
+        }
         for (key, _) in std::env::vars_os() {
             if is_etcd_config_var(&key) {
                 command.env_remove(key);

@@ -43,6 +43,14 @@
 //! start many servers can pass smaller timings, for example
 //! `.args(["--heartbeat-interval=20", "--election-timeout=200"])`.
 //!
+//! # Network partitions
+//!
+//! [`NetFaults`] cuts links for real (nftables rules dropping or resetting packets) between
+//! the test's clients and members, or between members, inside a private network namespace
+//! that the test runs itself in (Linux, as root, with `unshare` and `nft`). Members then
+//! listen on their own loopback addresses ([`EtcdClusterBuilder::member_addresses`]) and run
+//! as their own users ([`EtcdClusterBuilder::member_uids`]), so rules can tell them apart.
+//!
 //! # Reading metrics
 //!
 //! [`EtcdServer::metrics`] and [`EtcdCluster::metrics`] return etcd's Prometheus text as
@@ -93,6 +101,8 @@ mod learner;
 mod member;
 mod membership;
 pub mod metrics;
+mod netns;
+mod partition;
 mod process;
 mod proxy;
 mod scratch;
@@ -107,6 +117,7 @@ pub use auth::{AUTH_PREFIX, AUTH_ROOT, AUTH_USER};
 pub use binary::{etcd_binary, etcdctl_binary};
 pub use certs::TlsCerts;
 pub use cluster::EtcdCluster;
+pub use partition::{Cut, Fault, NetFaults, Node};
 pub use proxy::{EtcdProxy, EtcdProxyBuilder};
 pub use server::{EtcdServer, EtcdServerBuilder};
 pub use start::EtcdClusterBuilder;

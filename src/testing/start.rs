@@ -4,12 +4,15 @@
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io;
+use std::net::Ipv4Addr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
 use super::binary::etcd_binary;
 use super::certs::TlsCerts;
 use super::cluster::EtcdCluster;
+use super::error::context;
 use super::health::START_TIMEOUT;
 use super::member::JoinSettings;
 use super::member::{Member, MemberConfig, MemberPorts, member_name, peer_url};
@@ -59,6 +62,8 @@ impl EtcdCluster {
             progress_notify: None,
             snapshot_count: None,
             auto_compaction: None,
+            addresses: None,
+            uids: None,
         }
     }
 }
@@ -87,6 +92,10 @@ pub struct EtcdClusterBuilder {
     snapshot_count: Option<u64>,
     /// `--auto-compaction-mode` and `--auto-compaction-retention`.
     auto_compaction: Option<(&'static str, String)>,
+    /// Each member's own loopback address, if not all on 127.0.0.1.
+    addresses: Option<Vec<Ipv4Addr>>,
+    /// Each member's user id, if not ours.
+    uids: Option<Vec<u32>>,
 }
 
 impl EtcdClusterBuilder {
@@ -247,6 +256,89 @@ impl EtcdClusterBuilder {
         self
     }
 
+    /// Makes member `i` listen (client, peer and metrics ports) on the `i`-th of
+    /// `addresses` instead of `127.0.0.1`: one loopback address per member (127.0.0.0/8
+    /// is all local on Linux), so that firewall rules can tell the members apart by address
+    /// (see [`NetFaults`](super::NetFaults)). The test process's own connections still
+    /// come from `127.0.0.1`.
+    ///
+    /// [`start`](Self::start) refuses (`InvalidInput`) a number of addresses other than
+    /// the number of members, an address outside 127.0.0.0/8, or learners.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use std::net::Ipv4Addr;
+    ///
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(3)
+    ///     .member_addresses((2..5).map(|i| Ipv4Addr::new(127, 0, 0, i)))
+    ///     .start()?;
+    /// assert_eq!(cluster.member_address(1), Ipv4Addr::new(127, 0, 0, 3));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn member_addresses(mut self, addresses: impl IntoIterator<Item = Ipv4Addr>) -> Self {
+        self.addresses = Some(addresses.into_iter().collect());
+        self
+    }
+
+    /// Runs member `i`'s etcd as the `i`-th of `uids` (its directory is given to that user,
+    /// the cluster's directory made traversable, and etcd copied into it so that any user
+    /// can run it; the system's temporary directory must be reachable), so that firewall rules can match
+    /// each member's packets by their socket's owner (`meta skuid`). Needs root; the user
+    /// ids need no account.
+    ///
+    /// [`start`](Self::start) refuses (`InvalidInput`) a number of user ids other than the
+    /// number of members, TLS (the keys are the test's), or learners.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// let cluster = etcd_sync::testing::EtcdCluster::builder(3)
+    ///     .member_uids([61_000, 61_001, 61_002])
+    ///     .start()?;
+    /// assert_eq!(cluster.member_uid(2), Some(61_002));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn member_uids(mut self, uids: impl IntoIterator<Item = u32>) -> Self {
+        self.uids = Some(uids.into_iter().collect());
+        self
+    }
+
+    /// `InvalidInput` if the per-member addresses or user ids do not fit this cluster.
+    fn check_placement(&self) -> io::Result<()> {
+        let invalid = |message: String| Err(io::Error::new(io::ErrorKind::InvalidInput, message));
+        if let Some(addresses) = &self.addresses {
+            if addresses.len() != self.members {
+                return invalid(format!(
+                    "member_addresses: {} address(es) for {} member(s)",
+                    addresses.len(),
+                    self.members
+                ));
+            }
+            if let Some(outside) = addresses.iter().find(|ip| !ip.is_loopback()) {
+                return invalid(format!(
+                    "member_addresses: {outside} is not a loopback address (127.0.0.0/8)"
+                ));
+            }
+        }
+        if let Some(uids) = &self.uids {
+            if uids.len() != self.members {
+                return invalid(format!(
+                    "member_uids: {} user id(s) for {} member(s)",
+                    uids.len(),
+                    self.members
+                ));
+            }
+            if self.tls {
+                return invalid("member_uids: not with tls(): the keys belong to the test".into());
+            }
+        }
+        if (self.addresses.is_some() || self.uids.is_some()) && self.learners > 0 {
+            return invalid("member_addresses and member_uids: not with learners".into());
+        }
+        Ok(())
+    }
+
     /// Starts all members concurrently and waits until every one is healthy.
     ///
     /// # Errors
@@ -282,6 +374,7 @@ impl EtcdClusterBuilder {
                 ),
             ));
         }
+        self.check_placement()?;
         let binary = etcd_binary()?;
         let version = version_of(&binary)?;
         tracing::info!(target: "etcd_sync::testing", binary = %binary.display(), %version, "starting etcd");
@@ -338,6 +431,23 @@ impl EtcdClusterBuilder {
         let size = self.members;
         let suffix = unique_suffix();
         let dir = TempDir::create(&format!("etcd-sync-{suffix}"))?;
+        let own_copy;
+        let binary = if self.uids.is_some() {
+            // The members' own users must reach their directories inside, and run etcd,
+            // which may sit under a directory only we can enter (such as ~/.cargo).
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+            own_copy = dir.path().join("etcd");
+            std::fs::copy(binary, &own_copy).map_err(|e| {
+                context(
+                    e,
+                    format_args!("cannot copy {} for the members' users", binary.display()),
+                )
+            })?;
+            std::fs::set_permissions(&own_copy, std::fs::Permissions::from_mode(0o755))?;
+            own_copy.as_path()
+        } else {
+            binary
+        };
         let tls = if self.tls {
             Some(TlsCerts::generate(&dir.path().join("tls"))?)
         } else {
@@ -347,15 +457,21 @@ impl EtcdClusterBuilder {
         let ports = free_ports(3 * all)?;
         let ports: Vec<MemberPorts> = (0..all)
             .map(|i| MemberPorts {
+                ip: self
+                    .addresses
+                    .as_ref()
+                    .and_then(|addresses| addresses.get(i).copied())
+                    .unwrap_or(Ipv4Addr::LOCALHOST),
                 client: ports[i],
                 peer: ports[all + i],
                 metrics: ports[2 * all + i],
+                uid: self.uids.as_ref().and_then(|uids| uids.get(i).copied()),
             })
             .collect();
         let initial_cluster = ports[..size]
             .iter()
             .enumerate()
-            .map(|(i, ports)| format!("{}={}", member_name(i), peer_url(ports.peer)))
+            .map(|(i, ports)| format!("{}={}", member_name(i), peer_url(ports.ip, ports.peer)))
             .collect::<Vec<_>>()
             .join(",");
         let token = format!("etcd-sync-{suffix}");
