@@ -63,7 +63,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use common::{CHILD_ROLE, ChildGuard, eventually, keys, monotonic_ns, spawn_child};
-use etcd_sync::testing::{EtcdCluster, EtcdProxy};
+use etcd_sync::testing::{EtcdCluster, EtcdProxy, NetFaults};
 use etcd_sync::{Client, Session};
 
 const PROCESSES: usize = 3;
@@ -354,14 +354,32 @@ fn randomized_checker() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(45);
+    let enabled = nemesis::enabled_faults();
+    // Partitions: the run goes on in a private network namespace of its own (the test runs
+    // again there, its children too), where members have their own addresses and links
+    // can be cut; this process only relays its output.
+    let net = if enabled.contains(&"partition") {
+        match NetFaults::enter("randomized_checker", Duration::from_secs(secs + 600)) {
+            Ok(Some(net)) => Some(net),
+            Ok(None) => return,
+            Err(e) => panic!("{e} (CHECKER_FAULTS=-partition runs without partitions)"),
+        }
+    } else {
+        None
+    };
     let seed: u64 = std::env::var("CHECKER_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| monotonic_ns() ^ u64::from(std::process::id()));
-    let enabled = nemesis::enabled_faults();
     println!("CHECKER seed={seed} (replay with CHECKER_SEED={seed}) faults={enabled:?}");
     let compaction = enabled.contains(&"compaction");
-    let mut builder = EtcdCluster::builder(nemesis::VOTERS).snapshot_count(nemesis::SNAPSHOT_COUNT);
+    let mut builder = match &net {
+        Some(net) => net
+            .cluster_builder(nemesis::VOTERS)
+            .expect("a cluster builder for partitions"),
+        None => EtcdCluster::builder(nemesis::VOTERS),
+    }
+    .snapshot_count(nemesis::SNAPSHOT_COUNT);
     if compaction {
         builder = builder.auto_compaction_period(nemesis::AUTO_COMPACTION);
     }
@@ -397,6 +415,7 @@ fn randomized_checker() {
     let mut nemesis = nemesis::Nemesis {
         cluster: &mut cluster,
         proxy: &proxy,
+        net: net.as_ref(),
         client: c.clone(),
         log: events,
         enabled: enabled.clone(),

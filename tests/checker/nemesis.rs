@@ -7,14 +7,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use etcd_sync::testing::{EtcdCluster, EtcdProxy};
+use etcd_sync::testing::{EtcdCluster, EtcdProxy, Fault, NetFaults, Node};
 use etcd_sync::{Client, Txn};
 
 use super::common::monotonic_ns;
 use super::{Log, NAMES, REQUEST_TIMEOUT, Rng, log};
 
 /// Every fault the nemesis knows. `CHECKER_FAULTS` picks among them.
-pub(crate) const FAULTS: [&str; 10] = [
+pub(crate) const FAULTS: [&str; 11] = [
     "client_sigkill",
     "member_kill",
     "member_pause",
@@ -25,6 +25,7 @@ pub(crate) const FAULTS: [&str; 10] = [
     "learner",
     "operator_delete",
     "proxy_restart",
+    "partition",
 ];
 
 /// The voting members the cluster starts with (learners get the indices after them).
@@ -72,6 +73,7 @@ fn disruptive(fault: &str) -> bool {
         fault,
         "member_kill"
             | "proxy_restart"
+            | "partition"
             | "member_pause"
             | "cluster_freeze"
             | "snapshot_restart"
@@ -84,11 +86,13 @@ pub(crate) struct Nemesis<'a> {
     pub(crate) cluster: &'a mut EtcdCluster,
     /// etcd's gRPC proxy in front of the cluster, which half the children talk to.
     pub(crate) proxy: &'a EtcdProxy,
+    /// The run's network namespace, where links can be cut (when `partition` is enabled).
+    pub(crate) net: Option<&'a NetFaults>,
     pub(crate) client: Client,
     pub(crate) log: Log,
     pub(crate) enabled: Vec<&'static str>,
     /// How many times each fault ran (a compaction before another fault counts too).
-    pub(crate) counts: BTreeMap<&'static str, u64>,
+    pub(crate) counts: BTreeMap<String, u64>,
     /// Faults that could not be injected (an etcdctl refusal, say), for the summary.
     pub(crate) errors: Vec<String>,
     /// Restarts after which the member's log says it received a snapshot.
@@ -115,7 +119,7 @@ impl Nemesis<'_> {
             std::thread::sleep(rng.millis(1000, 2500));
             if rng.below(4) == 0 {
                 // A quiet stretch: no fault, so the liveness checks have windows to judge.
-                *self.counts.entry("quiet").or_default() += 1;
+                *self.counts.entry("quiet".into()).or_default() += 1;
                 std::thread::sleep(rng.millis(5000, 7000));
                 continue;
             }
@@ -147,10 +151,11 @@ impl Nemesis<'_> {
             "learner" => self.learner(rng),
             "operator_delete" => self.operator_delete(rng),
             "proxy_restart" => self.proxy_restart(rng),
+            "partition" => self.partition(rng),
             _ => Ok(()),
         };
         let end = monotonic_ns();
-        *self.counts.entry(fault).or_default() += 1;
+        *self.counts.entry(fault.into()).or_default() += 1;
         if fault != "none" && fault != "operator_delete" {
             log(&self.log, format!("FAULT {fault} {start} {end}"));
         }
@@ -172,6 +177,76 @@ impl Nemesis<'_> {
         self.proxy.kill().map_err(|e| e.to_string())?;
         std::thread::sleep(rng.millis(300, 1500));
         self.proxy.restart().map_err(|e| e.to_string())
+    }
+
+    /// A real network partition (nftables in the run's namespace), black hole or reset, for
+    /// 0.5-4 s: the clients (children, the proxy, the parent) cut from a member both ways or
+    /// one way, the leader or a follower cut from the other members, or a bridge (two
+    /// members cut from each other, the third sees both). Each kind is counted as
+    /// `partition:<kind>:<fault>`.
+    fn partition(&mut self, rng: &mut Rng) -> Result<(), String> {
+        let Some(net) = self.net else {
+            return Ok(());
+        };
+        let fault = if rng.below(2) == 0 {
+            Fault::BlackHole
+        } else {
+            Fault::Reset
+        };
+        let member = rng.below(VOTERS as u64) as usize;
+        let others =
+            |m: usize| -> Vec<Node> { (0..VOTERS).filter(|o| *o != m).map(Node::Member).collect() };
+        let client = [Node::Client];
+        let kind = rng.below(6);
+        let (name, cut) = match kind {
+            0 => (
+                "client_both",
+                net.cut_both(self.cluster, &client, &[Node::Member(member)], fault),
+            ),
+            1 => (
+                "client_to_member",
+                net.cut(self.cluster, &client, &[Node::Member(member)], fault),
+            ),
+            2 => (
+                "member_to_client",
+                net.cut(self.cluster, &[Node::Member(member)], &client, fault),
+            ),
+            3 | 4 => {
+                let leader = self.cluster.leader().map_err(|e| e.to_string())?;
+                let (name, m) = if kind == 3 {
+                    ("leader_isolated", leader)
+                } else {
+                    ("follower_isolated", (leader + 1) % VOTERS)
+                };
+                (
+                    name,
+                    net.cut_both(self.cluster, &[Node::Member(m)], &others(m), fault),
+                )
+            }
+            _ => {
+                let other = (member + 1) % VOTERS;
+                (
+                    "bridge",
+                    net.cut_both(
+                        self.cluster,
+                        &[Node::Member(member)],
+                        &[Node::Member(other)],
+                        fault,
+                    ),
+                )
+            }
+        };
+        let cut = cut.map_err(|e| e.to_string())?;
+        let label = match fault {
+            Fault::BlackHole => "black_hole",
+            Fault::Reset => "reset",
+        };
+        *self
+            .counts
+            .entry(format!("partition:{name}:{label}"))
+            .or_default() += 1;
+        std::thread::sleep(rng.millis(500, 4000));
+        cut.heal().map_err(|e| e.to_string())
     }
 
     fn member_pause(&mut self, rng: &mut Rng) -> Result<(), String> {
@@ -258,7 +333,7 @@ impl Nemesis<'_> {
             };
             match promoted {
                 Ok(()) => {
-                    *self.counts.entry("learner_promoted").or_default() += 1;
+                    *self.counts.entry("learner_promoted".into()).or_default() += 1;
                     std::thread::sleep(rng.millis(200, 800));
                 }
                 Err(e) => self.errors.push(format!("learner promote: {e}")),
