@@ -517,3 +517,79 @@ fn a_waiter_whose_member_is_killed_keeps_waiting_and_acquires() {
     assert!(next > token);
     assert!(ws.is_alive(), "{:?}", ws.loss_reason());
 }
+
+/// Issue 48, item 1 (Curator's `testWaitingProcessKilledServer`): two threads share one
+/// session; the holder kills the only etcd, restarts it and releases. The other thread's
+/// `lock_timeout` (waiting for the session's local turn, then enqueueing on a connection
+/// broken by the restart) takes the lock: a wait with time left rides out a transient
+/// transport failure instead of returning it. The release goes through too.
+#[test]
+fn a_wait_rides_out_a_restart_of_the_only_member() {
+    let _serial = serial();
+    for round in 0..3 {
+        let server = common::etcd();
+        // The defaults, as a user has them.
+        let c = Client::connect(server.endpoints()).unwrap();
+        let s = session(&c, 20);
+        let name = format!("restart-{round}");
+        let m = s.mutex(&name).unwrap();
+        let guard = m.lock().unwrap();
+        let m2 = s.mutex(&name).unwrap();
+        let waiter = std::thread::spawn(move || {
+            m2.lock_timeout(Duration::from_secs(40))
+                .map(|g| g.fencing_token())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        server.kill().unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+        server.restart().unwrap();
+        let token = guard.fencing_token();
+        drop(guard);
+        let got = waiter.join().unwrap();
+        let next = got.unwrap_or_else(|e| panic!("round {round}: the wait failed: {e}"));
+        assert!(next > token, "round {round}: {token} then {next}");
+        assert!(s.is_alive());
+        drop(s);
+        assert!(eventually(Duration::from_secs(5), || keys(
+            &c,
+            &format!("{name}/")
+        )
+        .is_empty()));
+    }
+}
+
+/// A blocking wait that starts while the only member is down (its enqueue meets a refused
+/// connection) keeps trying within its limit and takes the lock once etcd is back and the
+/// holder releases; no key is left.
+#[test]
+fn a_wait_that_starts_while_the_only_member_is_down_takes_the_lock_after_it_returns() {
+    let _serial = serial();
+    let server = common::etcd();
+    let c = Client::connect(server.endpoints()).unwrap();
+    let holder = session(&c, 20);
+    let guard = holder.mutex("down-start").unwrap().lock().unwrap();
+    let waiting = session(&c, 20);
+    server.kill().unwrap();
+    let m = waiting.mutex("down-start").unwrap();
+    let waiter = std::thread::spawn(move || {
+        m.lock_timeout(Duration::from_secs(40))
+            .map(|g| g.fencing_token())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!waiter.is_finished(), "{:?}", waiter.join().unwrap());
+    server.restart().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let token = guard.fencing_token();
+    drop(guard);
+    let next = waiter
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the wait failed: {e}"));
+    assert!(next > token);
+    drop((holder, waiting));
+    assert!(eventually(Duration::from_secs(5), || keys(
+        &c,
+        "down-start/"
+    )
+    .is_empty()));
+}

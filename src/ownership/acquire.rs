@@ -381,9 +381,10 @@ async fn join(
 }
 
 /// The enqueue Txn, retried on the next endpoints after a transient failure. When
-/// `patient`, a refusal of every member ("no leader": an election) is retried after a
-/// quick backoff for as long as it lasts (the caller's wait bounds it); an ambiguous failure
-/// (a timeout, a broken connection) is not, after one attempt per endpoint. A failed attempt
+/// `patient`, a refusal of every member ("no leader": an election) and a transport failure
+/// on every endpoint (a member restarting, a connection it broke) are retried after a quick
+/// backoff for as long as they last (the caller's wait bounds it); `try_*` gives up after
+/// one attempt per endpoint. A failed attempt
 /// may still be applied later by the member that had it (etcd has no idempotency keys),
 /// re-creating our key after it is gone: if any attempt was ambiguous, the line is swept
 /// for that from the successful answer on.
@@ -409,6 +410,15 @@ async fn enqueue_once_or_sweep(
             Err(e) if e.is_transient() && attempts > 1 => {
                 attempts -= 1;
                 ambiguous = true;
+            }
+            // A blocking wait with time left rides out a transport failure (a member
+            // restarting, a connection it broke): the enqueue is exactly-once (its Txn puts
+            // only an absent key, and a late copy is swept), so it tries again after a
+            // pause, for as long as the caller's limit, token and session allow.
+            Err(e) if patient && e.is_transient() => {
+                tracing::debug!(error = %e, "enqueue failed on every endpoint; retrying");
+                ambiguous = true;
+                backoff.sleep().await;
             }
             Ok(enqueued) => {
                 if ambiguous {
