@@ -432,3 +432,67 @@ fn nothing_is_left_when_the_sessions_end_inside() {
     drop(solo);
     assert!(eventually(Duration::from_secs(5), || keys(&c, "dropped/").is_empty()));
 }
+
+/// Issue 48, item 7 (Curator admits every participant that joins at once): six join a
+/// double barrier of five together. The five oldest enter; the sixth, over the count, is
+/// the first of the next round: its `enter_timeout` ends with `Timeout` (and leaves no
+/// key) unless the round is filled by others, which lets it in once the five have left.
+#[test]
+fn over_the_count_the_newest_waits_for_the_next_round() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let sessions: Vec<_> = (0..10).map(|_| session(&c, 10)).collect();
+    let go = std::sync::Arc::new(std::sync::Barrier::new(6));
+    let joins: Vec<_> = (0..6)
+        .map(|i| {
+            let barrier = sessions[i].double_barrier("six", 5).unwrap();
+            let go = go.clone();
+            spawn(move || {
+                go.wait();
+                let result = barrier.enter_timeout(Duration::from_secs(3));
+                (result, barrier)
+            })
+        })
+        .collect();
+    let results: Vec<_> = joins.iter().map(|rx| returned(rx, "an enter").0).collect();
+    let (entered, over): (Vec<_>, Vec<_>) = results.into_iter().partition(|(r, _)| r.is_ok());
+    assert_eq!((entered.len(), over.len()), (5, 1), "{:?}", over);
+    let (result, sixth) = over.into_iter().next().expect("the sixth");
+    assert!(
+        matches!(result, Err(Error::Timeout { .. })),
+        "the sixth: {result:?}"
+    );
+    assert!(!sixth.is_entered());
+    // Its timed-out enter left no key: the five and the ready key remain.
+    assert_eq!(keys(&c, "six/").len(), 6, "{:?}", keys(&c, "six/"));
+    // The five leave together.
+    let leaves: Vec<_> = entered
+        .into_iter()
+        .map(|(_, barrier)| spawn(move || barrier.leave_timeout(BACKSTOP)))
+        .collect();
+    for leave in &leaves {
+        returned(leave, "a leave").0.unwrap();
+    }
+    // The sixth enters the next round once four others join it.
+    let sixth_enter = spawn(move || sixth.enter_timeout(BACKSTOP).map(|()| sixth));
+    let others: Vec<_> = (6..10)
+        .map(|i| {
+            let barrier = sessions[i].double_barrier("six", 5).unwrap();
+            spawn(move || barrier.enter_timeout(BACKSTOP).map(|()| barrier))
+        })
+        .collect();
+    let sixth = returned(&sixth_enter, "the sixth's enter").0.unwrap();
+    let mut round: Vec<_> = others
+        .iter()
+        .map(|rx| returned(rx, "an enter").0.unwrap())
+        .collect();
+    round.push(sixth);
+    let leaves: Vec<_> = round
+        .into_iter()
+        .map(|barrier| spawn(move || barrier.leave_timeout(BACKSTOP)))
+        .collect();
+    for leave in &leaves {
+        returned(leave, "a leave").0.unwrap();
+    }
+    assert_eq!(keys(&c, "six/"), Vec::<String>::new());
+}
