@@ -34,6 +34,12 @@ pub(super) async fn take_turn(
     if wait.is_never() {
         return turn.try_lock_owned().map_err(|_| TryLockError::WouldBlock);
     }
+    if wait.tries_once() {
+        // A zero or very short limit: one try, as `try_*` makes.
+        return turn
+            .try_lock_owned()
+            .map_err(|_| wait.timeout_error(operation).into());
+    }
     let taken = wait.bound_alive(operation, session, async { Ok(turn.lock_owned().await) });
     Ok(taken.await?)
 }
@@ -278,7 +284,13 @@ pub(super) async fn join_within(
     let started = tokio::time::Instant::now();
     let mut joining = std::pin::pin!(join(rpc, (line, twin), kind, value, lease, patient));
     let joined = async { Ok((&mut joining).await) };
-    let (error, cut_short) = match wait.bound_alive(kind.operation(), session, joined).await {
+    // The first attempt gets one request timeout however short the limit: a zero limit
+    // tries once (a free name is taken), and then gives up.
+    let join_wait = wait.first_attempt(rpc.request_timeout());
+    let (error, cut_short) = match join_wait
+        .bound_alive(kind.operation(), session, joined)
+        .await
+    {
         Ok(Ok(enqueued)) => return Ok((enqueued, turn)),
         // The join's own failure: its Txn may have applied (or apply later).
         Ok(Err(e)) => (e, false),

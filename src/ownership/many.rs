@@ -155,7 +155,10 @@ async fn join_all(
     let begun = tokio::time::Instant::now();
     let mut sent = std::pin::pin!(queue::enqueue_many(&rpc, &joining, &value, lease));
     let answer = async { Ok((&mut sent).await) };
-    let (error, cut_short) = match wait.bound_alive(operation, &session, answer).await {
+    // The first attempt gets one request timeout however short the limit (as the one-name
+    // join: a zero limit tries once).
+    let join_wait = wait.first_attempt(rpc.request_timeout());
+    let (error, cut_short) = match join_wait.bound_alive(operation, &session, answer).await {
         Ok(Ok(Some(enqueued))) => return settle(members, enqueued, turns, wait).await,
         // A key of ours existed: nothing was written.
         Ok(Ok(None)) => return Ok((Vec::new(), None)),

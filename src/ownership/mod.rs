@@ -93,6 +93,10 @@ pub(crate) struct Wait {
     delay: Duration,
 }
 
+/// Less time than one request takes on a fast network: a wait with less than this left
+/// tries once (see [`Wait::tries_once`]).
+const ONE_TRY: Duration = Duration::from_millis(10);
+
 /// The time limit of a [`Wait`].
 #[derive(Debug, Clone, Copy)]
 enum Limit {
@@ -171,6 +175,41 @@ impl Wait {
         match timeout.and_then(|t| Some((crate::support::clock::now().checked_add(t)?, t))) {
             Some((deadline, timeout)) => Limit::Until(deadline, timeout),
             None => Limit::Forever,
+        }
+    }
+
+    /// The wait for a first attempt that takes `request` at most: a limit with less than
+    /// [`ONE_TRY`] left (zero, a microsecond) becomes `now + request`, so that the attempt
+    /// runs to its end and a free name is taken, as `try_*` takes it (and as parking_lot's
+    /// `try_lock_for` and std's `recv_timeout` try once); any longer limit is kept, so a
+    /// wait ends within it also on a frozen etcd (rule 5).
+    pub(crate) fn first_attempt(&self, request: Duration) -> Wait {
+        let limit = match self.limit {
+            Limit::Until(_, after) if self.tries_once() => {
+                let until = crate::support::clock::now().checked_add(request);
+                until.map_or(Limit::Forever, |until| Limit::Until(until, after))
+            }
+            other => other,
+        };
+        Wait {
+            limit,
+            cancel: self.cancel.clone(),
+            delay: self.delay,
+        }
+    }
+
+    /// Whether the limit is too short to wait at all (less than [`ONE_TRY`] left): such a
+    /// wait makes one attempt, as `try_*` does, and then gives up with `Timeout`.
+    pub(crate) fn tries_once(&self) -> bool {
+        matches!(self.limit, Limit::Until(deadline, _)
+            if deadline.saturating_duration_since(crate::support::clock::now()) < ONE_TRY)
+    }
+
+    /// The timeout error of this wait, for `operation` (a limit that passed).
+    pub(crate) fn timeout_error(&self, operation: Operation) -> Error {
+        match self.limit {
+            Limit::Until(_, after) => Error::wait_timeout(operation, after),
+            Limit::Forever | Limit::Never => Error::Cancelled,
         }
     }
 

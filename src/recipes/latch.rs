@@ -278,6 +278,13 @@ impl CountDownLatch {
 
     fn wait_within(&self, wait: Wait) -> Result<()> {
         wait.check()?;
+        if wait.tries_once() {
+            // A zero or very short limit: one look, as `try_wait`.
+            return match self.try_wait()? {
+                true => Ok(()),
+                false => Err(wait.timeout_error(Operation::Latch)),
+            };
+        }
         let rpc = self.client.rpc();
         let watches = self.client.watches();
         let key = &self.key;

@@ -10,6 +10,7 @@ mod proc;
 mod proxy;
 mod revoke;
 mod status;
+mod zero;
 
 use proc::{Proc, etcd_sync, etcd_sync_bare, etcdctl, lease_of, leases};
 

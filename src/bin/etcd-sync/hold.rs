@@ -109,7 +109,12 @@ pub fn acquire(
         Waited::Done(Ok(held)) => Ok(held),
         Waited::Done(Err(e)) if e.is_wait_timeout() && timeout.is_some() => {
             let after = timeout.unwrap_or_default();
-            eprintln!("etcd-sync: gave up waiting for {name:?} after {after:?} (--timeout)");
+            let after = if after.is_zero() {
+                "0s".to_string()
+            } else {
+                format!("{after:?}")
+            };
+            eprintln!("etcd-sync: gave up waiting for {name:?} after {after} (--timeout)");
             Err(EXIT_TIMEOUT)
         }
         Waited::Done(Err(e)) => Err(fail(&e)),

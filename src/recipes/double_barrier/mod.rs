@@ -395,21 +395,25 @@ impl DoubleBarrier {
         let client = self.me.session.client();
         let entered = self.me.with_place(|place| {
             client.block_on(async {
-                let turn = match wait.is_never() {
-                    true => self
-                        .me
-                        .turn
-                        .clone()
-                        .try_lock_owned()
-                        .map_err(|_| TryLockError::WouldBlock)?,
+                // A zero or very short limit tries once, as `try_enter` does, and then
+                // gives up with `Timeout`.
+                let once = wait.tries_once();
+                let busy = || match once {
+                    true => TryLockError::from(wait.timeout_error(Operation::Enter)),
+                    false => TryLockError::WouldBlock,
+                };
+                let turn = match wait.is_never() || once {
+                    true => self.me.turn.clone().try_lock_owned().map_err(|_| busy())?,
                     false => {
                         let turn = async { Ok(self.me.turn.clone().lock_owned().await) };
                         wait.bound_alive(Operation::Enter, session, turn).await?
                     }
                 };
-                let patient = !wait.is_never();
+                let patient = !wait.is_never() && !once;
+                // The first attempt gets one request timeout however short the limit.
+                let first = wait.first_attempt(place.rpc.request_timeout());
                 let joining =
-                    wait.bound_alive(Operation::Enter, session, steps::join(place, patient));
+                    first.bound_alive(Operation::Enter, session, steps::join(place, patient));
                 let joined = match joining.await {
                     Ok(joined) => joined,
                     // Cut short by the limit or the token: the Txn may be on its way.
@@ -422,9 +426,11 @@ impl DoubleBarrier {
                     Err(e) => return Err(session.judge(e).into()),
                 };
                 let created = joined.created;
-                let settling =
-                    steps::settle(place, created, (joined.kvs, joined.at), !wait.is_never());
-                let settled = wait.bound_alive(Operation::Enter, session, settling).await;
+                let settling = steps::settle(place, created, (joined.kvs, joined.at), patient);
+                let settled = match once {
+                    true => first.bound_alive(Operation::Enter, session, settling).await,
+                    false => wait.bound_alive(Operation::Enter, session, settling).await,
+                };
                 if let Ok(Some(round)) = settled {
                     return Ok(Entered {
                         created,
@@ -437,7 +443,7 @@ impl DoubleBarrier {
                 let _ = tokio::time::timeout(settle(place), removed).await;
                 match settled {
                     Err(e) => Err(session.judge(e).into()),
-                    Ok(_) => Err(TryLockError::WouldBlock),
+                    Ok(_) => Err(busy()),
                 }
             })
         })?;

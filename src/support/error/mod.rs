@@ -128,7 +128,7 @@ pub enum Error {
     /// asked), or the limit given to a wait ([`Operation::Lock`],
     /// [`Operation::Campaign`], [`Operation::Observe`], ...;
     /// [`is_wait_timeout`](Error::is_wait_timeout) tells these apart).
-    #[error("{operation} timed out after {after:?}{}", at(endpoint))]
+    #[error("{operation} timed out after {}{}", written(after), at(endpoint))]
     Timeout {
         /// What was being done; [`Operation::is_wait`] tells a wait's own limit from a
         /// request timeout.
@@ -228,6 +228,16 @@ pub enum Error {
 }
 
 /// `" at <endpoint>"` when there is one, for the messages above.
+/// A limit as a user writes it: `0s`, not `0ns`; otherwise as `Duration`'s `Debug`
+/// (`1.5s`, `250ms`).
+fn written(limit: &Duration) -> String {
+    if limit.is_zero() {
+        "0s".to_string()
+    } else {
+        format!("{limit:?}")
+    }
+}
+
 fn at(endpoint: &Option<String>) -> String {
     endpoint
         .as_deref()
