@@ -159,6 +159,7 @@ fn checker_child() {
     if let Ok(proxy) = std::env::var("THROUGH_PROXY") {
         endpoints.insert(0, proxy);
     }
+    log(&log_file, format!("ENDPOINTS {}", endpoints.join(",")));
     let client = loop {
         match client_for(&endpoints) {
             Ok(client) => break client,
