@@ -17,7 +17,9 @@ use crate::line::wait::{self, Granted};
 use crate::support::error::Error;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
+use crate::support::kv::{Compare, CompareOp, Txn};
 use crate::support::telemetry::Stopwatch;
+use crate::transport::Retry;
 
 /// Takes every name of `members` (sorted bytewise by name, no duplicates) that is free, in
 /// one Txn: the holds of the longest prefix of them that the Txn found free, in order, and
@@ -261,4 +263,33 @@ async fn settle(
     }
     let queued = if busy { kept.pop() } else { None };
     Ok((kept, queued))
+}
+
+/// Whether every key of `held` still has its create revision, in one linearizable Txn:
+/// the proof a multi-lock needs before it returns when it took its names at different
+/// revisions. Each name was owned at its own proof revision (no older key under it), and a
+/// key that still exists with its create revision now is still the oldest (create
+/// revisions only grow): so all are held at once at this Txn's revision. The follow task's
+/// signal alone could not say so: an operator's delete of an early key just before the last
+/// name was taken may not have reached it yet (found by the randomized checker). Bounded by
+/// `wait` and the session; `Ok(false)` when a key is gone.
+pub(crate) fn all_still_ours(held: &[Held], wait: &Wait) -> crate::support::error::Result<bool> {
+    let Some(first) = held.first() else {
+        return Ok(true);
+    };
+    let line = &first.hold().line;
+    let client = line.session.client().clone();
+    let rpc = client.rpc().clone();
+    let session = line.session.lease().clone();
+    let compares: Vec<Compare> = held
+        .iter()
+        .map(|h| Compare::create_revision(h.key(), CompareOp::Equal, h.rev()))
+        .collect();
+    let txn = Txn::new().when(compares);
+    // A read: sending it twice changes nothing. The answer gets one request timeout
+    // however short the limit, as a first attempt does.
+    let bound = wait.first_attempt(rpc.request_timeout());
+    client.block_on(bound.bound_alive(Operation::Lock, &session, async {
+        Ok(rpc.txn(&txn, Retry::Safe).await?.succeeded)
+    }))
 }

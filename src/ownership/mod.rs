@@ -47,7 +47,7 @@ pub(crate) use acquire::acquire;
 pub use delay::MAX_LOCK_DELAY;
 pub(crate) use delay::checked as checked_lock_delay;
 pub(crate) use hold::{Held, Hold, Released, guarded_txn_all, proclaim, release_together};
-pub(crate) use many::{lock_free_prefix, wait_queued};
+pub(crate) use many::{all_still_ours, lock_free_prefix, wait_queued};
 pub(crate) use requests::Stop as RequestsStop;
 pub(crate) use twin::acquire_twin;
 

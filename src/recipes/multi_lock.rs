@@ -405,6 +405,8 @@ impl MultiLock {
         for h in &mut held {
             h.share_signal(&signal);
         }
+        // Names the joint Txn did not own at once are taken later, at other revisions.
+        let waited = held.len() < self.members.len();
         for member in &self.members[held.len()..] {
             let wait = wait.clone().with_delay(member.delay);
             let taken = match queued.take() {
@@ -434,6 +436,22 @@ impl MultiLock {
         if !held.iter().all(Held::is_held) {
             guard::release_all(held);
             return Err(self.lost().into());
+        }
+        // Names owned at different instants (some after a wait): every key must still be
+        // ours at one instant, which one Txn of compares proves (`all_still_ours`). Names
+        // all owned at once by the joint Txn were proven together by it.
+        if waited && held.len() > 1 {
+            match ownership::all_still_ours(&held, &wait) {
+                Ok(true) => {}
+                Ok(false) => {
+                    guard::release_all(held);
+                    return Err(self.lost().into());
+                }
+                Err(e) => {
+                    guard::release_all(held);
+                    return Err(e.into());
+                }
+            }
         }
         Ok(MultiLockGuard::new(self.names.clone(), held))
     }
