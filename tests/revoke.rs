@@ -351,3 +351,73 @@ fn a_multi_lock_hears_a_request_for_any_of_its_names() {
     drop(guard);
     assert!(keys(&c, "a").is_empty() && keys(&c, "b").is_empty());
 }
+
+/// Issue 48, item 3: a forced release (another client deletes the holder's key) after a
+/// release request leaves no request key behind while the holder's session lives: not when
+/// the guard notices the loss, and not when it is released before noticing. With a nested
+/// name the leftover would lie under the parent's prefix and block a lock of the parent.
+#[test]
+fn a_forced_release_removes_the_release_request() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 30);
+    let other = session(&c, 30);
+
+    // The loss path: the guard notices the delete, the request goes.
+    let guard = s.mutex("p9/q").unwrap().lock().unwrap();
+    let lost = guard.lost();
+    assert_eq!(c.request_release("p9/q").unwrap().len(), 1);
+    assert_eq!(keys(&c, "p9/q.revoke/").len(), 1);
+    c.delete(guard.key()).unwrap();
+    assert!(
+        lost.recv_timeout(Duration::from_secs(2))
+            .is_err_and(|e| e.is_disconnected())
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || keys(&c, "p9/").is_empty()),
+        "left behind after the loss: {:?}",
+        keys(&c, "p9/")
+    );
+    let parent = other
+        .mutex("p9")
+        .unwrap()
+        .lock_timeout(Duration::from_secs(2));
+    assert!(
+        parent.is_ok(),
+        "the parent is blocked: {:?}",
+        parent.map(|_| ())
+    );
+    drop(parent);
+    drop(guard);
+
+    // The release path: released at once, before the guard could notice the delete.
+    let guard = s.mutex("r9").unwrap().lock().unwrap();
+    assert_eq!(c.request_release("r9").unwrap().len(), 1);
+    c.delete(guard.key()).unwrap();
+    let _ = guard.release();
+    assert!(
+        eventually(Duration::from_secs(2), || keys(&c, "r9").is_empty()),
+        "left behind after the release: {:?}",
+        keys(&c, "r9")
+    );
+    assert!(s.is_alive());
+
+    // Never the request of the session's next hold of the same key.
+    let first = s.mutex("n9").unwrap().lock().unwrap();
+    let lost = first.lost();
+    c.delete(first.key()).unwrap();
+    assert!(lost.recv_timeout(Duration::from_secs(2)).is_err());
+    let second = s.mutex("n9").unwrap().lock().unwrap();
+    assert_eq!(c.request_release("n9").unwrap().len(), 1);
+    drop(first);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        keys(&c, "n9.revoke/").len(),
+        1,
+        "the next hold's request was deleted"
+    );
+    let asked = second.release_requested();
+    assert!(asked.recv_timeout(PROMPTLY).is_ok());
+    second.release().unwrap();
+    assert!(keys(&c, "n9").is_empty());
+}

@@ -518,3 +518,45 @@ fn a_late_applied_downgradable_enqueue_leaves_no_key_behind() {
         .write_timeout(Duration::from_secs(3))
         .expect("free again");
 }
+
+/// Issue 48, item 2: another client deletes our writer key (a forced release) right before
+/// `downgrade()`. The downgrade must not take the twin for an earlier copy of its own Txn:
+/// it fails with `LockLost`, hands back no read guard, the write guard's `lost()` fires, and
+/// the twin is released, so a queued writer of another session gets in.
+#[test]
+fn a_downgrade_after_a_forced_release_of_the_writer_key_is_a_loss() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 20);
+    let rw = s.rwlock("forced").unwrap();
+    for (round, delay_ms) in [0u64, 0, 10, 30, 60, 100].into_iter().enumerate() {
+        let write = rw.write_downgradable().unwrap();
+        let lost = write.lost();
+        c.delete(write.key()).unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let outcome = write.downgrade();
+        let held = outcome.as_ref().map(|read| read.is_held());
+        assert!(
+            matches!(&outcome, Err(e) if matches!(e.error(), Error::LockLost)),
+            "round {round} ({delay_ms} ms): downgrade after a forced release gave {held:?}"
+        );
+        assert!(
+            lost.recv_timeout(Duration::from_secs(2))
+                .is_err_and(|e| e.is_disconnected()),
+            "round {round}: the write guard never reported the loss"
+        );
+        drop(outcome);
+        assert!(
+            eventually(Duration::from_secs(3), || keys(&c, "forced/").is_empty()),
+            "round {round}: the twin was kept: {:?}",
+            keys(&c, "forced/")
+        );
+    }
+    // The name is free for a writer of another session.
+    let other = session(&c, 20);
+    let next = other
+        .rwlock("forced")
+        .unwrap()
+        .write_timeout(Duration::from_secs(3));
+    assert!(next.is_ok(), "{:?}", next.map(|_| ()));
+}

@@ -49,7 +49,9 @@ pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> 
 }
 
 /// [`remove`], also deleting `also` in the same Txn if `key` is ours (a held key's
-/// release request, which goes with the hold).
+/// release request, which goes with the hold), or if `key` is gone altogether (deleted by
+/// someone else: a forced release). Not while `key` exists with another create revision:
+/// then `also` may be the request of a newer hold of that key.
 pub(crate) async fn remove_with(
     rpc: &Rpc,
     key: &[u8],
@@ -85,7 +87,22 @@ async fn remove_at_with(
     let ours = Compare::create_revision(key, CompareOp::Equal, rev);
     let mut deletes = vec![TxnOp::delete(key)];
     deletes.extend(also.map(TxnOp::delete));
-    let txn = Txn::new().when([ours]).and_then(deletes);
+    let mut txn = Txn::new().when([ours]).and_then(deletes);
+    if let Some(also) = also {
+        txn = txn.or_else([TxnOp::txn(remove_if_gone(key, also))]);
+    }
     let resp = rpc.txn(&txn, Retry::Safe).await?;
     Ok((resp.succeeded, resp.revision))
+}
+
+/// `if key is absent then delete also`: the release request `also` of a key deleted by
+/// someone else (no hold uses it any more). Never while the key exists: a key of the same
+/// name with another create revision is a newer hold, and `also` may be its request. A
+/// request written before the key went is for a hold that is over; one for a later hold
+/// can only be written once that hold's key exists. So the Txn may apply any number of
+/// times, late or not, and only ever deletes a request nobody will read.
+pub(crate) fn remove_if_gone(key: &[u8], also: &[u8]) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::delete(also)])
 }

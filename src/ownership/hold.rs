@@ -71,7 +71,8 @@ impl Hold {
 
     /// Ends the hold because its key is gone (deleted by anyone, or re-created with another
     /// revision): every guard on it turns false and its `lost()` fires. The turn is
-    /// released; there is nothing left to delete.
+    /// released; there is nothing left to delete but the key's release request, if the key
+    /// is still gone (`requests::remove_after_loss`).
     fn lose_key(&self) {
         let mut state = self.state();
         if state.ended {
@@ -81,6 +82,7 @@ impl Hold {
         state.signal.fire();
         state.turn = None;
         drop(state);
+        requests::remove_after_loss(&self.line);
         crate::support::telemetry::key_lost(&self.line.name, self.kind.operation(), || {
             self.line.session.lease().loss_reason()
         });

@@ -18,9 +18,10 @@ use crate::client::removal::{self, Owned};
 use crate::support::error::code::Code;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{KeyValue, Range, text};
-use crate::transport::Rpc;
 use crate::transport::watch::{EventKind, Only};
 use crate::transport::watches::{Delivery, Spec, Watches};
+use crate::transport::{Retry, Rpc};
+use std::time::Duration;
 
 /// A hold's request follower: its channel, and the task's stop (dropping it stops it).
 pub(crate) struct Requests {
@@ -113,6 +114,45 @@ pub(super) async fn remove_key_and_request(
         }
         other => other,
     }
+}
+
+/// After our key was deleted by someone else (the hold is lost, nothing of ours is left to
+/// release): removes the key's release request while the key is still gone
+/// ([`removal::remove_if_gone`]), retried in the background until etcd answers or the
+/// session ends (its lease then takes the request with it). Without it a forced release
+/// after a request left the request key for as long as the session lived, and under a
+/// nested name (`p/q.revoke/...`) it blocked every lock of the parent (issue 48).
+pub(super) fn remove_after_loss(line: &Line) {
+    let request = RequestKey::of(line);
+    let Some(also) = request.to_delete().map(<[u8]>::to_vec) else {
+        return;
+    };
+    let session = line.session.lease().clone();
+    if session.loss_reason().is_some() {
+        return; // the lease takes the request with it
+    }
+    let rpc = line.session.client().rpc().clone();
+    let txn = removal::remove_if_gone(&line.key, &also);
+    line.session.client().spawn(async move {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            match rpc.txn(&txn, Retry::Safe).await {
+                Ok(_) => return,
+                Err(Error::Server {
+                    code: Code::PermissionDenied,
+                    ..
+                }) => return request.deny(),
+                Err(e) if e.is_transient() && session.loss_reason().is_none() => {
+                    tracing::debug!(error = %e, "request removal not answered; retrying");
+                    backoff.sleep().await;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, key = %text(&also), "release request left to the lease");
+                    return;
+                }
+            }
+        }
+    });
 }
 
 /// The release request of the line's key, which every release and cleanup deletes with

@@ -40,8 +40,9 @@ impl Client {
     ///
     /// The request is the key `<name>.revoke/<rest of the holder's key>`, outside
     /// `<name>/`, so Go's `Mutex` and `etcdctl lock` neither count nor see it. It is bound
-    /// to the holder's lease, and a holder of this crate deletes it with its key, so it
-    /// never outlives the hold it was for by more than the holder's session. A holder
+    /// to the holder's lease, and a holder of this crate deletes it with its key (or, after
+    /// a forced release, once it finds its key gone), so it never outlives the hold it was
+    /// for by more than the holder's session. A holder
     /// that is not of this crate (Go, `etcdctl lock`) is asked too but never looks; a key
     /// under the name without a lease (data, not a holder) is not asked.
     ///

@@ -2,8 +2,14 @@
 //! write lock"): a downgradable write owns two holds created by one Txn at one revision
 //! `c`, the writer key `W` (`<name>/<lease hex>`) and its twin `R`
 //! (`<name>/<lease hex>.shared`), each on its own line with its own turn. The downgrade is
-//! one Txn, `if create_revision(W) == c and create_revision(R) == c then delete W`: from
-//! its revision on, `R` alone holds our place, as a reader.
+//! one Txn, `if create_revision(W) == c and create_revision(R) == c then delete W, put R`:
+//! from its revision on, `R` alone holds our place, as a reader.
+//!
+//! The put of `R` (same value, same lease, so its create revision and place stay) is the
+//! downgrade's mark: it moves `R`'s mod revision past `c`. Nothing else writes `R` while we
+//! hold it, so a retried attempt that finds `W` gone can tell an earlier copy of itself
+//! (`R` modified after `c`) from someone else's delete of `W`, a forced release (`R`
+//! untouched since `c`): that one is a loss, never a read guard (issue 48).
 
 use std::sync::Arc;
 
@@ -58,15 +64,21 @@ impl Held {
         let request = RequestKey::of(&line);
         let rev = self.rev();
         let twin_key = twin.key().to_vec();
+        // The twin's own value (the enqueue put the session's identity in both keys).
+        let mark = (line.session.identity().as_bytes(), line.session.lease_id());
         let downgraded = client
             .block_on(delete_writer_key(
                 &rpc,
                 (&line.key, &twin_key),
-                rev,
+                (rev, mark),
                 &request,
             ))
             .map_err(|e| lease.judge(e))?;
         if !downgraded {
+            // Our writer key was deleted by someone else (or either key is no longer
+            // ours): both holds are dropped here, the write guard's `lost()` fires and the
+            // twin is released.
+            tracing::warn!(key = %crate::support::kv::text(&line.key), fencing_token = rev, "writer key gone before the downgrade: the lock is lost");
             return Err(Error::LockLost);
         }
         // Our writer key is gone, as etcd said: end its hold and let its turn go.
@@ -77,19 +89,22 @@ impl Held {
 }
 
 /// `if create_revision(writer) == rev and create_revision(twin) == rev then delete writer
-/// (and its release request)`, else read both keys. True when the twin holds our place
-/// alone: the Txn deleted the writer key, or (a retried attempt, after an earlier one
-/// applied) the writer key is gone and the twin is ours. The outcome is the same however
-/// often it applies, so it is retried like a read.
+/// (and its release request), put twin (its value and lease `mark`)`, else read both keys.
+/// True when the twin holds our place alone: the Txn deleted the writer key, or (a retried
+/// attempt, after an earlier one applied) the writer key is gone and the twin is ours *and*
+/// was written after `rev`, by that earlier attempt. A writer key deleted by anyone else
+/// leaves the twin as the enqueue put it (mod revision `rev`): false, a loss. The outcome is
+/// the same however often it applies, so it is retried like a read.
 async fn delete_writer_key(
     rpc: &Rpc,
     (writer, twin): (&[u8], &[u8]),
-    rev: i64,
+    (rev, (value, lease)): (i64, (&[u8], i64)),
     request: &RequestKey,
 ) -> Result<bool> {
     let txn = |also: Option<&[u8]>| {
         let mut deletes = vec![TxnOp::delete(writer)];
         deletes.extend(also.map(TxnOp::delete));
+        deletes.push(TxnOp::put_with_lease(twin, value, lease));
         Txn::new()
             .when([
                 Compare::create_revision(writer, CompareOp::Equal, rev),
@@ -121,5 +136,7 @@ async fn delete_writer_key(
     });
     let writer_kv = ranges.next().and_then(|kvs| kvs.into_iter().next());
     let twin_kv = ranges.next().and_then(|kvs| kvs.into_iter().next());
-    Ok(writer_kv.is_none() && twin_kv.is_some_and(|kv| kv.create_revision == rev))
+    let marked =
+        |kv: &crate::support::kv::KeyValue| kv.create_revision == rev && kv.mod_revision > rev;
+    Ok(writer_kv.is_none() && twin_kv.is_some_and(|kv| marked(&kv)))
 }

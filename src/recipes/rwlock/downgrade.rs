@@ -129,7 +129,9 @@ impl Guard<WriteKind> {
     /// or `etcdctl lock` of the name) holds between the two, and we hold throughout. The
     /// readers queued behind us get in at once; the writers behind us keep waiting for our
     /// read guard, as Go's `Mutex` and `etcdctl lock` do. One Txn: our writer key is
-    /// deleted only while it and its twin both have our create revision, and the twin,
+    /// deleted only while it and its twin both have our create revision (the same Txn
+    /// rewrites the twin, value and lease unchanged, so that a retried attempt knows its
+    /// own earlier success from someone else's delete of the writer key), and the twin,
     /// created with it, keeps our place in the line as a reader. The read guard has the
     /// same fencing token, follows the twin key (its deletion by anyone is a loss), and
     /// releases it.
@@ -139,8 +141,9 @@ impl Guard<WriteKind> {
     /// * [`Error::InvalidArgument`]: the guard is not downgradable (it came from
     ///   [`RwLock::write`](crate::RwLock::write)); nothing was sent, and
     ///   [`DowngradeError::into_guard`] gives the write guard back, still held.
-    /// * [`Error::LockLost`]: the guard had ended, or either key was deleted or no longer
-    ///   had our create revision; [`Error::SessionLost`]: the session is lost;
+    /// * [`Error::LockLost`]: the guard had ended, or either key was deleted (by anyone,
+    ///   also just before this call, before the guard noticed) or no longer had our create
+    ///   revision; [`Error::SessionLost`]: the session is lost;
     ///   [`Error::Timeout`] / [`Error::Unavailable`], [`Error::Server`]: etcd did not
     ///   answer or refused; [`Error::InsideAsyncRuntime`]. After each of these the write
     ///   lock is over: both keys are released (in the background if etcd does not answer).
