@@ -5,6 +5,7 @@
 mod barrier;
 #[path = "../common/mod.rs"]
 mod common;
+mod errors;
 mod modes;
 mod proc;
 mod proxy;
