@@ -5,11 +5,13 @@
 mod barrier;
 #[path = "../common/mod.rs"]
 mod common;
+mod errors;
 mod modes;
 mod proc;
 mod proxy;
 mod revoke;
 mod status;
+mod waiting;
 mod zero;
 
 use proc::{Proc, etcd_sync, etcd_sync_bare, etcdctl, lease_of, leases};
@@ -453,7 +455,7 @@ fn cannot_connect_exits_1() {
 }
 
 /// A port nothing listens on.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -26,12 +26,12 @@ pub struct Cli {
 #[derive(Args)]
 #[command(next_help_heading = "Global options")]
 pub struct GlobalOpts {
-    /// etcd endpoints, comma separated
+    /// etcd endpoints, comma separated [env: ETCD_SYNC_ENDPOINTS, then ETCDCTL_ENDPOINTS]
     #[arg(
         long,
         global = true,
         env = "ETCD_SYNC_ENDPOINTS",
-        hide_env_values = true,
+        hide_env = true,
         value_delimiter = ',',
         default_value = "http://127.0.0.1:2379",
         value_name = "URLS"
@@ -44,68 +44,120 @@ pub struct GlobalOpts {
     ttl: u64,
 
     /// Time limit for connecting to etcd (e.g. 3s, 500ms, at most 1h); until an endpoint
-    /// answers, every endpoint is tried again and again
-    #[arg(long, global = true, default_value = "3s", value_parser = text::parse_duration, value_name = "DURATION")]
+    /// answers, every endpoint is tried again and again [env: ETCD_SYNC_DIAL_TIMEOUT, then
+    /// ETCDCTL_DIAL_TIMEOUT]
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_DIAL_TIMEOUT",
+        hide_env = true,
+        default_value = "3s",
+        value_parser = text::parse_duration,
+        value_name = "DURATION"
+    )]
     dial_timeout: Duration,
 
-    /// Time limit for each etcd request (grant, release, revoke, ...)
-    #[arg(long, global = true, default_value = "5s", value_parser = text::parse_duration, value_name = "DURATION")]
+    /// Time limit for each etcd request (grant, release, revoke, ...) [env:
+    /// ETCD_SYNC_COMMAND_TIMEOUT, then ETCDCTL_COMMAND_TIMEOUT]
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_COMMAND_TIMEOUT",
+        hide_env = true,
+        default_value = "5s",
+        value_parser = text::parse_duration,
+        value_name = "DURATION"
+    )]
     command_timeout: Duration,
 
-    /// CA certificate (PEM) that signed etcd's certificate; turns on TLS (https)
-    #[arg(long, global = true, env = "ETCD_SYNC_CACERT", value_name = "FILE")]
+    /// CA certificate (PEM) that signed etcd's certificate; turns on TLS (https) [env:
+    /// ETCD_SYNC_CACERT, then ETCDCTL_CACERT]
+    #[arg(
+        long,
+        global = true,
+        env = "ETCD_SYNC_CACERT",
+        hide_env = true,
+        value_name = "FILE"
+    )]
     cacert: Option<std::path::PathBuf>,
 
     /// Client certificate (PEM) for etcd's --client-cert-auth; needs --key and --cacert
+    /// [env: ETCD_SYNC_CERT, then ETCDCTL_CERT]
     #[arg(
         long,
         global = true,
         env = "ETCD_SYNC_CERT",
+        hide_env = true,
         value_name = "FILE",
         requires = "key"
     )]
     cert: Option<std::path::PathBuf>,
 
-    /// Private key (PEM) of the client certificate
+    /// Private key (PEM) of the client certificate [env: ETCD_SYNC_KEY, then ETCDCTL_KEY]
     #[arg(
         long,
         global = true,
         env = "ETCD_SYNC_KEY",
+        hide_env = true,
         value_name = "FILE",
         requires = "cert"
     )]
     key: Option<std::path::PathBuf>,
 
     /// Who this process is, stored as the value of its lock keys and shown by `status`
-    /// (default "<hostname>:<pid>"; `elect` stores PROPOSAL instead)
+    /// (default "<hostname>:<pid>"; `elect` stores PROPOSAL instead) [env:
+    /// ETCD_SYNC_IDENTITY]
     #[arg(
         long,
         global = true,
         env = "ETCD_SYNC_IDENTITY",
+        hide_env = true,
         value_parser = parse_identity,
         value_name = "TEXT"
     )]
     identity: Option<String>,
 
-    /// etcd user, as NAME or NAME:PASSWORD (etcd auth)
+    /// etcd user, as NAME or NAME:PASSWORD (etcd auth) [env: ETCD_SYNC_USER, then
+    /// ETCDCTL_USER]
     #[arg(
         long,
         global = true,
         env = "ETCD_SYNC_USER",
-        hide_env_values = true,
+        hide_env = true,
         value_name = "USER"
     )]
     user: Option<String>,
 
-    /// Password for --user (prefer the ETCD_SYNC_PASSWORD environment variable)
+    /// Password for --user (prefer the environment) [env: ETCD_SYNC_PASSWORD, then
+    /// ETCDCTL_PASSWORD]
     #[arg(
         long,
         global = true,
         env = "ETCD_SYNC_PASSWORD",
-        hide_env_values = true,
+        hide_env = true,
         value_name = "PASSWORD"
     )]
     password: Option<String>,
+
+    /// Do not say what a wait waits for (by default, after 3s of waiting and then every
+    /// 10s, one line on stderr: who holds NAME and how many are ahead)
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    /// Log the library's events to stderr (connect, watches, enqueue, handoff, loss): -v
+    /// info, -vv debug, -vvv trace. RUST_LOG (tracing directives, e.g.
+    /// `etcd_sync=debug,h2=info`) is read too
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// The level of the library's events on stderr, instead of -v
+    #[arg(
+        long,
+        global = true,
+        value_name = "LEVEL",
+        value_parser = ["off", "error", "warn", "info", "debug", "trace"]
+    )]
+    pub log_level: Option<String>,
 }
 
 impl std::fmt::Debug for GlobalOpts {
@@ -126,6 +178,9 @@ impl std::fmt::Debug for GlobalOpts {
             .field("key", &self.key)
             .field("user", &user)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("quiet", &self.quiet)
+            .field("verbose", &self.verbose)
+            .field("log_level", &self.log_level)
             .finish()
     }
 }

@@ -8,10 +8,12 @@ use etcd_sync::{Barrier, CancelToken, Client, WaitOptions};
 
 use crate::args::{BarrierArgs, BarrierCommand};
 use crate::exit::{EXIT_ERROR, EXIT_OK, EXIT_SIGNAL_BASE, EXIT_TIMEOUT, Exit, fail};
+use crate::report::{self, Reporter};
 use crate::wait::{Waited, interruptible, interruptible_with};
 
 /// Runs one barrier subcommand.
-pub fn barrier(client: &Client, args: &BarrierArgs) -> Exit {
+/// Unless `quiet`, a wait reports who raised the barrier while it goes on.
+pub fn barrier(client: &Client, args: &BarrierArgs, quiet: bool) -> Exit {
     let barrier = match client.barrier(args.command.name()) {
         Ok(barrier) => barrier,
         Err(e) => return fail(&e),
@@ -31,7 +33,10 @@ pub fn barrier(client: &Client, args: &BarrierArgs) -> Exit {
             };
             once(barrier, Barrier::release, said)
         }
-        BarrierCommand::Wait { name, timeout } => wait(barrier, name, *timeout),
+        BarrierCommand::Wait { name, timeout } => {
+            let reporter = Reporter::start(quiet, report::barrier_waiter(client, name));
+            wait(barrier, name, *timeout, reporter)
+        }
     }
 }
 
@@ -51,14 +56,21 @@ fn once(
 }
 
 /// Waits until the barrier is released: exit 0 (printing `NAME: released`), 4 after
-/// `--timeout`, 128+n on a signal.
-fn wait(barrier: Barrier, name: &str, timeout: Option<std::time::Duration>) -> Exit {
+/// `--timeout`, 128+n on a signal. `reporter` is stopped as soon as the wait ends.
+fn wait(
+    barrier: Barrier,
+    name: &str,
+    timeout: Option<std::time::Duration>,
+    reporter: Option<Reporter>,
+) -> Exit {
     let token = CancelToken::new();
     let mut options = WaitOptions::new().cancel_token(&token);
     if let Some(timeout) = timeout {
         options = options.timeout(timeout);
     }
-    match interruptible_with(Some(&token), move || barrier.wait_with(options)) {
+    let waited = interruptible_with(Some(&token), move || barrier.wait_with(options));
+    drop(reporter);
+    match waited {
         Ok(Waited::Done(Ok(()))) => print_line(&format!("{name}: released")),
         Ok(Waited::Done(Err(e))) if e.is_wait_timeout() && timeout.is_some() => {
             let after = timeout.unwrap_or_default();

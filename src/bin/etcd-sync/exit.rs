@@ -44,7 +44,7 @@ pub const SEE_EXIT_CODES: &str = "Exit codes: see `etcd-sync --help`.";
 /// 1 for everything else.
 pub fn fail(e: &Error) -> Exit {
     if let Error::InvalidArgument(_) = e {
-        eprintln!("etcd-sync: {e}");
+        eprintln!("etcd-sync: {}", in_flags(&e.to_string()));
         return EXIT_USAGE;
     }
     match e {
@@ -54,7 +54,99 @@ pub fn fail(e: &Error) -> Exit {
              and refused ours (none was given, or it is not trusted); pass --cert FILE \
              --key FILE [{detail}]"
         ),
-        _ => eprintln!("etcd-sync: {e}"),
+        _ => eprintln!("etcd-sync: {}", in_flags(&e.to_string())),
     }
     EXIT_ERROR
+}
+
+/// The library's advice, which names its API (`ClientBuilder::tls`), in this tool's flags
+/// (`--cacert`).
+const IN_FLAGS: &[(&str, &str)] = &[
+    (
+        "(ClientBuilder::tls, cargo feature `tls`)",
+        "(pass --cacert FILE, the CA that signed etcd's certificate)",
+    ),
+    ("with TlsConfig::ca_certificate_pem,", "with --cacert FILE,"),
+    (
+        "(TlsConfig::ca_certificate_pem or from_files)",
+        "(--cacert FILE)",
+    ),
+    (
+        "(ClientBuilder::user)",
+        "(--user NAME:PASSWORD, or --user NAME and ETCD_SYNC_PASSWORD)",
+    ),
+    ("cannot read CA certificate ", "cannot read --cacert "),
+    ("cannot read client certificate ", "cannot read --cert "),
+    ("cannot read client key ", "cannot read --key "),
+    (
+        ": expected a https:// URL",
+        ": expected a https:// URL (--cacert turns on TLS for every endpoint)",
+    ),
+];
+
+/// A prefix said twice (or more) by nested transport errors.
+const DOUBLED: &str = "transport error: transport error";
+
+/// `message` with [`IN_FLAGS`] applied and a repeated "transport error: " said once; a
+/// TLS handshake that failed is not asked "is etcd
+/// running" but whether it serves TLS.
+fn in_flags(message: &str) -> String {
+    let mut out = message.to_string();
+    for (library, ours) in IN_FLAGS {
+        out = out.replace(library, ours);
+    }
+    while out.contains(DOUBLED) {
+        out = out.replace(DOUBLED, "transport error");
+    }
+    // etcd with auth on, asked by no user, after the connect (etcd 3.4 answers the
+    // connect's probe without one).
+    if out.ends_with("user name is empty") {
+        out.push_str(" (etcd has authentication on: pass --user NAME:PASSWORD, or --user NAME and ETCD_SYNC_PASSWORD)");
+    }
+    if out.contains("tls handshake") {
+        out = out.replace(
+            "(is etcd running and listening there?)",
+            "(does etcd serve TLS there? With --cacert, etcd-sync speaks only https)",
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_librarys_advice_in_flags() {
+        let cases = [
+            (
+                "invalid argument: endpoint \"https://h:2379\" is https:// but no TLS settings were \
+                 given (ClientBuilder::tls, cargo feature `tls`)",
+                "invalid argument: endpoint \"https://h:2379\" is https:// but no TLS settings were \
+                 given (pass --cacert FILE, the CA that signed etcd's certificate)",
+            ),
+            (
+                "invalid argument: cannot read CA certificate /x: No such file",
+                "invalid argument: cannot read --cacert /x: No such file",
+            ),
+            (
+                "could not connect to etcd at http://h:1: transport error: transport error: \
+                 transport error: tcp connect error",
+                "could not connect to etcd at http://h:1: transport error: tcp connect error",
+            ),
+            (
+                "could not connect to etcd at https://h:1: transport error: tls handshake eof \
+                 (is etcd running and listening there?)",
+                "could not connect to etcd at https://h:1: transport error: tls handshake eof \
+                 (does etcd serve TLS there? With --cacert, etcd-sync speaks only https)",
+            ),
+        ];
+        for (library, ours) in cases {
+            assert_eq!(in_flags(library), ours);
+        }
+        for (library, _) in IN_FLAGS {
+            assert!(!in_flags(library).contains("ClientBuilder::"), "{library}");
+            assert!(!in_flags(library).contains("TlsConfig::"), "{library}");
+        }
+    }
 }

@@ -14,6 +14,7 @@ use crate::args::HoldOpts;
 
 use crate::exit::{EXIT_ERROR, EXIT_LOST, EXIT_OK, EXIT_SIGNAL_BASE, EXIT_TIMEOUT, Exit, fail};
 use crate::lock::LockGuard;
+use crate::report::{self, Reporter};
 use crate::signals;
 use crate::wait::{TICK, Waited, interruptible_with};
 
@@ -93,11 +94,13 @@ impl Held {
 
 /// Runs the blocking acquire `f` on a worker thread so that signals are seen meanwhile.
 /// `f` gets the wait's options: `timeout` and a token that a signal cancels, so the wait
-/// removes its queued key and returns; the session is then closed.
+/// removes its queued key and returns; the session is then closed. Unless `quiet`, what
+/// the wait waits for is reported on stderr while it goes on ([`crate::report`]).
 pub fn acquire(
     session: &Session,
     name: &str,
     timeout: Option<Duration>,
+    quiet: bool,
     f: impl FnOnce(WaitOptions) -> etcd_sync::Result<Held> + Send + 'static,
 ) -> Result<Held, Exit> {
     let token = CancelToken::new();
@@ -105,7 +108,10 @@ pub fn acquire(
     if let Some(timeout) = timeout {
         options = options.timeout(timeout);
     }
-    match interruptible_with(Some(&token), move || f(options))? {
+    let reporter = Reporter::start(quiet, report::line_waiter(session, name));
+    let waited = interruptible_with(Some(&token), move || f(options));
+    drop(reporter);
+    match waited? {
         Waited::Done(Ok(held)) => Ok(held),
         Waited::Done(Err(e)) if e.is_wait_timeout() && timeout.is_some() => {
             let after = timeout.unwrap_or_default();

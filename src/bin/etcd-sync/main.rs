@@ -18,7 +18,9 @@
 //! session (revoking its lease removes our queued key) and the waiting call returns.
 //! Exit codes are listed in [`exit::EXIT_CODES`].
 //!
-//! Modules: [`args`] (the command line), [`exit`] (exit codes), [`wait`] (blocking calls on
+//! Modules: [`args`] (the command line), [`environ`] (ETCD_SYNC_* then ETCDCTL_*
+//! variables), [`logging`] (-v, --log-level, RUST_LOG), [`report`] (what a wait waits
+//! for, on stderr), [`exit`] (exit codes), [`wait`] (blocking calls on
 //! worker threads while signals are watched), [`lock`] (what `lock` takes: lock, read lock
 //! or permit), [`hold`] (acquire, hold, release or abandon),
 //! [`command`] (CMD while holding), [`child`] (CMD's process group), [`signals`], [`text`]
@@ -29,9 +31,12 @@ mod args;
 mod barrier;
 mod child;
 mod command;
+mod environ;
 mod exit;
 mod hold;
 mod lock;
+mod logging;
+mod report;
 mod revoke;
 mod signals;
 mod status;
@@ -41,7 +46,6 @@ mod wait;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use clap::Parser;
 use etcd_sync::{Client, LossReason, Session};
 
 use args::{Cli, Command, ElectArgs, GlobalOpts, HoldOpts, LockArgs};
@@ -55,7 +59,8 @@ use wait::{TICK, Waited, bounded, interruptible};
 const LOST_CLEANUP: Duration = Duration::from_secs(1);
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = environ::parse();
+    logging::init(cli.global.log_level.as_deref(), cli.global.verbose);
     let code = match signals::install() {
         Ok(()) => run(&cli),
         Err(e) => {
@@ -72,12 +77,14 @@ fn main() {
 fn run(cli: &Cli) -> Exit {
     let global = &cli.global;
     match &cli.command {
-        Command::Lock(args) => with_session(global, |session| lock(session, args)),
+        Command::Lock(args) => with_session(global, |session| lock(session, args, global.quiet)),
         // Watching and reading need no lease: none is granted.
         Command::Elect(args) if args.listen => with_client(global, |client| listen(client, args)),
-        Command::Elect(args) => with_session(global, |session| elect(session, args)),
+        Command::Elect(args) => with_session(global, |session| elect(session, args, global.quiet)),
         Command::Status(args) => with_client(global, |client| status::status(client, args)),
-        Command::Barrier(args) => with_client(global, |client| barrier::barrier(client, args)),
+        Command::Barrier(args) => with_client(global, |client| {
+            barrier::barrier(client, args, global.quiet)
+        }),
         Command::Revoke(args) => with_client(global, |client| revoke::revoke(client, args)),
     }
 }
@@ -141,13 +148,13 @@ fn finish(session: &Session) {
     }
 }
 
-fn lock(session: &Session, args: &LockArgs) -> Exit {
+fn lock(session: &Session, args: &LockArgs, quiet: bool) -> Exit {
     let lock = match Lock::new(session, args) {
         Ok(lock) => lock,
         Err(e) => return fail(&e),
     };
     let timeout = args.hold.timeout;
-    let acquired = acquire(session, &args.name, timeout, move |options| {
+    let acquired = acquire(session, &args.name, timeout, quiet, move |options| {
         lock.acquire(options).map(Held::Lock)
     });
     match acquired {
@@ -156,14 +163,14 @@ fn lock(session: &Session, args: &LockArgs) -> Exit {
     }
 }
 
-fn elect(session: &Session, args: &ElectArgs) -> Exit {
+fn elect(session: &Session, args: &ElectArgs, quiet: bool) -> Exit {
     let election = match session.election(&args.name) {
         Ok(election) => election,
         Err(e) => return fail(&e),
     };
     let proposal = args.proposal.clone().unwrap_or_default();
     let timeout = args.hold.timeout;
-    let acquired = acquire(session, &args.name, timeout, move |options| {
+    let acquired = acquire(session, &args.name, timeout, quiet, move |options| {
         election
             .campaign_with(&proposal, options)
             .map(|leadership| Held::Leadership(leadership, proposal))

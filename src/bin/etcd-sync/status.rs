@@ -15,7 +15,7 @@ use crate::wait::{Waited, interruptible};
 
 /// What the human form shows for a key with an empty value: `etcdctl lock` and Go's
 /// `Mutex` store none.
-const NO_IDENTITY: &str = "(none: etcdctl or Go)";
+pub const NO_IDENTITY: &str = "(none: etcdctl or Go)";
 
 /// Reads NAME's line and prints it; 0 whether or not it is held.
 pub fn status(client: &Client, args: &StatusArgs) -> Exit {
