@@ -400,7 +400,7 @@ impl Drop for Member {
 
 /// Environment variables that etcd would read as configuration (and that make it refuse to
 /// start when they conflict with a flag), except the one needed on some architectures.
-fn is_etcd_config_var(key: &std::ffi::OsStr) -> bool {
+pub(super) fn is_etcd_config_var(key: &std::ffi::OsStr) -> bool {
     key.to_str()
         .is_some_and(|key| key.starts_with("ETCD_") && key != "ETCD_UNSUPPORTED_ARCH")
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::binary::etcd_binary;
 use super::error::context;
+use super::member::is_etcd_config_var;
 use super::process::spawn_dying_with_parent;
 use super::scratch::{TempDir, free_ports, unique_suffix};
 
@@ -282,8 +283,9 @@ impl EtcdProxy {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr);
+        // etcd reads ETCD_* as configuration, the proxy too: the members' rule.
         for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("ETCD_") {
+            if is_etcd_config_var(&key) {
                 command.env_remove(key);
             }
         }
