@@ -165,8 +165,13 @@ fn a_least_privilege_user_uses_every_recipe() {
     assert!(g2.is_held() && g2.fencing_token() > first);
     drop(g2);
 
-    // Lock-delay: the holder's lease ends (revoked), the waiter looks it up and waits.
-    let s3 = c1.session().unwrap();
+    // Lock-delay: the holder's lease expires (its keep-alives stop), the waiter looks it
+    // up and waits.
+    let s3 = c1
+        .session_builder()
+        .ttl(Duration::from_secs(2))
+        .start()
+        .unwrap();
     let held = s3.mutex("app/d").unwrap().lock().unwrap();
     let delayed = s2
         .mutex("app/d")
@@ -182,14 +187,22 @@ fn a_least_privilege_user_uses_every_recipe() {
     assert!(common::eventually(Duration::from_secs(5), || {
         c1.status("app/d").is_ok_and(|s| s.waiters.len() == 1)
     }));
-    std::mem::forget(held); // its release would be clean: end the lease instead
-    let ended = Instant::now();
-    s3.close().expect("revoke the holder's lease");
+    std::mem::forget(held); // its release would be clean: let the lease expire instead
+    s3.orphan();
+    let orphaned = Instant::now();
+    let mut ended = None;
+    while ended.is_none() && orphaned.elapsed() < Duration::from_secs(10) {
+        if common::keys(&c1, "app/d/").len() < 2 {
+            ended = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ended = ended.expect("the orphaned holder's lease never expired");
     let (_, acquired, is_held) = waiter.join().unwrap().expect("the delayed waiter acquires");
     assert!(is_held);
     assert!(
         acquired.duration_since(ended) >= Duration::from_millis(700),
-        "took over {:?} after the lease ended, inside the 800 ms lock-delay",
+        "took over {:?} after the lease expired, inside the 800 ms lock-delay",
         acquired.duration_since(ended)
     );
 

@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{ChildGuard, client, etcd, etcdctl_command, eventually, keys, session};
+use etcd_sync::testing::EtcdProxy;
 use etcd_sync::{CancelToken, Error, MAX_LOCK_DELAY, WaitOptions};
 
 const DELAY: Duration = Duration::from_millis(1500);
@@ -113,11 +114,93 @@ fn a_clean_release_hands_over_at_once_and_bad_delays_are_refused() {
     );
 }
 
+/// Issue 48, item 4: a holder that releases and then closes its session (a process exiting
+/// normally) hands over at once. The close revokes the lease one round trip after the
+/// delete, often before the waiter could look the lease up; the waiter's readings of the
+/// lease while it waited prove that it did not expire. Before the fix, 4 of 30 rounds
+/// waited out the whole delay.
+#[test]
+fn a_release_then_close_hands_over_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    // The waiter hears of the delete through etcd's gRPC proxy, a little later than the
+    // holder's revoke lands: the race the readings must win.
+    let proxy = EtcdProxy::start(&server.endpoints()).unwrap();
+    let waiting = session(&client(&[proxy.endpoint()]), 30);
+    let delay = Duration::from_secs(2);
+    let mutex = waiting.mutex("ld-exit").unwrap().lock_delay(delay).unwrap();
+    let mut slow = Vec::new();
+    for round in 0..30 {
+        let holder = session(&c, 30);
+        let held = holder.mutex("ld-exit").unwrap().lock().unwrap();
+        let m = mutex.clone();
+        let waiter = thread::spawn(move || {
+            let guard = m.lock_timeout(Duration::from_secs(20));
+            (Instant::now(), guard.map(drop))
+        });
+        assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-exit/")
+            .len()
+            == 2));
+        // Let the waiter read the holder's lease once: a process exits after holding a while.
+        thread::sleep(Duration::from_millis(20));
+        let released = Instant::now();
+        held.release().unwrap();
+        holder.close().unwrap();
+        let (acquired, result) = waiter.join().unwrap();
+        result.unwrap();
+        let took = acquired.duration_since(released);
+        if took >= Duration::from_secs(1) {
+            slow.push((round, took));
+        }
+    }
+    assert!(
+        slow.is_empty(),
+        "a release followed by Session::close cost the waiter the lock-delay: {slow:?}"
+    );
+}
+
+/// Lock-delay protects against an expiry, the loss a paused holder cannot see. A lease
+/// revoked while its key was held (`Session::close`, `etcdctl lease revoke`) is a forced
+/// release, as an operator's delete of the key is: the waiter takes over at once.
+#[test]
+fn a_holder_whose_session_is_closed_hands_over_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (a, b) = (session(&c, 30), session(&c, 30));
+    let held = a.mutex("ld-revoked").unwrap().lock().unwrap();
+    let mutex = b
+        .mutex("ld-revoked")
+        .unwrap()
+        .lock_delay(Duration::from_secs(5))
+        .unwrap();
+    let waiter = thread::spawn(move || {
+        let guard = mutex.lock_timeout(Duration::from_secs(20));
+        (Instant::now(), guard.map(|g| g.is_held()))
+    });
+    assert!(eventually(Duration::from_secs(5), || keys(
+        &c,
+        "ld-revoked/"
+    )
+    .len()
+        == 2));
+    thread::sleep(Duration::from_millis(20));
+    let closed = Instant::now();
+    a.close().unwrap();
+    let (acquired, held_now) = waiter.join().unwrap();
+    assert!(held_now.unwrap());
+    assert!(!held.is_held());
+    assert!(
+        acquired.duration_since(closed) < Duration::from_secs(1),
+        "took over {:?} after the holder's session was closed",
+        acquired.duration_since(closed)
+    );
+}
+
 #[test]
 fn a_cancel_during_the_delay_ends_the_wait_and_leaves_no_key() {
     let server = etcd();
     let c = client(&server.endpoints());
-    let (a, b) = (session(&c, 30), session(&c, 30));
+    let (a, b) = (session(&c, 2), session(&c, 30));
     let held = a.rwlock("ld-cancel").unwrap().write().unwrap();
     let rw = b
         .rwlock("ld-cancel")
@@ -138,14 +221,8 @@ fn a_cancel_during_the_delay_ends_the_wait_and_leaves_no_key() {
     )
     .len()
         == 2));
-    // The writer's lease ends: the reader is in its lock-delay.
-    a.close().unwrap();
-    assert!(eventually(Duration::from_secs(5), || keys(
-        &c,
-        "ld-cancel/"
-    )
-    .len()
-        == 1));
+    // The writer's lease expires: the reader is in its lock-delay.
+    orphan_and_await_expiry(&c, &a, "ld-cancel");
     thread::sleep(Duration::from_millis(300));
     assert!(
         !waiter.is_finished(),
@@ -178,7 +255,7 @@ fn key_of(c: &etcd_sync::Client, prefix: &str, session: &etcd_sync::Session) -> 
 fn a_key_deleted_during_the_delay_ends_the_wait_with_lock_lost() {
     let server = etcd();
     let c = client(&server.endpoints());
-    let (s1, s2, s3) = (session(&c, 30), session(&c, 30), session(&c, 30));
+    let (s1, s2, s3) = (session(&c, 2), session(&c, 30), session(&c, 30));
     let _held = s1.mutex("ld-del").unwrap().lock().unwrap();
     let delay = Duration::from_secs(5);
     let mutex = s2.mutex("ld-del").unwrap().lock_delay(delay).unwrap();
@@ -194,11 +271,8 @@ fn a_key_deleted_during_the_delay_ends_the_wait_with_lock_lost() {
     )
     .is_some()));
     let s2_key = key_of(&c, "ld-del/", &s2).expect("the waiter's key");
-    // The holder's lease ends: the waiter's turn comes and its lock-delay starts.
-    s1.close().unwrap();
-    assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-del/")
-        .len()
-        == 1));
+    // The holder's lease expires: the waiter's turn comes and its lock-delay starts.
+    orphan_and_await_expiry(&c, &s1, "ld-del");
     thread::sleep(Duration::from_millis(800));
     assert!(
         !waiter.is_finished(),

@@ -114,25 +114,51 @@ pub(super) async fn wait_in_line(
         position => {
             let watches = line.session.client().watches();
             let far = wait::starts_far(watches, line.ours(enqueued.rev), position);
-            let turn_came = wait.bound(
-                kind.operation(),
-                wait::wait_turn(
-                    rpc,
-                    line.watches_for(far),
-                    session,
-                    line.ours(enqueued.rev),
-                    (position.clone(), enqueued.seen_at),
-                ),
+            // With a lock-delay, the leases ahead are read while we wait: a lease proven
+            // alive when our turn came did not expire (delay.rs).
+            let readings = delay::Readings::default();
+            let reading = match position {
+                Position::Behind(ahead) if !wait.delay.is_zero() => {
+                    let leases = delay::leases_ahead(&line.prefix, ahead);
+                    Some(Box::pin(delay::keep_reading(rpc, leases, readings.clone())))
+                }
+                _ => None,
+            };
+            let our_turn = wait::wait_turn(
+                rpc,
+                line.watches_for(far),
+                session,
+                line.ours(enqueued.rev),
+                (position.clone(), enqueued.seen_at),
             );
-            match (turn_came.await, position) {
+            let turn_came = wait.bound(kind.operation(), async {
+                let Some(reading) = reading else {
+                    return our_turn.await;
+                };
+                tokio::select! {
+                    biased;
+                    granted = our_turn => granted,
+                    never = reading => match never {},
+                }
+            });
+            let turn_came = turn_came.await;
+            let turn_at = crate::support::clock::now();
+            match (turn_came, position) {
                 // Our turn came after others held: a lock-delay may apply. It is a
                 // step after the proof, so it ends when our key goes (rule 4).
                 (Ok(granted), Position::Behind(ahead)) if !wait.delay.is_zero() => {
                     let seen_at = granted.at;
                     let op = kind.operation();
                     let delay = wait.delay;
-                    let held_off =
-                        delay::hold_off(rpc, session, wait, op, &line.prefix, ahead, delay);
+                    let held_off = delay::hold_off(
+                        rpc,
+                        session,
+                        wait,
+                        op,
+                        (&line.prefix, ahead),
+                        delay,
+                        (&readings, turn_at),
+                    );
                     let watches = line.session.client().watches();
                     let ours = line.ours(enqueued.rev);
                     #[cfg(feature = "simulation")]

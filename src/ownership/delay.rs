@@ -7,17 +7,30 @@
 //! key ahead tells a lease that ended (etcd answers TTL -1, or "lease not found") from a
 //! key that was deleted with its lease still alive (a release, a timed-out waiter).
 //!
+//! A lease that ended is not yet an expiry: a holder that releases and then closes its
+//! session (a process exiting normally) revokes its lease one round trip after the delete,
+//! often before the waiter's lookup (issue 48, item 4). So while it waits, a wait with a
+//! delay keeps [`Readings`] of the leases ahead: a TTL answer proves the lease cannot
+//! expire before `sent + ttl - safety margin` (etcd only ever extends a deadline: a new
+//! leader renews every lease). A lease that ended while such a proof still held when our
+//! turn came was revoked or its key released, not expired: no delay. Only an expiry, the
+//! loss a paused or cut-off holder cannot see, costs the delay.
+//!
 //! Covered: a wait whose key was in the line behind the ended holder's key. Not covered:
 //! an acquire that joins after that key is gone (it sees no key ahead; etcd keeps no record
 //! of an ended lease). The caller runs [`hold_off`] under `proof::while_ours`, so the
 //! delay ends with `LockLost` if our own key is deleted meanwhile.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
 
 use super::Wait;
-use crate::client::lease::LeaseState;
+use crate::client::lease::{LeaseState, safety_margin};
 use crate::line::mode::Mode;
 use crate::line::queue::Ahead;
+use crate::support::clock;
 use crate::support::error::code::Code;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
@@ -44,26 +57,108 @@ pub(crate) fn checked(delay: Duration) -> Result<Duration> {
     Ok(delay)
 }
 
-/// Waits `delay` if a lease of a key in `ahead` has ended, within `wait`'s limit and
-/// token, ending early on session loss.
-pub(crate) async fn hold_off(
-    rpc: &Rpc,
-    session: &LeaseState,
-    wait: &Wait,
-    operation: Operation,
-    prefix: &[u8],
-    ahead: &Ahead,
-    delay: Duration,
-) -> Result<()> {
-    if delay.is_zero() {
-        return Ok(());
-    }
+/// The leases of the keys in `ahead` (at most [`CHECKED`]), each once.
+pub(crate) fn leases_ahead(prefix: &[u8], ahead: &Ahead) -> Vec<i64> {
     let mut leases: Vec<i64> = ahead
         .keys()
         .filter_map(|key| Mode::lease_of(prefix, key))
         .collect();
     leases.sort_unstable();
     leases.dedup();
+    leases.truncate(CHECKED);
+    leases
+}
+
+/// Until when each lease ahead is known not to expire, from the last TTL etcd reported.
+#[derive(Clone, Default)]
+pub(crate) struct Readings(Arc<StdMutex<HashMap<i64, Instant>>>);
+
+impl Readings {
+    fn record(&self, lease: i64, alive_until: Instant) {
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(lease, alive_until);
+        }
+    }
+
+    /// Whether `lease` was proven unable to expire before `at`.
+    fn alive_at(&self, lease: i64, at: Instant) -> bool {
+        self.0
+            .lock()
+            .map(|map| map.get(&lease).is_some_and(|until| *until > at))
+            .unwrap_or(false)
+    }
+}
+
+/// How soon an unanswered lookup is tried again.
+const RETRY: Duration = Duration::from_millis(200);
+
+/// Looks up `leases` while the wait runs, each again when half of its proven life is
+/// used, recording into `readings`; stops looking at a lease that ended. Never returns:
+/// the wait drops it when its turn comes. A failed lookup only leaves a proof missing,
+/// which costs a delay, never a wrong handover.
+pub(crate) async fn keep_reading(rpc: &Rpc, leases: Vec<i64>, readings: Readings) -> Infallible {
+    let mut due: HashMap<i64, Instant> = leases.into_iter().map(|l| (l, clock::now())).collect();
+    loop {
+        let now = clock::now();
+        let ready: Vec<i64> = due
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(lease, _)| *lease)
+            .collect();
+        for lease in ready {
+            let sent = clock::now();
+            match rpc.lease_time_to_live(lease).await {
+                Ok(info) if info.ttl > 0 => {
+                    // etcd truncates the remaining TTL to whole seconds: at least this.
+                    let ttl = Duration::from_secs(info.ttl.unsigned_abs());
+                    let proven = ttl - safety_margin(ttl).min(ttl);
+                    readings.record(lease, sent + proven);
+                    due.insert(lease, sent + (proven / 2).max(RETRY));
+                }
+                Ok(_) => {
+                    due.remove(&lease);
+                }
+                Err(Error::Server {
+                    code: Code::NotFound,
+                    ..
+                }) => {
+                    due.remove(&lease);
+                }
+                Err(e) if e.is_transient() => {
+                    due.insert(lease, clock::now() + RETRY);
+                }
+                // Refused (strict auth needs read access to the lease's keys): no proof.
+                Err(_) => {
+                    due.remove(&lease);
+                }
+            }
+        }
+        match due.values().min() {
+            Some(next) => tokio::time::sleep_until((*next).into()).await,
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Waits `delay` if a lease of a key in `ahead` has expired (ended without a proof in
+/// `readings` that it was still alive at `turn_at`, when the wait saw its turn come),
+/// within `wait`'s limit and token, ending early on session loss.
+pub(crate) async fn hold_off(
+    rpc: &Rpc,
+    session: &LeaseState,
+    wait: &Wait,
+    operation: Operation,
+    (prefix, ahead): (&[u8], &Ahead),
+    delay: Duration,
+    (readings, turn_at): (&Readings, Instant),
+) -> Result<()> {
+    if delay.is_zero() {
+        return Ok(());
+    }
+    let leases: Vec<i64> = leases_ahead(prefix, ahead)
+        .into_iter()
+        .filter(|lease| !readings.alive_at(*lease, turn_at))
+        .collect();
     // The lookups are part of the wait: bounded by its limit and token, and ended by a
     // session loss, like every other step of it. (Unbounded, a frozen member held a wait
     // of 303 ms for 2.6 s: one request timeout per endpoint.)
@@ -76,7 +171,7 @@ pub(crate) async fn hold_off(
     tracing::info!(
         lease = %crate::support::kv::LeaseHex(lease),
         ?delay,
-        "the holder's lease ended without a release: lock-delay"
+        "the holder's lease expired without a release: lock-delay"
     );
     wait.bound_alive(operation, session, async {
         tokio::time::sleep(delay).await;
@@ -85,11 +180,10 @@ pub(crate) async fn hold_off(
     .await
 }
 
-/// The first of `leases` (at most [`CHECKED`]) that has ended: etcd reports TTL -1 for it,
-/// or no longer knows it. A lookup is retried until answered (a leader election must not
+/// The first of `leases` that has ended: etcd reports TTL -1 for it, or no longer knows it. A lookup is retried until answered (a leader election must not
 /// fail a wait whose turn came).
 async fn first_ended(rpc: &Rpc, session: &LeaseState, leases: &[i64]) -> Result<Option<i64>> {
-    for &lease in leases.iter().take(CHECKED) {
+    for &lease in leases {
         let looked_up = session
             .retry_while_alive(|| rpc.lease_time_to_live(lease))
             .await;
