@@ -195,7 +195,8 @@ fn vm_rss_kb() -> u64 {
 /// Latency probes per figure: lock + unlock of fresh names, the median reported.
 const PROBES: usize = 50;
 
-/// How long a guard waits before it follows its key (see ARCHITECTURE.md), plus margin:
+/// How long a guard waits before it follows its key (see docs/design/guards-follow.md), plus
+/// margin:
 /// the held locks are held at least this long before the probes with them held.
 const FOLLOWING_AFTER: Duration = Duration::from_millis(300);
 

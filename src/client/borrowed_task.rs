@@ -5,7 +5,7 @@
 //! watch event handed over by the watch hub) happens on the runtime's worker thread with no
 //! thread switch. Polling the future on the caller's thread instead (tokio's `block_on`)
 //! woke the caller for each step and the worker for each request it sent: at 256 processes
-//! about 6 and 11 wake-ups per acquisition (BENCHMARKS.md, "Sixth step").
+//! about 6 and 11 wake-ups per acquisition (docs/design/blocking-seam.md).
 //!
 //! The future may borrow the caller's stack. That is sound because the caller stays parked
 //! until the task has finished or has been dropped unfinished (see [`Task`]), and takes the

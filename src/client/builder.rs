@@ -226,8 +226,8 @@ impl ClientBuilder {
     /// worker thread, started by the first and stopped when the last is dropped, as the
     /// clients of an async program share their executor. For a process that holds many
     /// clients at once (one per cluster or per tenant, or many contenders in one test): one
-    /// thread instead of one each, and fewer thread switches (BENCHMARKS.md, "Sixth
-    /// step"). The clients' futures then take turns on that one thread, so a client's
+    /// thread instead of one each, and fewer thread switches (docs/design/blocking-seam.md).
+    /// The clients' futures then take turns on that one thread, so a client's
     /// calls wait while another's are being handled. Each client still has its own
     /// connection, keep-alive thread and watch stream, and dropping one stops its own work
     /// only.

@@ -33,8 +33,8 @@ use crate::transport::{Retry, Rpc};
 /// shared prefix watcher, however long the line. A line of up to `FRONT + 1` keys waits
 /// there whole: each release then reaches every waiting process of it, and each takes its
 /// turn on the event, with no read and no watcher of its own to set up. Chosen by
-/// measurement (BENCHMARKS.md, "Second step: a narrow front for long lines" and "Fourth
-/// step"): waiters at the back of a line of 8 processes lost three quarters of its
+/// measurement (docs/design/back-of-the-line.md; BENCHMARKS.md, "What was tried and not
+/// kept"): waiters at the back of a line of 8 processes lost three quarters of its
 /// throughput (1,400 → 360 acquisitions/s), because etcd registers some new watchers
 /// *unsynced*, and a lookout's delete then arrives up to 100 ms late, when the whole line
 /// may have waited for it. With 8, lines of 12 and 16 processes still handed off at 690 and
@@ -47,7 +47,7 @@ pub(crate) const FRONT: usize = 16;
 /// drains in order: it then joins the front with that many handoffs to spare. With 2, a
 /// release reaches 4 processes whatever the length of the line (the 2 at the front, the
 /// waiter whose lookout it was, and the holder), and lines of 64 and 256 processes handed
-/// off 20 % and 30 % faster than with 8 (BENCHMARKS.md, same section).
+/// off 20 % and 30 % faster than with 8 (BENCHMARKS.md at `fe26d71`, "Second step").
 pub(crate) const LOOKOUT_LEAVES: usize = 2;
 
 /// How far a lookout may be (keys to go, itself included) for its waiter to read it now and

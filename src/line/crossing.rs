@@ -2,7 +2,7 @@
 //! [`Condition`] the watch task judges on the deletes under the name. The task applies it
 //! to each batch as it arrives and wakes the waiter only with the outcome, so a handoff
 //! wakes the one waiter it concerns. Why the last delete is proof of ownership:
-//! ARCHITECTURE.md, "Handoff without a read".
+//! docs/design/handoff.md.
 
 use crate::line::mode::Sorted;
 use crate::transport::watch::{Event, EventKind};

@@ -16,7 +16,7 @@
 //! Any other key under the name (data, a nested name, a future layout) counts as exclusive,
 //! so every mode stays exclusive with the keys it does not understand. Go's `Mutex` counts
 //! every key, so `etcdctl lock NAME` excludes readers and permits too. Why this is safe:
-//! ARCHITECTURE.md, "Shared keys and permits".
+//! docs/design/permits.md.
 
 use std::collections::{HashMap, HashSet};
 

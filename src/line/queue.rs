@@ -159,8 +159,8 @@ fn newest_up_to(prefix: &[u8], max_create: i64) -> Range {
 /// `n` + 1 keys ahead: if there are more, those alone weigh more than `n` + [`front`]
 /// permits, so it waits at the back, on the newest of them (`line/behind.rs`), and reads
 /// its place when they go. With 1,024 workers on 8 permits that is 26 keys in the answer
-/// instead of 1,023, which etcd encodes and sends and the waiter sorts (BENCHMARKS.md,
-/// "Eighth step"). Neither when another waiter of the client waits at the front
+/// instead of 1,023, which etcd encodes and sends and the waiter sorts (BENCHMARKS.md at
+/// `fe26d71`, "Eighth step"). Neither when another waiter of the client waits at the front
 /// (`whole_line`): then it waits there too, and to take its turn on an event, with no read,
 /// it must know every key ahead. A reader needs to know which keys ahead block it, and the
 /// newest ones may all be readers, so it reads every key (up to [`TRACKED`] + 1),
@@ -380,7 +380,7 @@ pub(crate) struct Enqueued {
 /// (it may still be applied late, after the key is gone again).
 ///
 /// `twin`: a downgradable write's reader key, put by the same Txn with the same lease, so
-/// that both keys have one create revision (ARCHITECTURE.md, "Downgrading a write lock").
+/// that both keys have one create revision (docs/design/downgrade.md).
 /// The Txn then also requires the twin to be absent: a put on an existing reader key would
 /// keep that key's older revision, and it would be no twin. Its else branch reads the twin
 /// too; a key of ours found there (either one) is reported as `existed`, with `rev` 0 if

@@ -40,7 +40,7 @@ impl Granted {
 /// Blocks (asynchronously) until no key ahead keeps ours from holding (for an exclusive
 /// key: until it is the oldest under `prefix`), and returns the revision that proves it.
 ///
-/// The proof (ARCHITECTURE.md, "Handoff without a read"): `ahead` is exact at revision
+/// The proof (docs/design/handoff.md): `ahead` is exact at revision
 /// `seen_at`, and no key can join it later. One watcher of deletes under the prefix —
 /// shared by every waiter of this name on the client — reports, in revision order, every
 /// delete after `seen_at`, including one of our own key. So when the last key ahead is

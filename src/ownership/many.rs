@@ -2,7 +2,7 @@
 //! taken without waiting in bytewise order, then `queue::enqueue_many`, then the holds of
 //! the bytewise prefix of names that were free, and our key queued at the first busy one.
 //! Every other key is removed, turn in hand, exactly as the one-name path removes its key;
-//! the caller takes the rest name by name (ARCHITECTURE.md, "Several names at once").
+//! the caller takes the rest name by name (docs/design/multi-lock.md).
 
 use std::sync::Arc;
 

@@ -11,7 +11,7 @@
 //!   signal that fires when the hold ends for any reason (release, session loss, a
 //!   re-campaign that superseded it). [`Held`] is the guard-side handle on it.
 //!
-//! Cleanup rules (the safety argument is in ARCHITECTURE.md, "Ownership core"):
+//! Cleanup rules (the safety argument is in docs/design/exactly-once.md):
 //! * by create revision whenever the revision is known: it can only delete that one key;
 //! * by lease only after an ambiguous enqueue, and only while the turn is owned. Then no
 //!   guard or waiter of this process uses the key, so any key of our lease under the name

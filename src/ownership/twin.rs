@@ -1,4 +1,4 @@
-//! A downgradable write (ARCHITECTURE.md, "Downgrading a write lock"): the writer key `W`
+//! A downgradable write (docs/design/downgrade.md): the writer key `W`
 //! and its shared twin `R` put by one Txn, so both have one create revision `c`. Keys wait
 //! only for keys created before their own, so `W` holds as a writer with `R` beside it,
 //! every later key waits for `W` (and, unless it is a reader, for `R`), and deleting `W`

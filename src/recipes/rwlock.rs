@@ -522,8 +522,7 @@ pub type RwLockReadGuard = Guard<ReadKind>;
 /// read guard with no gap; it holds two keys, and reports the loss of either one
 /// ([`lost`](Guard::lost), [`is_held`](Guard::is_held)); its guarded writes check the
 /// writer key, which alone excludes everyone. A guard from [`RwLock::write`] holds one key,
-/// as Go's `Mutex` does, and cannot downgrade (ARCHITECTURE.md, "Downgrading a write
-/// lock").
+/// as Go's `Mutex` does, and cannot downgrade (docs/design/downgrade.md).
 ///
 /// # Example
 ///

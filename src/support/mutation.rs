@@ -48,7 +48,8 @@ pub enum Mutation {
     ReleaseKeepsRequest,
     /// A watcher resumes right after the last revision it saw on every member, also on
     /// one without etcd #18089's fix, which then loses a delete at exactly its compact
-    /// revision (defect 5 of RELIABILITY.md, back where the member's version decides).
+    /// revision (defect 5 of docs/design/simulation.md, back where the member's version
+    /// decides).
     ResumeAfterOnEveryRelease,
     /// A waiter at the back never reads its lookout's start gap (the revisions between its
     /// read of the line and its lookout watcher's start), so a lookout deleted there, out of
@@ -59,7 +60,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    /// Every mutation, in the order of the table in RELIABILITY.md.
+    /// Every mutation, in the order of the teeth table in docs/design/simulation.md.
     ///
     /// ```
     /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 10);

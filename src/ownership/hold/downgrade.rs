@@ -1,5 +1,5 @@
-//! Downgrading a write hold to the read hold of its twin (ARCHITECTURE.md, "Downgrading a
-//! write lock"): a downgradable write owns two holds created by one Txn at one revision
+//! Downgrading a write hold to the read hold of its twin (docs/design/downgrade.md): a
+//! downgradable write owns two holds created by one Txn at one revision
 //! `c`, the writer key `W` (`<name>/<lease hex>`) and its twin `R`
 //! (`<name>/<lease hex>.shared`), each on its own line with its own turn. The downgrade is
 //! one Txn, `if create_revision(W) == c and create_revision(R) == c then delete W, put R`:

@@ -1,6 +1,6 @@
 //! [`RwLockWriteGuard::downgrade`](crate::Guard::downgrade): from write to read with no
 //! gap, for a guard from [`RwLock::write_downgradable`](crate::RwLock::write_downgradable)
-//! (ARCHITECTURE.md, "Downgrading a write lock").
+//! (docs/design/downgrade.md).
 
 use std::fmt;
 
