@@ -91,15 +91,18 @@ impl Session {
 
 impl RwLock {
     /// Opts in to a lock-delay (Chubby, Consul): when the holder before us lost its lease
-    /// (it expired, or was revoked) instead of releasing, wait `delay` more before taking
-    /// over, so that a paused holder that cannot check fencing tokens has time to notice it
-    /// lost. A clean release hands over at once. Default: no delay (as Go's `concurrency`).
+    /// to an expiry (its keep-alives stopped: a paused, frozen or cut-off process) instead
+    /// of releasing, wait `delay` more before taking over, so that a holder that cannot
+    /// check fencing tokens has time to notice it lost. A release, a forced delete of the
+    /// key and a revoked lease (`Session::close`, even right after a release, or
+    /// `etcdctl lease revoke`) hand over at once. Default: no delay (as Go's `concurrency`).
     ///
     /// **Covered:** a wait whose key was already in the line, behind the holder's key, when
-    /// etcd deleted that key with its ended lease. The leases of the keys that were ahead of
-    /// ours when we joined are looked up once the wait is over (one LeaseTimeToLive each,
-    /// for at most 16 keys); if any of them ended, the delay starts then, when the wait
-    /// sees that its turn came.
+    /// etcd deleted that key with its expired lease. While it waits, the leases of the keys
+    /// that were ahead of ours when we joined (at most 16) are looked up, each again when
+    /// half its reported TTL is used: a TTL proves the lease cannot expire before then. A
+    /// lease that ended while such a proof held was revoked, not expired. If one ended
+    /// without that proof, the delay starts when the wait sees that its turn came.
     ///
     /// **Not covered:** an acquire that joins after the ended holder's key is gone. It finds
     /// the name free and holds at once, however recently the lease ended: etcd keeps no
