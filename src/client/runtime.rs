@@ -139,6 +139,10 @@ impl Runtime {
             return sim.block_on(fut)?;
         }
         ensure_blocking_allowed()?;
+        // Boxed once, here: a recipe's future is kilobytes, and each move on the way to
+        // the task (the span's wrapper, the erased task, its first poll) copied it whole
+        // (half the client's instructions per uncontended lock, `scripts/callgrind`).
+        let fut = Box::pin(fut);
         // The caller's span goes along: events of the call are logged within it.
         let fut = tracing::Instrument::instrument(fut, tracing::Span::current());
         super::borrowed_task::run(self.handle()?, fut)?
