@@ -25,6 +25,7 @@ use crate::client::lease::LeaseState;
 use crate::line::mode::Sorted;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Range, Txn, TxnOp, TxnOpResponse};
+use crate::support::sim::{Mark, Mutation, mark, mutation};
 use crate::transport::watch::{EventKind, Only};
 use crate::transport::watches::{Delivery, Sink, Spec, UNSYNCED_WINDOW, Watches};
 use crate::transport::{Retry, Rpc};
@@ -79,24 +80,6 @@ const GAP_READ_PER_KEY: Duration = Duration::from_millis(8);
 
 /// See [`gap_read_after`]: the longest a line may stall for a lookout deleted in the gap.
 const GAP_READ_MAX: Duration = Duration::from_millis(250);
-
-/// With the `simulation` feature: waits that started at the back, and reads of a lookout's
-/// start gap made when they were due (process-wide counts, for a simulated run's outcome).
-#[cfg(feature = "simulation")]
-pub(crate) mod counts {
-    use std::sync::atomic::AtomicU64;
-
-    pub(crate) static BACK_WAITS: AtomicU64 = AtomicU64::new(0);
-    pub(crate) static GAP_READS: AtomicU64 = AtomicU64::new(0);
-}
-
-/// Whether the simulation's mutation that never reads a lookout's start gap is on.
-fn gap_left_unread() -> bool {
-    #[cfg(feature = "simulation")]
-    return crate::support::mutation::active(crate::support::mutation::Mutation::LookoutGapUnread);
-    #[cfg(not(feature = "simulation"))]
-    false
-}
 
 /// [`POLL_NEAR`] in force; with the `testing` feature, the environment variable
 /// `ETCD_SYNC_POLL_NEAR` if set, read once (the randomized checker sets 0 in some worker
@@ -312,8 +295,7 @@ pub(crate) async fn wait_for_lookout(
     known: i64,
 ) -> Result<Woken> {
     const OWN: u64 = u64::MAX;
-    #[cfg(feature = "simulation")]
-    counts::BACK_WAITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    mark(Mark::BackWait);
     let (sender, mut deliveries) = unbounded_channel();
     let far = lookout.away >= far_start();
     let _watching: Vec<_> = lookout
@@ -360,8 +342,7 @@ pub(crate) async fn wait_for_lookout(
                 // A read at or after every watcher's start that still finds the keys, with
                 // the create revisions they had, leaves nothing uncovered.
                 gap_read = None;
-                #[cfg(feature = "simulation")]
-                counts::GAP_READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                mark(Mark::GapRead);
                 let there = match lookout.keys.as_slice() {
                     [(key, created)] => still_there(rpc, session, key, *created).await?,
                     keys => all_there(rpc, session, keys).await?,
@@ -398,7 +379,7 @@ pub(crate) async fn wait_for_lookout(
                 // compaction) has them read again.
                 latest_start = latest_start.max(after);
                 starting = starting.saturating_sub(1);
-                if starting == 0 && latest_start > known && !gap_left_unread() {
+                if starting == 0 && latest_start > known && !mutation(Mutation::LookoutGapUnread) {
                     let due = crate::support::clock::now() + gap_read_after(lookout.away);
                     gap_read = Some(gap_read.map_or(due, |pending| pending.min(due)));
                 }

@@ -15,6 +15,7 @@ use crate::support::kv::text;
 use crate::support::kv::{
     Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOpResponse,
 };
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::{Retry, Rpc};
 
 mod many;
@@ -415,10 +416,7 @@ pub(crate) async fn enqueue(
         puts.push(TxnOp::range(of_lease(prefix, lease)));
         reads.push(TxnOp::range(of_lease(prefix, lease)));
     }
-    #[cfg(feature = "simulation")]
-    let absent: &[Compare] = if crate::support::mutation::active(
-        crate::support::mutation::Mutation::EnqueueWithoutCondition,
-    ) {
+    let absent: &[Compare] = if mutation(Mutation::EnqueueWithoutCondition) {
         &[]
     } else {
         &absent

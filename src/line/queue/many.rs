@@ -5,6 +5,7 @@
 use super::{Enqueued, Ours, ahead_of_new, read_position_at, the_line};
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, text};
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::{Retry, Rpc};
 
 /// The most lines one [`enqueue_many`] joins: 2 operations each (the put and the range),
@@ -43,10 +44,7 @@ pub(crate) async fn enqueue_many(
     let absent = lines
         .iter()
         .map(|l| Compare::create_revision(l.ours.key, CompareOp::Equal, 0));
-    #[cfg(feature = "simulation")]
-    let absent: Vec<Compare> = if crate::support::mutation::active(
-        crate::support::mutation::Mutation::EnqueueWithoutCondition,
-    ) {
+    let absent: Vec<Compare> = if mutation(Mutation::EnqueueWithoutCondition) {
         Vec::new()
     } else {
         absent.collect()

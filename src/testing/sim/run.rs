@@ -22,8 +22,8 @@ use tokio::time::Instant;
 
 use super::SimCluster;
 use crate::client::simulated::{self, Simulation};
-use crate::support::mutation;
-pub use crate::support::mutation::Mutation;
+pub use crate::support::sim::Mutation;
+use crate::support::sim::{self as seam, Mark};
 
 /// How long a guard may go on saying it holds after its key is gone (rule 2).
 pub const LOSS_BOUND: Duration = Duration::from_secs(1);
@@ -337,12 +337,8 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     ));
     let runtime = builder.build()?;
     let config = config.clone();
-    mutation::set(config.mutation);
-    let back_counts = || {
-        use crate::line::behind::counts::{BACK_WAITS, GAP_READS};
-        use std::sync::atomic::Ordering::Relaxed;
-        (BACK_WAITS.load(Relaxed), GAP_READS.load(Relaxed))
-    };
+    seam::set(config.mutation);
+    let back_counts = || (seam::marked(Mark::BackWait), seam::marked(Mark::GapRead));
     let back_before = back_counts();
     let outcome = runtime.block_on(async move {
         let sim = Simulation::new(tokio::runtime::Handle::current());
@@ -428,7 +424,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
         Ok::<Outcome, std::io::Error>(outcome)
     })?;
     drop(runtime);
-    mutation::set(None);
+    seam::set(None);
     let mut outcome = outcome;
     let back_after = back_counts();
     outcome.back_waits = back_after.0 - back_before.0;
