@@ -1,5 +1,5 @@
 //! The leaves every layer may use: errors, key-value types, cancellation, backoff, clocks,
-//! wake-up signals, telemetry, the simulation's seam, identities, etcd's error texts and
+//! wake-up signals, telemetry, the simulation's seam, test tuning, identities, etcd's error texts and
 //! TLS settings. Nothing here imports from a layer above.
 
 pub(crate) mod backoff;
@@ -14,3 +14,4 @@ pub(crate) mod sim;
 pub(crate) mod telemetry;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
+pub(crate) mod tuning;

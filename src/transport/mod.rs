@@ -34,6 +34,7 @@ use crate::support::error::{Error, Result};
 use crate::support::etcd_text;
 
 use crate::support::sim::{Mutation, Process, mutation};
+use crate::support::tuning::LineTuning;
 use generated::etcdserverpb as pb;
 use pb::auth_client::AuthClient;
 use pb::watch_client::WatchClient;
@@ -51,6 +52,8 @@ pub(crate) struct RpcConfig {
     /// TLS settings for `https://` endpoints.
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<crate::support::tls::TlsConfig>,
+    /// Test tuning of how this client's waiters wait (`line/behind.rs`).
+    pub(crate) line_tuning: LineTuning,
 }
 
 impl std::fmt::Debug for RpcConfig {
@@ -90,6 +93,8 @@ pub(crate) struct Rpc {
 
 struct RpcInner {
     endpoints: Vec<String>,
+    /// See [`RpcConfig::line_tuning`].
+    line_tuning: LineTuning,
     channels: Vec<Channel>,
     /// Index of the endpoint requests go to; moved on when that endpoint fails.
     current: AtomicUsize,
@@ -197,6 +202,7 @@ impl Rpc {
         let rpc = Rpc {
             inner: Arc::new(RpcInner {
                 endpoints: config.endpoints.clone(),
+                line_tuning: config.line_tuning,
                 channels,
                 current: AtomicUsize::new(current),
                 moves: tokio::sync::watch::Sender::new(0),
@@ -356,6 +362,11 @@ impl Rpc {
         }
         self.with_fresh_token(|| self.unary_once(retry, Token::Send, message.clone(), &call))
             .await
+    }
+
+    /// Test tuning of how this client's waiters wait (see [`RpcConfig::line_tuning`]).
+    pub(crate) fn line_tuning(&self) -> LineTuning {
+        self.inner.line_tuning
     }
 
     /// The simulated process this client belongs to (see `RpcInner::process`).
