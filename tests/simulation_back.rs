@@ -1,29 +1,28 @@
 //! The back of the line under the deterministic simulation (issue 28). The simulation's
 //! lines are short (2 to 5 processes), so with the default widths every waiter waits at the
 //! front. This binary narrows the front to one key and has every lookout's start gap read
-//! when due rather than polled (`ETCD_SYNC_FRONT=1`, `ETCD_SYNC_POLL_NEAR=0`, set for this
-//! process alone before any run reads them): its waiters wait at the back on lookout keys,
-//! join the front, and hold, under every fault of the simulation. A binary of its own: the
-//! widths are read once per process, and the mutation below is switched on process-wide.
+//! when due rather than polled (`RunConfig::line_tuning`, which its processes pass to their
+//! clients' builders): its waiters wait at the back on lookout keys, join the front, and
+//! hold, under every fault of the simulation. A binary of its own: the mutation below is
+//! switched on process-wide.
 #![cfg(feature = "simulation")]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
+use etcd_sync::testing::LineTuning;
 use etcd_sync::testing::sim::{Mutation, RunConfig, run};
 
-/// Narrows the front for this process, before the first run reads the widths.
-fn narrow_the_front() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: called before any thread of this test reads the environment (the widths
-        // are read on first use, inside a run), and only once.
-        unsafe {
-            std::env::set_var("ETCD_SYNC_FRONT", "1");
-            std::env::set_var("ETCD_SYNC_POLL_NEAR", "0");
-        }
-    });
+/// The run of `seed` with the front narrowed to one key, and every lookout's start gap read
+/// when due rather than polled.
+fn narrow(seed: u64) -> RunConfig {
+    RunConfig {
+        line_tuning: LineTuning {
+            front: Some(1),
+            poll_near: Some(0),
+            ..LineTuning::default()
+        },
+        ..RunConfig::from_seed(seed)
+    }
 }
 
 fn secs(var: &str, default: u64) -> Duration {
@@ -43,7 +42,6 @@ fn secs(var: &str, default: u64) -> Duration {
 #[test]
 #[ignore = "a minute or two of schedules: scripts/test runs it optimized, with --include-ignored"]
 fn waiters_at_the_back_break_no_invariant_and_an_unread_lookout_gap_is_found() {
-    narrow_the_front();
     if let Ok(seed) = std::env::var("ETCD_SYNC_SIM_SEED") {
         let seed: u64 = seed.parse().expect("ETCD_SYNC_SIM_SEED is a number");
         if std::env::var_os("ETCD_SYNC_SIM_LOG").is_some() {
@@ -58,7 +56,7 @@ fn waiters_at_the_back_break_no_invariant_and_an_unread_lookout_gap_is_found() {
             .then_some(Mutation::LookoutGapUnread);
         let outcome = run(&RunConfig {
             mutation,
-            ..RunConfig::from_seed(seed)
+            ..narrow(seed)
         })
         .expect("a run");
         for line in &outcome.trace {
@@ -82,7 +80,7 @@ fn waiters_at_the_back_break_no_invariant_and_an_unread_lookout_gap_is_found() {
     let mut failed = Vec::new();
     while started.elapsed() < budget {
         let seed = base + schedules;
-        let outcome = run(&RunConfig::from_seed(seed)).expect("a run");
+        let outcome = run(&narrow(seed)).expect("a run");
         schedules += 1;
         acquisitions += outcome.acquisitions;
         back_waits += outcome.back_waits;
@@ -117,11 +115,11 @@ fn waiters_at_the_back_break_no_invariant_and_an_unread_lookout_gap_is_found() {
         );
         let outcome = run(&RunConfig {
             mutation: Some(Mutation::LookoutGapUnread),
-            ..RunConfig::from_seed(seed)
+            ..narrow(seed)
         })
         .expect("a run");
         if let Some(first) = outcome.violations.first() {
-            let control = run(&RunConfig::from_seed(seed)).expect("a run");
+            let control = run(&narrow(seed)).expect("a run");
             assert!(
                 control.violations.is_empty(),
                 "seed {seed} breaks an invariant without LookoutGapUnread too: {:?}",
@@ -147,9 +145,14 @@ fn waiters_at_the_back_break_no_invariant_and_an_unread_lookout_gap_is_found() {
 /// the leftover too. The enqueue now reads every key of its lease under the name.
 #[test]
 fn seeds_that_found_defects_at_the_back_stay_clean() {
-    narrow_the_front();
     let seeds: &[u64] = &[1_795_584_862_204_072];
     for &seed in seeds {
-        common::assert_seed_clean(seed);
+        let outcome = run(&narrow(seed)).expect("a run");
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed}: {:?}",
+            outcome.violations
+        );
+        assert!(outcome.acquisitions > 0, "seed {seed} acquired nothing");
     }
 }

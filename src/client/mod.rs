@@ -306,7 +306,7 @@ impl Client {
     /// and its background work stops (feature `simulation`).
     #[cfg(feature = "simulation")]
     pub(crate) fn kill(&self) {
-        self.inner.rpc.kill();
+        self.inner.rpc.process().crash();
         self.inner.runtime.stop();
     }
 
@@ -353,13 +353,7 @@ impl Client {
     pub(crate) fn start(config: &RpcConfig, shared_runtime: bool) -> Result<Client> {
         // On a simulated process's thread: the run's runtime, and the keep-alive loop as
         // one of its tasks (`client/simulated.rs`).
-        #[cfg(feature = "simulation")]
-        let (runtime, simulated) = match simulated::current() {
-            Some(sim) => (Runtime::simulated(sim), true),
-            None => (Runtime::new(shared_runtime)?, false),
-        };
-        #[cfg(not(feature = "simulation"))]
-        let (runtime, simulated) = (Runtime::new(shared_runtime)?, false);
+        let (runtime, simulated) = Runtime::for_this_thread(shared_runtime)?;
         let rpc = runtime.block_on(Rpc::connect(config))?;
         let keepalive = if simulated {
             KeepAlive::start_task(runtime.handle()?, rpc.clone())

@@ -3,6 +3,7 @@
 
 use crate::support::error::Result;
 use crate::support::kv::{Compare, CompareOp, Range, Txn, TxnOp};
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::{Retry, Rpc};
 
 /// What proves a key is ours when removing it.
@@ -35,7 +36,6 @@ pub(crate) async fn remove_if_leased(rpc: &Rpc, key: &[u8], lease: i64) -> Resul
 /// The defect [`remove_if_leased`] fixes, for the simulation's teeth
 /// (`Mutation::CleanupByLease`): delete `key` if it is bound to `lease`, whatever its
 /// revision; returns the revision of the answer.
-#[cfg(feature = "simulation")]
 pub(crate) async fn remove_by_lease(rpc: &Rpc, key: &[u8], lease: i64) -> Result<i64> {
     let txn = Txn::new()
         .when([Compare::lease(key, CompareOp::Equal, lease)])
@@ -73,8 +73,7 @@ async fn remove_at_with(
     also: Option<&[u8]>,
 ) -> Result<(bool, i64)> {
     let Owned::Revision(rev) = owned;
-    #[cfg(feature = "simulation")]
-    if crate::support::mutation::active(crate::support::mutation::Mutation::UnguardedRelease) {
+    if mutation(Mutation::UnguardedRelease) {
         let resp = rpc
             .txn(&Txn::new().and_then([TxnOp::delete(key)]), Retry::Safe)
             .await?;

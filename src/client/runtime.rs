@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
 
+use crate::support::cancel::CancelToken;
 use crate::support::error::{Error, Result};
 
 /// Returns `Err(InsideAsyncRuntime)` on a thread that drives async tasks, where a blocking
@@ -108,6 +109,17 @@ impl Runtime {
         })
     }
 
+    /// The runtime a client started on this thread runs on, and whether it is a simulated
+    /// run's: on a simulated process's thread, the run's runtime (`client/simulated.rs`);
+    /// elsewhere, [`Runtime::new`]'s.
+    pub(crate) fn for_this_thread(shared: bool) -> Result<(Runtime, bool)> {
+        #[cfg(feature = "simulation")]
+        if let Some(sim) = super::simulated::current() {
+            return Ok((Runtime::simulated(sim), true));
+        }
+        Ok((Runtime::new(shared)?, false))
+    }
+
     /// The runtime of the simulated run `sim` (see `client/simulated.rs`).
     #[cfg(feature = "simulation")]
     pub(crate) fn simulated(sim: Arc<super::simulated::Simulation>) -> Runtime {
@@ -173,6 +185,24 @@ impl Runtime {
     pub(crate) fn stop(&self) {
         self.stop.cancel();
     }
+}
+
+/// Waits `pause` on the calling thread, or until `cancel` is cancelled. In a simulated run
+/// the pause is virtual time, like every other wait there (else a loop that fails at once
+/// would spin without time passing, and never be cancelled by a timer).
+pub(crate) fn pause(pause: Duration, cancel: &CancelToken) {
+    #[cfg(feature = "simulation")]
+    if let Some(sim) = super::simulated::current() {
+        let cancel = cancel.clone();
+        let _ = sim.block_on(async move {
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = cancel.wait() => {}
+            }
+        });
+        return;
+    }
+    let _ = cancel.cancelled().recv_timeout(pause);
 }
 
 /// Starts a runtime of one worker thread.

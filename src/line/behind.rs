@@ -25,6 +25,8 @@ use crate::client::lease::LeaseState;
 use crate::line::mode::Sorted;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Range, Txn, TxnOp, TxnOpResponse};
+use crate::support::sim::{Mark, Mutation, mark, mutation};
+use crate::support::tuning::LineTuning;
 use crate::transport::watch::{EventKind, Only};
 use crate::transport::watches::{Delivery, Sink, Spec, UNSYNCED_WINDOW, Watches};
 use crate::transport::{Retry, Rpc};
@@ -80,33 +82,6 @@ const GAP_READ_PER_KEY: Duration = Duration::from_millis(8);
 /// See [`gap_read_after`]: the longest a line may stall for a lookout deleted in the gap.
 const GAP_READ_MAX: Duration = Duration::from_millis(250);
 
-/// With the `simulation` feature: waits that started at the back, and reads of a lookout's
-/// start gap made when they were due (process-wide counts, for a simulated run's outcome).
-#[cfg(feature = "simulation")]
-pub(crate) mod counts {
-    use std::sync::atomic::AtomicU64;
-
-    pub(crate) static BACK_WAITS: AtomicU64 = AtomicU64::new(0);
-    pub(crate) static GAP_READS: AtomicU64 = AtomicU64::new(0);
-}
-
-/// Whether the simulation's mutation that never reads a lookout's start gap is on.
-fn gap_left_unread() -> bool {
-    #[cfg(feature = "simulation")]
-    return crate::support::mutation::active(crate::support::mutation::Mutation::LookoutGapUnread);
-    #[cfg(not(feature = "simulation"))]
-    false
-}
-
-/// [`POLL_NEAR`] in force; with the `testing` feature, the environment variable
-/// `ETCD_SYNC_POLL_NEAR` if set, read once (the randomized checker sets 0 in some worker
-/// processes, so that the short lines it makes read their lookouts' gaps late, under every
-/// fault it injects).
-fn poll_near() -> usize {
-    static HOOK: Hook = Hook::new();
-    hooked(&HOOK, "ETCD_SYNC_POLL_NEAR", POLL_NEAR)
-}
-
 /// How far a lookout must be (keys to go) for its watcher to start right after the revision
 /// at which the waiter read it, with no read (`Watches::subscribe_from`): etcd serves such a
 /// watcher unsynced at first and may deliver its events up to 100 ms late, but 200 handoffs
@@ -121,43 +96,58 @@ pub(crate) const UNSYNCED_POLL: Duration = Duration::from_millis(15);
 /// the line only what is left of this interval after [`LOOKOUT_LEAVES`] handoffs.
 const LOOKOUT_POLL: Duration = Duration::from_millis(30);
 
-/// The widths in force: ([`FRONT`], [`LOOKOUT_LEAVES`]); with the `testing` feature, the
-/// environment variable `ETCD_SYNC_FRONT`, if set, replaces [`FRONT`] (and caps
-/// [`LOOKOUT_LEAVES`]), read once: the randomized checker sets it in some worker processes,
-/// so that its short lines also wait at the back, under every fault it injects.
-pub(crate) fn widths() -> (usize, usize) {
-    static HOOK: Hook = Hook::new();
-    let front = hooked(&HOOK, "ETCD_SYNC_FRONT", FRONT);
-    (front, front.min(LOOKOUT_LEAVES))
+/// The widths in force for one client: the constants above, unless its builder was given
+/// test tuning (`ClientBuilder::line_tuning`, `support/tuning.rs`): the randomized checker
+/// and the simulation narrow the front in some processes, so that their short lines also
+/// wait at the back, under every fault they inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Widths {
+    /// [`FRONT`]: how many keys ahead a waiter at the front may have.
+    pub(crate) front: usize,
+    /// [`LOOKOUT_LEAVES`], at most [`front`](Self::front).
+    pub(crate) leaves: usize,
+    /// [`FAR_START`].
+    far_start: usize,
+    /// [`POLL_NEAR`].
+    poll_near: usize,
 }
 
-/// A test hook's cell: read once (see [`hooked`]).
-type Hook = std::sync::OnceLock<Option<usize>>;
+impl Widths {
+    /// The library's own widths.
+    #[cfg(test)]
+    pub(crate) const DEFAULT: Widths = Widths::tuned(LineTuning {
+        front: None,
+        far_start: None,
+        poll_near: None,
+    });
 
-/// `default`; with the `testing` feature, the number in the environment variable `name`
-/// instead, if set, read once into `cell` (the test hooks above).
-fn hooked(cell: &'static Hook, name: &str, default: usize) -> usize {
-    #[cfg(feature = "testing")]
-    if let Some(set) = *cell.get_or_init(|| std::env::var(name).ok().and_then(|v| v.parse().ok())) {
-        return set;
+    /// The widths of the client behind `rpc`.
+    pub(crate) fn of(rpc: &Rpc) -> Widths {
+        Widths::tuned(rpc.line_tuning())
     }
-    #[cfg(not(feature = "testing"))]
-    let _ = (cell, name);
-    default
-}
 
-/// [`FAR_START`] in force; with the `testing` feature, the environment variable
-/// `ETCD_SYNC_FAR_START` if set, read once (the randomized checker sets 0 in some worker
-/// processes, so that their lookouts' watchers start from the revision they read, under
-/// every fault it injects, compaction included).
-fn far_start() -> usize {
-    static HOOK: Hook = Hook::new();
-    hooked(&HOOK, "ETCD_SYNC_FAR_START", FAR_START)
-}
-
-/// [`widths`]' front: how many keys ahead a waiter at the front may have.
-pub(crate) fn front() -> usize {
-    widths().0
+    const fn tuned(tuning: LineTuning) -> Widths {
+        let front = match tuning.front {
+            Some(front) => front,
+            None => FRONT,
+        };
+        Widths {
+            front,
+            leaves: if front < LOOKOUT_LEAVES {
+                front
+            } else {
+                LOOKOUT_LEAVES
+            },
+            far_start: match tuning.far_start {
+                Some(far) => far,
+                None => FAR_START,
+            },
+            poll_near: match tuning.poll_near {
+                Some(near) => near,
+                None => POLL_NEAR,
+            },
+        }
+    }
 }
 
 /// How many keys ahead must still go before `keys` let a waiter hold: every key that blocks,
@@ -182,9 +172,12 @@ pub(crate) struct Lookout {
 
 /// The lookout of a waiter behind `keys`, given the create revision of each of them; `None`
 /// when the waiter is close enough to wait at the front.
-pub(crate) fn lookout(keys: &Sorted, created: &HashMap<Vec<u8>, i64>) -> Option<Lookout> {
-    let (front, leaves) = widths();
-    lookout_within((front, leaves), keys, created)
+pub(crate) fn lookout(
+    widths: Widths,
+    keys: &Sorted,
+    created: &HashMap<Vec<u8>, i64>,
+) -> Option<Lookout> {
+    lookout_within((widths.front, widths.leaves), keys, created)
 }
 
 /// [`lookout`] for a front `front` keys wide, and lookouts that leave `leaves` keys ahead.
@@ -312,10 +305,10 @@ pub(crate) async fn wait_for_lookout(
     known: i64,
 ) -> Result<Woken> {
     const OWN: u64 = u64::MAX;
-    #[cfg(feature = "simulation")]
-    counts::BACK_WAITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let widths = Widths::of(rpc);
+    mark(Mark::BackWait);
     let (sender, mut deliveries) = unbounded_channel();
-    let far = lookout.away >= far_start();
+    let far = lookout.away >= widths.far_start;
     let _watching: Vec<_> = lookout
         .keys
         .iter()
@@ -333,7 +326,7 @@ pub(crate) async fn wait_for_lookout(
         })
         .collect();
     let _own = watches.subscribe_to(Spec::key(own, Only::Deletes), known, Sink::new(OWN, sender));
-    let near = lookout.keys.len() == 1 && lookout.away <= poll_near();
+    let near = lookout.keys.len() == 1 && lookout.away <= widths.poll_near;
     let mut poll_until: Option<Instant> = None;
     // When the gap before the watchers' start is to be read, if no delete came first.
     let mut gap_read: Option<Instant> = None;
@@ -360,8 +353,7 @@ pub(crate) async fn wait_for_lookout(
                 // A read at or after every watcher's start that still finds the keys, with
                 // the create revisions they had, leaves nothing uncovered.
                 gap_read = None;
-                #[cfg(feature = "simulation")]
-                counts::GAP_READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                mark(Mark::GapRead);
                 let there = match lookout.keys.as_slice() {
                     [(key, created)] => still_there(rpc, session, key, *created).await?,
                     keys => all_there(rpc, session, keys).await?,
@@ -398,7 +390,7 @@ pub(crate) async fn wait_for_lookout(
                 // compaction) has them read again.
                 latest_start = latest_start.max(after);
                 starting = starting.saturating_sub(1);
-                if starting == 0 && latest_start > known && !gap_left_unread() {
+                if starting == 0 && latest_start > known && !mutation(Mutation::LookoutGapUnread) {
                     let due = crate::support::clock::now() + gap_read_after(lookout.away);
                     gap_read = Some(gap_read.map_or(due, |pending| pending.min(due)));
                 }
@@ -484,7 +476,7 @@ mod tests {
         // A semaphore of 2 with FRONT + 4 older permits: FRONT + 3 must go before we hold,
         // but any of them may, so no one key must go first (a lookout on the oldest once
         // waited forever while a younger permit was released: tests/semaphore.rs with
-        // ETCD_SYNC_FRONT=0). While the two newest exist, two are ahead: one of them goes
+        // a front of 0 keys). While the two newest exist, two are ahead: one of them goes
         // before our turn.
         let line = names(FRONT + 4, ".permits-2");
         let (keys, created) = sorted(Mode::Permits(2, 1), &line);

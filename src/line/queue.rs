@@ -8,13 +8,14 @@
 use std::collections::HashMap;
 
 use crate::client::lease::LeaseState;
-use crate::line::behind::{self, Lookout, front, widths};
+use crate::line::behind::{self, Lookout, Widths};
 use crate::line::mode::{Mode, Sorted};
 use crate::support::error::{Error, Result};
 use crate::support::kv::text;
 use crate::support::kv::{
     Compare, CompareOp, KeyValue, LeaseHex, Range, Txn, TxnOp, TxnOpResponse,
 };
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::{Retry, Rpc};
 
 mod many;
@@ -95,6 +96,7 @@ impl Ahead {
 /// of them if `complete`). `None`: those keys let us hold, but older ones were not read
 /// (read further back).
 fn judge(
+    widths: Widths,
     mode: Mode,
     prefix: &[u8],
     before: Vec<(Vec<u8>, i64)>,
@@ -109,7 +111,7 @@ fn judge(
         (true, true) => Some(Position::Owner),
         (true, false) => None,
         (false, _) => {
-            let lookout = behind::lookout(&keys, &created);
+            let lookout = behind::lookout(widths, &keys, &created);
             let last = keys
                 .counted
                 .is_empty()
@@ -166,7 +168,7 @@ fn newest_up_to(prefix: &[u8], max_create: i64) -> Range {
 /// newest ones may all be readers, so it reads every key (up to [`TRACKED`] + 1),
 /// unsorted; so does a permit of a semaphore so large that its newest keys would be as
 /// many.
-fn the_line(prefix: &[u8], mode: Mode, whole_line: bool) -> Range {
+fn the_line(widths: Widths, prefix: &[u8], mode: Mode, whole_line: bool) -> Range {
     let newest = |limit: i64| Range {
         limit,
         by_create_revision: Some(false),
@@ -174,9 +176,9 @@ fn the_line(prefix: &[u8], mode: Mode, whole_line: bool) -> Range {
         ..Range::prefix(prefix)
     };
     match mode {
-        Mode::Exclusive if !whole_line => newest(front() as i64 + 2),
-        Mode::Permits(n, _) if !whole_line && permits_read_newest(n) => {
-            newest(front() as i64 + i64::from(n) + 2)
+        Mode::Exclusive if !whole_line => newest(widths.front as i64 + 2),
+        Mode::Permits(n, _) if !whole_line && permits_read_newest(widths, n) => {
+            newest(widths.front as i64 + i64::from(n) + 2)
         }
         _ => Range {
             limit: TRACKED + 1,
@@ -188,14 +190,15 @@ fn the_line(prefix: &[u8], mode: Mode, whole_line: bool) -> Range {
 
 /// Whether the enqueue of a permit of a semaphore of `n` reads only the newest keys ahead
 /// (see [`the_line`]): when they are fewer than the whole line it would read otherwise.
-fn permits_read_newest(n: u32) -> bool {
-    front() as i64 + i64::from(n) + 2 <= TRACKED
+fn permits_read_newest(widths: Widths, n: u32) -> bool {
+    widths.front as i64 + i64::from(n) + 2 <= TRACKED
 }
 
 /// The position of `key`, just put, from `line` (read with the limit `limit` in the same
 /// Txn, see [`the_line`]; etcd counted `counted` keys in it, ours included); `None` if older
 /// keys beyond the ones returned must be read to tell.
 fn ahead_of_new(
+    widths: Widths,
     kvs: Vec<KeyValue>,
     (limit, counted): (i64, i64),
     ours: Ours<'_>,
@@ -208,7 +211,7 @@ fn ahead_of_new(
         .filter(|kv| kv.key != ours.key && kv.create_revision != ours.rev)
         .map(|kv| (kv.key, kv.create_revision))
         .collect();
-    let mut position = judge(ours.mode, ours.prefix, before, complete);
+    let mut position = judge(widths, ours.mode, ours.prefix, before, complete);
     // An exclusive key or a permit read only the newest keys ahead: its lookout is as far
     // as every key etcd counted says (ours among them), less those an exclusive key leaves
     // ahead; a permit's, less the free permits (each key weighs at least one).
@@ -220,7 +223,7 @@ fn ahead_of_new(
     {
         let counted = usize::try_from(counted).unwrap_or(0);
         let away = match ours.mode {
-            Mode::Exclusive => counted.saturating_sub(1 + widths().1),
+            Mode::Exclusive => counted.saturating_sub(1 + widths.leaves),
             Mode::Permits(n, _) => counted.saturating_sub(n as usize),
             Mode::Shared => 0,
         };
@@ -330,7 +333,13 @@ pub(crate) async fn read_position_at(rpc: &Rpc, ours: Ours<'_>) -> Result<(Posit
     loop {
         let oldest = page.iter().map(|kv| kv.create_revision).min();
         before.extend(page.into_iter().map(|kv| (kv.key, kv.create_revision)));
-        if let Some(position) = judge(ours.mode, ours.prefix, before.clone(), complete) {
+        if let Some(position) = judge(
+            Widths::of(rpc),
+            ours.mode,
+            ours.prefix,
+            before.clone(),
+            complete,
+        ) {
             return Ok((position, at));
         }
         // Older keys were not returned: read the next page back, in the same snapshot.
@@ -397,7 +406,8 @@ pub(crate) async fn enqueue(
     let Ours {
         prefix, key, mode, ..
     } = ours;
-    let line = the_line(prefix, mode, whole_line);
+    let widths = Widths::of(rpc);
+    let line = the_line(widths, prefix, mode, whole_line);
     let limit = line.limit;
     let mut absent = vec![Compare::create_revision(key, CompareOp::Equal, 0)];
     let mut puts = vec![TxnOp::put_with_lease(key, value, lease)];
@@ -415,10 +425,7 @@ pub(crate) async fn enqueue(
         puts.push(TxnOp::range(of_lease(prefix, lease)));
         reads.push(TxnOp::range(of_lease(prefix, lease)));
     }
-    #[cfg(feature = "simulation")]
-    let absent: &[Compare] = if crate::support::mutation::active(
-        crate::support::mutation::Mutation::EnqueueWithoutCondition,
-    ) {
+    let absent: &[Compare] = if mutation(Mutation::EnqueueWithoutCondition) {
         &[]
     } else {
         &absent
@@ -452,7 +459,7 @@ pub(crate) async fn enqueue(
             ..ours
         };
         let counted = counts.first().copied().unwrap_or(0);
-        let (position, seen_at) = match ahead_of_new(line, (limit, counted), ours) {
+        let (position, seen_at) = match ahead_of_new(widths, line, (limit, counted), ours) {
             Some(position) => (position, txn_revision),
             // A reader or permit behind a very long line: the Txn's answer cannot tell.
             None => read_position_at(rpc, ours).await?,

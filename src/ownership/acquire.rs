@@ -20,6 +20,7 @@ use crate::support::error::try_lock::TryLockError;
 use crate::support::error::{Error, Result};
 use crate::support::kv::text;
 use crate::support::signal::Signal;
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::Rpc;
 use crate::transport::watches::Pin;
 
@@ -181,10 +182,7 @@ async fn wait_behind(
                     );
                     let watches = line.session.client().watches();
                     let ours = line.ours(enqueued.rev);
-                    #[cfg(feature = "simulation")]
-                    if crate::support::mutation::active(
-                        crate::support::mutation::Mutation::DelayIgnoresDeletion,
-                    ) {
+                    if mutation(Mutation::DelayIgnoresDeletion) {
                         let unwatched = Box::pin(wait.bound_alive(op, session, held_off));
                         return match unwatched.await {
                             Ok(()) => Ok((enqueued, turn, granted)),
@@ -209,10 +207,7 @@ async fn wait_behind(
             // Known revision: this deletes nothing but the key this attempt created.
             let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(turn));
             // Bounded: the caller gets its error within one request timeout.
-            #[cfg(feature = "simulation")]
-            if crate::support::mutation::active(
-                crate::support::mutation::Mutation::CancelReturnsEarly,
-            ) {
+            if mutation(Mutation::CancelReturnsEarly) {
                 drop(pending);
                 return Err(e);
             }
@@ -518,22 +513,14 @@ pub(super) fn clean_up_ambiguous(
     let session = line.session.lease().clone();
     let key = line.key.clone();
     let line = line.clone();
-    #[cfg(feature = "simulation")]
-    let turn =
-        (!crate::support::mutation::active(crate::support::mutation::Mutation::CleanupWithoutTurn))
-            .then_some(turn);
+    let turn = (!mutation(Mutation::CleanupWithoutTurn)).then_some(turn);
     line.session.client().clone().spawn(async move {
         let removed = loop {
-            #[cfg(feature = "simulation")]
-            let attempt = if crate::support::mutation::active(
-                crate::support::mutation::Mutation::CleanupByLease,
-            ) {
+            let attempt = if mutation(Mutation::CleanupByLease) {
                 removal::remove_by_lease(&rpc, &key, session.id()).await
             } else {
                 removal::remove_if_leased(&rpc, &key, session.id()).await
             };
-            #[cfg(not(feature = "simulation"))]
-            let attempt = removal::remove_if_leased(&rpc, &key, session.id()).await;
             match attempt {
                 Err(e) if e.is_transient() && session.loss_reason().is_none() => {
                     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -24,6 +24,7 @@ use crate::transport::Rpc;
 mod downgrade;
 mod together;
 
+use crate::support::sim::{Mutation, mutation};
 use together::guarded_txn;
 pub(crate) use together::{guarded_txn_all, release_together};
 
@@ -360,10 +361,7 @@ impl Held {
             if state.ended {
                 return None;
             }
-            #[cfg(feature = "simulation")]
-            if crate::support::mutation::active(
-                crate::support::mutation::Mutation::ReCampaignAliases,
-            ) {
+            if mutation(Mutation::ReCampaignAliases) {
                 drop(state);
                 return Some(Held::new(hold.clone()));
             }

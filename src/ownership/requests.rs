@@ -18,6 +18,7 @@ use crate::client::removal::{self, Owned};
 use crate::support::error::code::Code;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{KeyValue, Range, text};
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::watch::{EventKind, Only};
 use crate::transport::watches::{Delivery, Spec, Watches};
 use crate::transport::{Retry, Rpc};
@@ -158,8 +159,7 @@ pub(super) fn remove_after_loss(line: &Line) {
 /// The release request of the line's key, which every release and cleanup deletes with
 /// the key (`hold.rs`).
 fn release_request_key(line: &Line) -> Option<Vec<u8>> {
-    #[cfg(feature = "simulation")]
-    if crate::support::mutation::active(crate::support::mutation::Mutation::ReleaseKeepsRequest) {
+    if mutation(Mutation::ReleaseKeepsRequest) {
         return None;
     }
     request::request_key(&line.name, &line.key)

@@ -14,14 +14,12 @@
 use std::time::{Duration, Instant};
 
 /// Now, on the clock every deadline and wait of the crate is measured on: the monotonic
-/// clock. With the `simulation` feature it is read through tokio's clock, which is the
-/// same but in a simulated run (`testing::sim`), whose paused runtime makes it virtual for
-/// every thread that entered it.
+/// clock. With the `simulation` feature it is read through tokio's clock
+/// ([`virtual_now`](super::sim::virtual_now)), which is the same but in a simulated run
+/// (`testing::sim`), whose paused runtime makes it virtual for every thread that entered
+/// it.
 pub(crate) fn now() -> Instant {
-    #[cfg(feature = "simulation")]
-    return tokio::time::Instant::now().into_std();
-    #[cfg(not(feature = "simulation"))]
-    Instant::now()
+    super::sim::virtual_now().unwrap_or_else(Instant::now)
 }
 
 /// How long ago `earlier` was, on [`now`]'s clock.
@@ -31,10 +29,9 @@ pub(crate) fn since(earlier: Instant) -> Duration {
 
 /// How far [`now`]'s clock runs ahead of the monotonic one: zero but in a simulated run.
 fn virtual_lead() -> Duration {
-    #[cfg(feature = "simulation")]
-    return now().saturating_duration_since(Instant::now());
-    #[cfg(not(feature = "simulation"))]
-    Duration::ZERO
+    super::sim::virtual_now().map_or(Duration::ZERO, |now| {
+        now.saturating_duration_since(Instant::now())
+    })
 }
 
 /// Time since boot, suspended time included (CLOCK_BOOTTIME), plus a simulated run's

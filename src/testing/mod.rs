@@ -113,6 +113,8 @@ mod start;
 mod version;
 mod watch;
 
+#[doc(hidden)]
+pub use crate::support::tuning::LineTuning;
 pub use auth::{AUTH_PREFIX, AUTH_ROOT, AUTH_USER};
 pub use binary::{etcd_binary, etcdctl_binary};
 pub use certs::TlsCerts;

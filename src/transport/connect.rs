@@ -134,11 +134,8 @@ pub(super) async fn connect(config: &RpcConfig) -> Result<Connected> {
 /// one write (`transport/coalesce.rs`), or, with the `simulation` feature, through an
 /// in-memory pipe to a simulated member (`transport/memory.rs`).
 async fn dial(endpoint: &Endpoint) -> std::result::Result<Channel, tonic::transport::Error> {
-    #[cfg(feature = "simulation")]
-    if super::memory::is_memory(&endpoint.uri().to_string()) {
-        return endpoint
-            .connect_with_connector(super::memory::Connector)
-            .await;
+    if let Some(dialled) = super::dial_memory(endpoint).await {
+        return dialled;
     }
     endpoint
         .connect_with_connector(super::coalesce::Connector::new())
@@ -147,9 +144,8 @@ async fn dial(endpoint: &Endpoint) -> std::result::Result<Channel, tonic::transp
 
 /// [`dial`], connecting on first use.
 fn dial_lazy(endpoint: &Endpoint) -> Channel {
-    #[cfg(feature = "simulation")]
-    if super::memory::is_memory(&endpoint.uri().to_string()) {
-        return endpoint.connect_with_connector_lazy(super::memory::Connector);
+    if let Some(memory) = super::dial_memory_lazy(endpoint) {
+        return memory;
     }
     endpoint.connect_with_connector_lazy(super::coalesce::Connector::new())
 }

@@ -33,6 +33,8 @@ use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
 use crate::support::etcd_text;
 
+use crate::support::sim::{Mutation, Process, mutation};
+use crate::support::tuning::LineTuning;
 use generated::etcdserverpb as pb;
 use pb::auth_client::AuthClient;
 use pb::watch_client::WatchClient;
@@ -50,6 +52,8 @@ pub(crate) struct RpcConfig {
     /// TLS settings for `https://` endpoints.
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<crate::support::tls::TlsConfig>,
+    /// Test tuning of how this client's waiters wait (`line/behind.rs`).
+    pub(crate) line_tuning: LineTuning,
 }
 
 impl std::fmt::Debug for RpcConfig {
@@ -89,6 +93,8 @@ pub(crate) struct Rpc {
 
 struct RpcInner {
     endpoints: Vec<String>,
+    /// See [`RpcConfig::line_tuning`].
+    line_tuning: LineTuning,
     channels: Vec<Channel>,
     /// Index of the endpoint requests go to; moved on when that endpoint fails.
     current: AtomicUsize,
@@ -101,10 +107,35 @@ struct RpcInner {
     token: std::sync::RwLock<Option<MetadataValue<Ascii>>>,
     /// Serialises re-authentication so a burst of expired-token errors asks once.
     authenticating: tokio::sync::Mutex<()>,
-    /// In a simulated run: the process this client belongs to has crashed, and nothing
-    /// of it reaches etcd any more (requests already on their way still may).
+    /// The simulated process this client belongs to: once it crashed, nothing of it
+    /// reaches etcd any more (requests already on their way still may). Empty, and never
+    /// crashed, without the `simulation` feature.
+    process: Process,
+}
+
+/// The simulation's seam in the transport: a dial of an in-memory endpoint (a simulated
+/// member's, `memory.rs`) goes through a pipe in this process instead of TCP. `None` for any
+/// other endpoint, and always without the `simulation` feature.
+async fn dial_memory(
+    endpoint: &Endpoint,
+) -> Option<std::result::Result<Channel, tonic::transport::Error>> {
     #[cfg(feature = "simulation")]
-    dead: std::sync::atomic::AtomicBool,
+    if memory::is_memory(&endpoint.uri().to_string()) {
+        return Some(endpoint.connect_with_connector(memory::Connector).await);
+    }
+    let _ = endpoint;
+    None
+}
+
+/// [`dial_memory`], connecting on first use.
+#[inline(always)]
+fn dial_memory_lazy(endpoint: &Endpoint) -> Option<Channel> {
+    #[cfg(feature = "simulation")]
+    if memory::is_memory(&endpoint.uri().to_string()) {
+        return Some(endpoint.connect_with_connector_lazy(memory::Connector));
+    }
+    let _ = endpoint;
+    None
 }
 
 /// Normalises `host:port` to `http://host:port` (`https://` with TLS) and checks the URL:
@@ -171,6 +202,7 @@ impl Rpc {
         let rpc = Rpc {
             inner: Arc::new(RpcInner {
                 endpoints: config.endpoints.clone(),
+                line_tuning: config.line_tuning,
                 channels,
                 current: AtomicUsize::new(current),
                 moves: tokio::sync::watch::Sender::new(0),
@@ -178,8 +210,7 @@ impl Rpc {
                 credentials: config.credentials.clone(),
                 token: std::sync::RwLock::new(token),
                 authenticating: tokio::sync::Mutex::new(()),
-                #[cfg(feature = "simulation")]
-                dead: std::sync::atomic::AtomicBool::new(false),
+                process: Process::default(),
             }),
         };
         Ok(rpc)
@@ -326,7 +357,6 @@ impl Rpc {
         message: Req,
         call: impl UnaryCall<Req, Resp>,
     ) -> Result<Resp> {
-        #[cfg(feature = "simulation")]
         if self.is_dead() {
             return Err(Error::Closed);
         }
@@ -334,15 +364,22 @@ impl Rpc {
             .await
     }
 
-    /// Crashes the simulated process this client belongs to (see `RpcInner::dead`).
-    #[cfg(feature = "simulation")]
-    pub(crate) fn kill(&self) {
-        self.inner.dead.store(true, Ordering::SeqCst);
+    /// Test tuning of how this client's waiters wait (see [`RpcConfig::line_tuning`]).
+    pub(crate) fn line_tuning(&self) -> LineTuning {
+        self.inner.line_tuning
     }
 
+    /// The simulated process this client belongs to (see `RpcInner::process`).
     #[cfg(feature = "simulation")]
+    pub(crate) fn process(&self) -> &Process {
+        &self.inner.process
+    }
+
+    /// Whether the simulated process this client belongs to crashed: always `false`
+    /// without the `simulation` feature.
+    #[inline(always)]
     pub(crate) fn is_dead(&self) -> bool {
-        self.inner.dead.load(Ordering::SeqCst)
+        self.inner.process.crashed()
     }
 
     async fn unary_once<Req: Clone, Resp>(
@@ -394,10 +431,7 @@ impl Rpc {
     /// Whether the member behind `channel` says (Status) it has etcd #18089's fix; no if
     /// it cannot say (a failure here is the watch stream's to meet).
     pub(crate) async fn member_keeps_compacted_deletes(&self, channel: Channel) -> bool {
-        #[cfg(feature = "simulation")]
-        if crate::support::mutation::active(
-            crate::support::mutation::Mutation::ResumeAfterOnEveryRelease,
-        ) {
+        if mutation(Mutation::ResumeAfterOnEveryRelease) {
             return true;
         }
         let request = self.request(pb::StatusRequest {});

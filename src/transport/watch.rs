@@ -194,7 +194,6 @@ impl WatchStream {
         rpc: &Rpc,
         creates: &impl Fn(bool) -> Vec<Watch>,
     ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
-        #[cfg(feature = "simulation")]
         if rpc.is_dead() {
             return Err(Error::Closed);
         }

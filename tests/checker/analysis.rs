@@ -43,6 +43,9 @@ pub(crate) struct Totals {
     pub(crate) errors: HashMap<String, u64>,
     /// The text of every error of no known kind, for the summary.
     pub(crate) other_errors: Vec<String>,
+    /// How many children waited with each line tuning (`TUNING front far_start
+    /// poll_near`), to show the tuning reached them.
+    pub(crate) tunings: std::collections::BTreeMap<String, u64>,
 }
 
 pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
@@ -98,6 +101,9 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
                             f[3]
                         ));
                     }
+                }
+                (Some(&"TUNING"), 4) => {
+                    *totals.tunings.entry(f[1..].join("/")).or_default() += 1;
                 }
                 (Some(&"ERR"), 2) => *totals.errors.entry(f[1].to_string()).or_default() += 1,
                 (Some(&"NOTE"), _) => totals

@@ -63,7 +63,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use common::{CHILD_ROLE, ChildGuard, eventually, keys, monotonic_ns, spawn_child};
-use etcd_sync::testing::{EtcdCluster, EtcdProxy, NetFaults};
+use etcd_sync::testing::{EtcdCluster, EtcdProxy, LineTuning, NetFaults};
 use etcd_sync::{Client, Session};
 
 const PROCESSES: usize = 3;
@@ -100,6 +100,17 @@ impl Rng {
 
 fn client_for(endpoints: &[String]) -> etcd_sync::Result<Client> {
     common::try_client_for(endpoints, REQUEST_TIMEOUT)
+}
+
+/// A child's line tuning, from the widths its parent drew (`FRONT`, `FAR_START`,
+/// `POLL_NEAR`; unset: the library's own).
+fn child_tuning() -> LineTuning {
+    let width = |var: &str| std::env::var(var).ok().and_then(|v| v.parse().ok());
+    LineTuning {
+        front: width("FRONT"),
+        far_start: width("FAR_START"),
+        poll_near: width("POLL_NEAR"),
+    }
 }
 
 pub(crate) type Log = Arc<StdMutex<std::fs::File>>;
@@ -160,8 +171,25 @@ fn checker_child() {
         endpoints.insert(0, proxy);
     }
     log(&log_file, format!("ENDPOINTS {}", endpoints.join(",")));
+    let tuning = child_tuning();
+    let shown = |width: Option<usize>| width.map_or("-".to_string(), |w| w.to_string());
+    log(
+        &log_file,
+        format!(
+            "TUNING {} {} {}",
+            shown(tuning.front),
+            shown(tuning.far_start),
+            shown(tuning.poll_near)
+        ),
+    );
     let client = loop {
-        match client_for(&endpoints) {
+        match Client::builder()
+            .endpoints(&endpoints)
+            .request_timeout(REQUEST_TIMEOUT)
+            .connect_timeout(Duration::from_secs(1))
+            .line_tuning(tuning)
+            .connect()
+        {
             Ok(client) => break client,
             Err(_) if monotonic_ns() < deadline_ns => {
                 std::thread::sleep(Duration::from_millis(200))
@@ -288,26 +316,21 @@ impl Children {
             ("DEADLINE_NS", self.deadline_ns.to_string()),
             ("SEED", rng.next().to_string()),
             // The front of a line is 16 waiters wide; the few processes here rarely
-            // queue that deep, so most children narrow it, and their waiters also
-            // wait at the back on one lookout key (line/behind.rs).
+            // queue that deep, so most children narrow it (the client builder's hidden
+            // `line_tuning`), and their waiters also wait at the back on one lookout key
+            // (line/behind.rs).
             (
-                "ETCD_SYNC_FRONT",
+                "FRONT",
                 ["0", "1", "2", "16"][rng.below(4) as usize].to_string(),
             ),
             // Half of them start every lookout's watcher from the revision the waiter
             // read (the library does so only 200 keys from the front), so that such
             // watchers meet compaction and restarts too.
-            (
-                "ETCD_SYNC_FAR_START",
-                ["0", "200"][rng.below(2) as usize].to_string(),
-            ),
+            ("FAR_START", ["0", "200"][rng.below(2) as usize].to_string()),
             // Half of them read a lookout's start gap late, not poll it, however near
             // (the library does so from 33 keys on), so that a lookout deleted in that
             // gap, out of order, is found by that read under every fault.
-            (
-                "ETCD_SYNC_POLL_NEAR",
-                ["0", "32"][rng.below(2) as usize].to_string(),
-            ),
+            ("POLL_NEAR", ["0", "32"][rng.below(2) as usize].to_string()),
             (
                 "LOG",
                 self.dir.join(format!("log-{n}")).display().to_string(),
@@ -546,6 +569,10 @@ fn randomized_checker() {
         totals.errors,
         totals.stale_attempts - totals.stale_accepted,
         totals.stale_attempts,
+    );
+    println!(
+        "CHECKER line_tunings(front/far_start/poll_near: children)={:?}",
+        totals.tunings
     );
     println!(
         "CHECKER faults={faults:?} auto_compactions={auto_compactions} \

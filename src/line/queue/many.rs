@@ -3,8 +3,10 @@
 //! put and its range of the line, in the given (bytewise) order.
 
 use super::{Enqueued, Ours, ahead_of_new, read_position_at, the_line};
+use crate::line::behind::Widths;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, text};
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::{Retry, Rpc};
 
 /// The most lines one [`enqueue_many`] joins: 2 operations each (the put and the range),
@@ -40,13 +42,11 @@ pub(crate) async fn enqueue_many(
             "at most {MAX_LINES} lines join in one transaction"
         )));
     }
+    let widths = Widths::of(rpc);
     let absent = lines
         .iter()
         .map(|l| Compare::create_revision(l.ours.key, CompareOp::Equal, 0));
-    #[cfg(feature = "simulation")]
-    let absent: Vec<Compare> = if crate::support::mutation::active(
-        crate::support::mutation::Mutation::EnqueueWithoutCondition,
-    ) {
+    let absent: Vec<Compare> = if mutation(Mutation::EnqueueWithoutCondition) {
         Vec::new()
     } else {
         absent.collect()
@@ -54,7 +54,7 @@ pub(crate) async fn enqueue_many(
     let mut limits = Vec::with_capacity(lines.len());
     let mut ops = Vec::with_capacity(2 * lines.len());
     for l in lines {
-        let range = the_line(l.ours.prefix, l.ours.mode, l.whole_line);
+        let range = the_line(widths, l.ours.prefix, l.ours.mode, l.whole_line);
         limits.push(range.limit);
         ops.push(TxnOp::put_with_lease(l.ours.key, value, lease));
         ops.push(TxnOp::range(range));
@@ -88,7 +88,7 @@ pub(crate) async fn enqueue_many(
     let mut joined = Vec::with_capacity(lines.len());
     for (((l, kvs), limit), counted) in lines.iter().zip(ranges).zip(limits).zip(counts) {
         let ours = Ours { rev: at, ..l.ours };
-        let (position, seen_at) = match ahead_of_new(kvs, (limit, counted), ours) {
+        let (position, seen_at) = match ahead_of_new(widths, kvs, (limit, counted), ours) {
             Some(position) => (position, at),
             // A reader behind a very long line: the Txn's answer cannot tell.
             None => read_position_at(rpc, ours).await?,

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// The library's own widths.
+const D: Widths = Widths::DEFAULT;
+
 #[test]
 fn keys_match_go_layout() {
     let prefix = key_prefix(b"mylock").unwrap_or_default();
@@ -44,6 +47,7 @@ fn position_of(kvs: Vec<KeyValue>, ours: Ours<'_>) -> Option<Position> {
     match before_ours(kvs, ours) {
         None => Some(Position::Gone),
         Some((before, complete)) => judge(
+            D,
             ours.mode,
             ours.prefix,
             before
@@ -106,12 +110,13 @@ fn readers_and_permits_need_older_keys_when_the_newest_let_them_hold() {
 #[test]
 fn a_new_key_has_every_other_key_of_the_line_ahead() {
     let a = ours(b"p/a", Mode::Exclusive, 5);
-    let limit = the_line(b"p/", Mode::Exclusive, false).limit;
+    let limit = the_line(D, b"p/", Mode::Exclusive, false).limit;
     assert!(matches!(
-        ahead_of_new(vec![kv(b"p/a", 5)], (limit, 1), a),
+        ahead_of_new(D, vec![kv(b"p/a", 5)], (limit, 1), a),
         Some(Position::Owner)
     ));
     match ahead_of_new(
+        D,
         vec![kv(b"p/0", 2), kv(b"p/a", 5), kv(b"p/data", 3)],
         (limit, 3),
         a,
@@ -126,15 +131,15 @@ fn a_new_key_has_every_other_key_of_the_line_ahead() {
     let full: Vec<KeyValue> = (0..limit)
         .map(|i| kv(format!("p/k{i}").as_bytes(), i + 1))
         .collect();
-    match ahead_of_new(full, (limit, 5000), a) {
+    match ahead_of_new(D, full, (limit, 5000), a) {
         Some(Position::Behind(ahead)) => assert!(!ahead.complete),
         other => panic!("expected Behind, got {other:?}"),
     }
     // A reader behind readers holds with them.
     let readers = vec![kv(b"p/1.shared", 2), kv(b"p/a.shared", 5)];
-    let limit = the_line(b"p/", Mode::Shared, false).limit;
+    let limit = the_line(D, b"p/", Mode::Shared, false).limit;
     assert!(matches!(
-        ahead_of_new(readers, (limit, 2), ours(b"p/a.shared", Mode::Shared, 5)),
+        ahead_of_new(D, readers, (limit, 2), ours(b"p/a.shared", Mode::Shared, 5)),
         Some(Position::Owner)
     ));
 }
@@ -142,29 +147,30 @@ fn a_new_key_has_every_other_key_of_the_line_ahead() {
 #[test]
 fn an_exclusive_key_reads_only_the_newest_keys_ahead_and_a_reader_reads_the_line() {
     // The newest keys first: its own, the front, and the lookout beyond it.
-    let exclusive = the_line(b"p/", Mode::Exclusive, false);
-    assert_eq!(exclusive.limit, front() as i64 + 2);
+    let exclusive = the_line(D, b"p/", Mode::Exclusive, false);
+    assert_eq!(exclusive.limit, D.front as i64 + 2);
     assert_eq!(exclusive.by_create_revision, Some(false));
     // Which keys block a reader depends on every key ahead.
-    let shared = the_line(b"p/", Mode::Shared, false);
+    let shared = the_line(D, b"p/", Mode::Shared, false);
     // An exclusive key joining a client's waiters at the front reads the whole line too.
-    assert_eq!(the_line(b"p/", Mode::Exclusive, true), shared);
+    assert_eq!(the_line(D, b"p/", Mode::Exclusive, true), shared);
     assert_eq!(shared.limit, TRACKED + 1);
     assert_eq!(shared.by_create_revision, None);
     // A long line read in part: the waiter watches the oldest key it read.
     let mut newest: Vec<KeyValue> = vec![kv(b"p/a", 500)];
-    newest.extend((0..=front() as i64).map(|i| kv(format!("p/k{i}").as_bytes(), 400 - i)));
+    newest.extend((0..=D.front as i64).map(|i| kv(format!("p/k{i}").as_bytes(), 400 - i)));
     // etcd counted 100 keys, ours included.
     match ahead_of_new(
+        D,
         newest,
         (exclusive.limit, 100),
         ours(b"p/a", Mode::Exclusive, 500),
     ) {
         Some(Position::Behind(ahead)) => {
             assert!(!ahead.complete);
-            // The keys read are the newest `front() + 1` ahead; the lookout leaves
+            // The keys read are the newest `D.front + 1` ahead; the lookout leaves
             // `leaves` of them.
-            let (_, leaves) = crate::line::behind::widths();
+            let leaves = D.leaves;
             let lookout = ahead.lookout.expect("far from its turn");
             assert_eq!(
                 lookout.keys,
@@ -180,14 +186,14 @@ fn an_exclusive_key_reads_only_the_newest_keys_ahead_and_a_reader_reads_the_line
 #[test]
 fn a_permit_reads_only_the_newest_keys_ahead_unless_the_semaphore_is_as_large() {
     // A semaphore of 8: its own key, the front, the 8 permits and one more, newest first.
-    let permits = the_line(b"p/", Mode::Permits(8, 1), false);
-    assert_eq!(permits.limit, front() as i64 + 10);
+    let permits = the_line(D, b"p/", Mode::Permits(8, 1), false);
+    assert_eq!(permits.limit, D.front as i64 + 10);
     assert_eq!(permits.by_create_revision, Some(false));
     // Joining the client's waiters at the front, or a semaphore of nearly TRACKED
     // permits: the whole line, unsorted.
-    let whole = the_line(b"p/", Mode::Shared, false);
-    assert_eq!(the_line(b"p/", Mode::Permits(8, 1), true), whole);
-    assert_eq!(the_line(b"p/", Mode::Permits(1024, 1), false), whole);
+    let whole = the_line(D, b"p/", Mode::Shared, false);
+    assert_eq!(the_line(D, b"p/", Mode::Permits(8, 1), true), whole);
+    assert_eq!(the_line(D, b"p/", Mode::Permits(1024, 1), false), whole);
     // A line of 1,000 permits read in part: the waiter watches the newest 8 ahead.
     let own = b"p/fff.permits-8";
     let mut newest: Vec<KeyValue> = vec![kv(own, 5000)];
@@ -195,6 +201,7 @@ fn a_permit_reads_only_the_newest_keys_ahead_unless_the_semaphore_is_as_large() 
         (1..permits.limit).map(|i| kv(format!("p/{i:03x}.permits-8").as_bytes(), 5000 - i)),
     );
     match ahead_of_new(
+        D,
         newest,
         (permits.limit, 1000),
         ours(own, Mode::Permits(8, 1), 5000),
@@ -221,6 +228,7 @@ fn a_permit_reads_only_the_newest_keys_ahead_unless_the_semaphore_is_as_large() 
     ];
     assert!(matches!(
         ahead_of_new(
+            D,
             short,
             (permits.limit, 3),
             ours(own, Mode::Permits(8, 1), 50)
@@ -234,13 +242,13 @@ fn a_permit_reads_only_the_newest_keys_ahead_unless_the_semaphore_is_as_large() 
 #[test]
 fn keys_at_our_own_revision_are_not_ahead() {
     let w = ours(b"p/a", Mode::Exclusive, 5);
-    let limit = the_line(b"p/", Mode::Exclusive, false).limit;
+    let limit = the_line(D, b"p/", Mode::Exclusive, false).limit;
     for line in [
         vec![kv(b"p/a", 5), kv(b"p/a.shared", 5)],
         vec![kv(b"p/a.shared", 5), kv(b"p/a", 5)],
     ] {
         assert!(matches!(
-            ahead_of_new(line.clone(), (limit, 2), w),
+            ahead_of_new(D, line.clone(), (limit, 2), w),
             Some(Position::Owner)
         ));
         // Newest first: the tie, then the older keys.

@@ -412,21 +412,8 @@ impl<'a> LeaderLoop<'a> {
         self.health.set(LoopState::BackingOff);
         let pause = backoff.next_pause();
         tracing::info!(error = %why, ?pause, "leader loop: trying again");
-        // In a simulated run the pause is virtual time, like every other wait there (else
-        // a loop that fails at once would spin without time passing, and never be
-        // cancelled by a timer).
-        #[cfg(feature = "simulation")]
-        if let Some(sim) = crate::client::simulated::current() {
-            let cancel = cancel.clone();
-            let _ = sim.block_on(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(pause) => {}
-                    () = cancel.wait() => {}
-                }
-            });
-            return;
-        }
-        let _ = cancel.cancelled().recv_timeout(pause);
+        // Through the runtime's seam: virtual time in a simulated run.
+        crate::client::runtime::pause(pause, cancel);
     }
 }
 

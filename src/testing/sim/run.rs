@@ -22,8 +22,9 @@ use tokio::time::Instant;
 
 use super::SimCluster;
 use crate::client::simulated::{self, Simulation};
-use crate::support::mutation;
-pub use crate::support::mutation::Mutation;
+pub use crate::support::sim::Mutation;
+use crate::support::sim::{self as seam, Mark};
+use crate::support::tuning::LineTuning;
 
 /// How long a guard may go on saying it holds after its key is gone (rule 2).
 pub const LOSS_BOUND: Duration = Duration::from_secs(1);
@@ -64,6 +65,11 @@ pub struct RunConfig {
     /// with a `MultiLock` (from a seed: two sevenths of the seeds, none of those pinned
     /// before multi-locks were in the workload).
     pub multi_locks: bool,
+    /// How the processes' waiters wait (their clients' hidden
+    /// [`line_tuning`](crate::client::builder::ClientBuilder::line_tuning)): the library's
+    /// own widths by default, under which the simulation's short lines wait at the front;
+    /// `tests/simulation_back.rs` narrows the front so that they wait at the back.
+    pub line_tuning: LineTuning,
 }
 
 impl RunConfig {
@@ -85,6 +91,7 @@ impl RunConfig {
             mutation: None,
             leader_loops: seed % 11 == 3,
             multi_locks: matches!(seed % 7, 3 | 6),
+            line_tuning: LineTuning::default(),
         }
     }
 }
@@ -100,6 +107,7 @@ impl Default for RunConfig {
             mutation: None,
             leader_loops: true,
             multi_locks: true,
+            line_tuning: LineTuning::default(),
         }
     }
 }
@@ -140,7 +148,8 @@ pub struct Outcome {
     /// Of [`multi_locks`](Self::multi_locks), those whose keys share one create revision.
     pub multi_locks_in_one_txn: u64,
     /// Waits that started at the back of a line, on a lookout key (none with the default
-    /// widths: the simulation's lines are short; `ETCD_SYNC_FRONT` narrows the front).
+    /// widths: the simulation's lines are short; [`RunConfig::line_tuning`] narrows the
+    /// front).
     /// Counted process-wide: exact when no other run overlaps this one.
     pub back_waits: u64,
     /// Of those, reads of the lookout's start gap, made when due (see `line/behind.rs`).
@@ -228,6 +237,8 @@ struct World {
     leader_loops: bool,
     /// Whether a quarter of the steps take two names at once ([`RunConfig::multi_locks`]).
     multi_locks: bool,
+    /// [`RunConfig::line_tuning`].
+    line_tuning: LineTuning,
 }
 
 impl World {
@@ -337,12 +348,8 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     ));
     let runtime = builder.build()?;
     let config = config.clone();
-    mutation::set(config.mutation);
-    let back_counts = || {
-        use crate::line::behind::counts::{BACK_WAITS, GAP_READS};
-        use std::sync::atomic::Ordering::Relaxed;
-        (BACK_WAITS.load(Relaxed), GAP_READS.load(Relaxed))
-    };
+    seam::set(config.mutation);
+    let back_counts = || (seam::marked(Mark::BackWait), seam::marked(Mark::GapRead));
     let back_before = back_counts();
     let outcome = runtime.block_on(async move {
         let sim = Simulation::new(tokio::runtime::Handle::current());
@@ -358,6 +365,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             asking: matches!(config.seed % 9, 5 | 6 | 8),
             leader_loops: config.leader_loops,
             multi_locks: config.multi_locks,
+            line_tuning: config.line_tuning,
         });
         // A third of the runs have etcd send progress notifications (production clusters
         // that set the interval, as Kubernetes asks): a quiet watcher's resume revision
@@ -428,7 +436,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
         Ok::<Outcome, std::io::Error>(outcome)
     })?;
     drop(runtime);
-    mutation::set(None);
+    seam::set(None);
     let mut outcome = outcome;
     let back_after = back_counts();
     outcome.back_waits = back_after.0 - back_before.0;

@@ -17,6 +17,7 @@ use super::watcher::Watcher;
 use super::{Command, Delivery, Spec};
 use crate::support::backoff::Backoff;
 use crate::support::error::Result;
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::Rpc;
 use crate::transport::watch::{WatchResponse, WatchStream, cancel_error};
 
@@ -435,10 +436,7 @@ impl Hub {
             // are ignored: the id is no longer ours).
             let _ = stream.send_cancel(id);
         }
-        #[cfg(feature = "simulation")]
-        if compacted > 0
-            && crate::support::mutation::active(crate::support::mutation::Mutation::ResumeCompacted)
-        {
+        if compacted > 0 && mutation(Mutation::ResumeCompacted) {
             watcher.id = None;
             watcher.created = false;
             watcher.through = Some(compacted);

@@ -248,64 +248,65 @@ mod tests {
         }
     }
 
-    /// Measured on the run's clock (the `simulation` feature makes it virtual).
-    #[cfg(feature = "simulation")]
-    mod clock {
-        use super::*;
+    // Measured on the run's clock (the `simulation` feature makes it virtual).
+    crate::support::sim::simulated! {
+        mod clock {
+            use super::*;
 
-        /// Keeps what a watcher tells its subscriber.
-        struct Told(std::sync::Arc<std::sync::Mutex<Vec<Delivery>>>);
+            /// Keeps what a watcher tells its subscriber.
+            struct Told(std::sync::Arc<std::sync::Mutex<Vec<Delivery>>>);
 
-        impl Receiver for Told {
-            fn tell(&mut self, delivery: Delivery) -> bool {
-                self.0
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(delivery);
-                true
+            impl Receiver for Told {
+                fn tell(&mut self, delivery: Delivery) -> bool {
+                    self.0
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(delivery);
+                    true
+                }
+                fn events(&mut self, _: &Batch) -> bool {
+                    true
+                }
             }
-            fn events(&mut self, _: &Batch) -> bool {
-                true
-            }
-        }
 
-        fn fresh_when_welcomed(w: &Watcher) -> bool {
-            let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            let mut subscriber: Subscriber = Box::new(Told(told.clone()));
-            w.welcome(&mut subscriber, 0);
-            let told = told.lock().unwrap_or_else(|e| e.into_inner());
-            match told.first() {
-                Some(Delivery::From { fresh, .. }) => *fresh,
-                other => panic!("welcomed with {other:?}"),
+            fn fresh_when_welcomed(w: &Watcher) -> bool {
+                let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+                let mut subscriber: Subscriber = Box::new(Told(told.clone()));
+                w.welcome(&mut subscriber, 0);
+                let told = told.lock().unwrap_or_else(|e| e.into_inner());
+                match told.first() {
+                    Some(Delivery::From { fresh, .. }) => *fresh,
+                    other => panic!("welcomed with {other:?}"),
+                }
             }
-        }
 
-        /// Whether a watcher counts as just started is measured on the crate's clock, which is
-        /// virtual in a simulated run: the wall clock running ahead of it (a slow machine) or
-        /// behind it must not change what a run does, or a seed does not replay.
-        #[test]
-        fn just_started_is_measured_on_the_runs_clock_not_the_wall_clock() {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .unwrap_or_else(|e| panic!("runtime: {e}"));
-            runtime.block_on(async {
-                let mut w = covering(10);
-                w.start_fresh(10);
-                // The wall clock runs past the window; the run's clock has not moved.
-                std::thread::sleep(UNSYNCED_WINDOW + std::time::Duration::from_millis(30));
-                assert!(
-                    fresh_when_welcomed(&w),
-                    "no virtual time passed: still fresh"
-                );
-                // The run's clock runs past the window; the wall clock barely moves.
-                tokio::time::advance(UNSYNCED_WINDOW * 2).await;
-                assert!(
-                    !fresh_when_welcomed(&w),
-                    "virtual time passed: no longer fresh"
-                );
-            });
+            /// Whether a watcher counts as just started is measured on the crate's clock, which is
+            /// virtual in a simulated run: the wall clock running ahead of it (a slow machine) or
+            /// behind it must not change what a run does, or a seed does not replay.
+            #[test]
+            fn just_started_is_measured_on_the_runs_clock_not_the_wall_clock() {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .start_paused(true)
+                    .build()
+                    .unwrap_or_else(|e| panic!("runtime: {e}"));
+                runtime.block_on(async {
+                    let mut w = covering(10);
+                    w.start_fresh(10);
+                    // The wall clock runs past the window; the run's clock has not moved.
+                    std::thread::sleep(UNSYNCED_WINDOW + std::time::Duration::from_millis(30));
+                    assert!(
+                        fresh_when_welcomed(&w),
+                        "no virtual time passed: still fresh"
+                    );
+                    // The run's clock runs past the window; the wall clock barely moves.
+                    tokio::time::advance(UNSYNCED_WINDOW * 2).await;
+                    assert!(
+                        !fresh_when_welcomed(&w),
+                        "virtual time passed: no longer fresh"
+                    );
+                });
+            }
         }
     }
 

@@ -20,6 +20,7 @@ fn connect(world: &World) -> Result<Client> {
     Client::builder()
         .endpoints(world.cluster.endpoints())
         .request_timeout(Duration::from_secs(1))
+        .line_tuning(world.line_tuning)
         .connect()
 }
 
