@@ -22,8 +22,8 @@ use tokio::time::Instant;
 
 use super::SimCluster;
 use crate::client::simulated::{self, Simulation};
-use crate::support::mutation;
 pub use crate::support::mutation::Mutation;
+use crate::support::{backoff, mutation};
 
 /// How long a guard may go on saying it holds after its key is gone (rule 2).
 pub const LOSS_BOUND: Duration = Duration::from_secs(1);
@@ -338,6 +338,9 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     let runtime = builder.build()?;
     let config = config.clone();
     mutation::set(config.mutation);
+    // Retry pauses are jittered: drawn from the seed on the runtime's thread (this one)
+    // and on each process's, so the run replays.
+    backoff::seed_jitter(config.seed);
     let back_counts = || {
         use crate::line::behind::counts::{BACK_WAITS, GAP_READS};
         use std::sync::atomic::Ordering::Relaxed;
@@ -378,6 +381,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             let world = world.clone();
             let seed = rng.next();
             sim.spawn_process(format!("sim-p{p}"), move || {
+                backoff::seed_jitter(seed);
                 process(&world, p, seed);
                 world.running.fetch_sub(1, Ordering::SeqCst);
             })?;
