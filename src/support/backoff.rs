@@ -6,14 +6,16 @@
 //! before holds), none is shorter than half (no retry storm), and clients that lost etcd
 //! at the same moment spread their reconnects over half of each step. The draw is a small
 //! xorshift generator per thread, seeded from the boot clock, the process id and the
-//! thread; [`seed_jitter`] makes a thread's draws reproducible (a simulated run seeds its
-//! runtime's thread and its processes' threads from the run's seed, so a seed replays).
+//! thread; [`seed_jitter`] makes a thread's draws reproducible (tests). A simulated run
+//! turns the jitter off on its runtime's and its processes' threads ([`without_jitter`]):
+//! its schedules, and so every seed pinned in tests and RELIABILITY.md, stay as they were,
+//! and a seed replays.
 
 use std::cell::Cell;
 use std::time::Duration;
 
 thread_local! {
-    /// This thread's jitter generator (xorshift64*; never zero).
+    /// This thread's jitter generator (xorshift64*), or 0: no jitter on this thread.
     static JITTER: Cell<u64> = Cell::new(first_seed());
 }
 
@@ -36,21 +38,30 @@ fn mix(mut x: u64) -> u64 {
     if x == 0 { 0x9e37_79b9_7f4a_7c15 } else { x }
 }
 
-/// Makes this thread's jitter draws a function of `seed` from now on (a simulated run
-/// replays from its seed; tests).
+/// Makes this thread's jitter draws a function of `seed` from now on.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn seed_jitter(seed: u64) {
     JITTER.with(|state| state.set(mix(seed)));
 }
 
-/// The next draw of this thread's generator.
-fn draw() -> u64 {
+/// Turns the jitter off on this thread: every pause is its whole step (a simulated run,
+/// whose schedules must not change under the seeds pinned for it).
+pub(crate) fn without_jitter() {
+    JITTER.with(|state| state.set(0));
+}
+
+/// The next draw of this thread's generator; `None` with the jitter off.
+fn draw() -> Option<u64> {
     JITTER.with(|state| {
         let mut x = state.get();
+        if x == 0 {
+            return None;
+        }
         x ^= x >> 12;
         x ^= x << 25;
         x ^= x >> 27;
         state.set(x);
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        Some(x.wrapping_mul(0x2545_f491_4f6c_dd1d))
     })
 }
 
@@ -90,7 +101,7 @@ impl Backoff {
     pub(crate) fn next_pause(&mut self) -> Duration {
         let ceiling = self.next;
         self.next = (self.next * 2).min(self.cap);
-        equal_jitter(ceiling, draw())
+        draw().map_or(ceiling, |random| equal_jitter(ceiling, random))
     }
 
     /// Sleeps for [`next_pause`](Backoff::next_pause).
@@ -153,7 +164,7 @@ mod tests {
         seed_jitter(42);
         let mut bands = [0u32; 10];
         for _ in 0..1000 {
-            let pause = equal_jitter(ceiling, draw());
+            let pause = equal_jitter(ceiling, draw().unwrap_or_default());
             assert!(pause >= ceiling / 2 && pause <= ceiling, "{pause:?}");
             let band = ((pause - ceiling / 2).as_nanos() * 10 / (ceiling / 2).as_nanos()) as usize;
             bands[band.min(9)] += 1;
@@ -171,7 +182,18 @@ mod tests {
         assert_eq!(pauses(7), pauses(7));
         assert_ne!(pauses(7), pauses(8));
         // Unseeded threads start apart (the seed mixes the thread in).
-        let first = || std::thread::spawn(draw).join().unwrap_or_default();
+        let first = || std::thread::spawn(draw).join().ok().flatten();
         assert_ne!(first(), first());
+        assert!(first().is_some());
+    }
+
+    #[test]
+    fn without_jitter_every_pause_is_its_whole_step() {
+        without_jitter();
+        let mut b = Backoff::new(Duration::from_millis(50), Duration::from_millis(150));
+        let pauses: Vec<_> = (0..4).map(|_| b.next_pause().as_millis()).collect();
+        assert_eq!(pauses, [50, 100, 150, 150]);
+        seed_jitter(1);
+        assert!(draw().is_some());
     }
 }

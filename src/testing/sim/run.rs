@@ -338,9 +338,9 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     let runtime = builder.build()?;
     let config = config.clone();
     mutation::set(config.mutation);
-    // Retry pauses are jittered: drawn from the seed on the runtime's thread (this one)
-    // and on each process's, so the run replays.
-    backoff::seed_jitter(config.seed);
+    // Retry pauses without jitter, on the runtime's thread (this one) and on each
+    // process's: the schedules, and the seeds pinned for them, stay as they were.
+    backoff::without_jitter();
     let back_counts = || {
         use crate::line::behind::counts::{BACK_WAITS, GAP_READS};
         use std::sync::atomic::Ordering::Relaxed;
@@ -381,7 +381,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             let world = world.clone();
             let seed = rng.next();
             sim.spawn_process(format!("sim-p{p}"), move || {
-                backoff::seed_jitter(seed);
+                backoff::without_jitter();
                 process(&world, p, seed);
                 world.running.fetch_sub(1, Ordering::SeqCst);
             })?;
