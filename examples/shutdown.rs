@@ -1,7 +1,9 @@
 //! A worker that owns a shard while it holds its lock, watches who leads the scheduler, and
-//! shuts down cleanly on Ctrl-C: one `select!` over the guard's `lost()`, an observer's
-//! receiver and a shutdown channel fed from a signal handler. On shutdown it releases the
-//! lock and closes its session, so nobody waits for the lease to expire.
+//! shuts down cleanly on Ctrl-C: the `ctrlc` crate's handler cancels a [`CancelToken`],
+//! which ends the wait for the lock (`lock_with`) if it is still waiting, and afterwards is
+//! one arm of a `select!` beside the guard's `lost()` and an observer's receiver. On
+//! shutdown it releases the lock and closes its session, so nobody waits for the lease to
+//! expire.
 //!
 //! `cargo run --features testing --example shutdown` (starts its own etcd and sends itself
 //! SIGINT after two seconds), or pass endpoints and press Ctrl-C:
@@ -9,42 +11,29 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use etcd_sync::Client;
-use etcd_sync::crossbeam_channel::{bounded, select, tick};
-
-/// Set by the signal handler; the only thing a handler may safely do is touch an atomic.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
+use etcd_sync::crossbeam_channel::{select, tick};
+use etcd_sync::{CancelToken, Client};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let etcd = common::etcd_from_args()?;
-    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-    }
-    // A thread turns the flag into a channel message, so that `select!` can wait for it.
-    let (shutdown_tx, shutdown) = bounded::<()>(1);
-    std::thread::spawn(move || {
-        while !INTERRUPTED.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = shutdown_tx.send(());
-    });
+    // Ctrl-C (SIGINT; SIGTERM too with ctrlc's `termination` feature) cancels the token.
+    // ctrlc runs the handler on a thread of its own, so it may do anything: `cancel()`
+    // wakes every wait given the token and every receiver of `cancelled()`.
+    let token = CancelToken::new();
+    let on_ctrl_c = token.clone();
+    ctrlc::set_handler(move || {
+        on_ctrl_c.cancel();
+    })?;
     if etcd.started_here() {
-        // Nobody to press Ctrl-C: interrupt ourselves after a while.
-        std::thread::spawn(|| {
+        // Nobody to press Ctrl-C: interrupt ourselves after a while, as a terminal would.
+        let pid = std::process::id().to_string();
+        std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(2));
-            // SAFETY: raise(2) on our own process.
-            unsafe { libc::raise(libc::SIGINT) };
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &pid])
+                .status();
         });
     }
 
@@ -53,7 +42,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .session_builder()
         .ttl(Duration::from_secs(10))
         .start()?;
-    let guard = session.mutex("example/shard-7")?.lock()?;
+    // A wait for the lock ends at Ctrl-C too, leaving no key behind.
+    let guard = match session.mutex("example/shard-7")?.lock_with(&token) {
+        Ok(guard) => guard,
+        Err(e) if e.is_cancelled() => {
+            println!("interrupted before we got the lock");
+            session.close()?;
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     println!(
         "holding {} (token {})",
         guard.key_str(),
@@ -72,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 eprintln!("lost the shard lock: stop touching the shard");
                 break;
             }
-            recv(shutdown) -> _ => {
+            recv(token.cancelled()) -> _ => {
                 println!("interrupted: releasing");
                 break;
             }

@@ -74,6 +74,12 @@ fn constructors_and_operations_reject_bad_input() {
         |e| matches!(e, Error::InvalidArgument(m) if m.contains("comma")),
     );
     check(
+        "endpoint with a path",
+        quick,
+        || Client::connect(["http://127.0.0.1:2379/some/path"]),
+        |e| matches!(e, Error::InvalidArgument(m) if m.contains("has a path (\"/some/path\")")),
+    );
+    check(
         "space in host",
         quick,
         || Client::connect(["http://exa mple:2379"]),
@@ -157,6 +163,37 @@ fn constructors_and_operations_reject_bad_input() {
     check("empty prefix", quick, || c.get_prefix(""), invalid);
     check("empty mutex name", quick, || s.mutex(""), invalid);
     check("empty election name", quick, || s.election(""), invalid);
+    // A trailing '/' would put the name's keys inside the line of the name without it.
+    let trailing_slash =
+        |e: &Error| matches!(e, Error::InvalidArgument(m) if m.contains("ends with '/'"));
+    check("mutex name q/", quick, || s.mutex("q/"), trailing_slash);
+    check(
+        "election name q/",
+        quick,
+        || s.election("q/"),
+        trailing_slash,
+    );
+    check("rwlock name q/", quick, || s.rwlock("q/"), trailing_slash);
+    check(
+        "semaphore name q/",
+        quick,
+        || s.semaphore("q/", 2),
+        trailing_slash,
+    );
+    check(
+        "multi-lock name q/",
+        quick,
+        || s.multi_lock(["a", "q/"]),
+        trailing_slash,
+    );
+    check(
+        "double barrier name q/",
+        quick,
+        || s.double_barrier("q/", 2),
+        trailing_slash,
+    );
+    check("observe q/", quick, || c.observe("q/"), trailing_slash);
+    check("status q/", quick, || c.status("q/"), trailing_slash);
     check(
         "oversized mutex name",
         quick,
@@ -182,6 +219,12 @@ fn constructors_and_operations_reject_bad_input() {
             invalid,
         );
     }
+    check(
+        "ttl Duration::MAX",
+        quick,
+        || c.session_builder().ttl(Duration::MAX).start(),
+        |e| matches!(e, Error::InvalidArgument(m) if m.contains("is too long")),
+    );
     check(
         "resume negative lease",
         quick,
@@ -346,6 +389,11 @@ proptest! {
         let c = client(&server);
         let s = session(&c, 10);
         for name in [bytes.clone(), text.clone().into_bytes()] {
+            if name.ends_with(b"/") {
+                // Refused: its keys would lie inside the line of the name without it.
+                prop_assert!(s.mutex(&name).unwrap_err().is_invalid_argument());
+                continue;
+            }
             let g = s.mutex(&name).unwrap().lock_timeout(Duration::from_secs(5)).unwrap();
             let mut expected = name.clone();
             expected.extend_from_slice(format!("/{:x}", s.lease_id()).as_bytes());

@@ -87,7 +87,15 @@ fn missing_binary_child() {
     if std::env::var(common::CHILD_ROLE).is_err() {
         return;
     }
-    let err = EtcdServer::start().unwrap_err().to_string();
-    assert!(err.contains("ETCD_BIN"), "{err}");
-    assert!(err.contains("/nonexistent/etcd"), "{err}");
+    let err = EtcdServer::start().unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    let text = err.to_string();
+    assert!(
+        text.starts_with("ETCD_BIN is set to /nonexistent/etcd, but that file does not exist"),
+        "{text}"
+    );
+    assert!(text.contains("unset it"), "{text}");
+    // What `unwrap()` shows: the message itself, not an escaped string.
+    let debug = format!("{err:?}");
+    assert!(debug.contains(&text), "{debug}");
 }

@@ -36,9 +36,26 @@ pub(crate) fn key_prefix(name: &[u8]) -> Result<Vec<u8>> {
             name.len()
         )));
     }
+    refuse_trailing_slash(name)?;
     let mut prefix = name.to_vec();
     prefix.push(b'/');
     Ok(prefix)
+}
+
+/// Refuses a name that ends with `/`. Its keys (`q//<lease>` for `q/`) lie under the prefix
+/// of the name without it (`q/`): `q/` could be taken while `q` is held, and `q`'s waiters
+/// would count `q/`'s holder as one of theirs, two lines that look alike but are not one.
+/// Every line, and the double barrier, whose keys are `<name>/...` too, checks it here.
+pub(crate) fn refuse_trailing_slash(name: &[u8]) -> Result<()> {
+    let Some(trimmed) = name.strip_suffix(b"/") else {
+        return Ok(());
+    };
+    let (name, trimmed) = (text(name), text(trimmed));
+    Err(Error::InvalidArgument(format!(
+        "name {name:?} ends with '/': its keys ({name}/<lease>) would lie inside the line of \
+         {trimmed:?} ({trimmed}/...), so {name:?} could be taken while {trimmed:?} is held; \
+         drop the trailing '/'"
+    )))
 }
 
 /// Our key under `prefix`, named like Go's: `<prefix><lease id as lowercase hex>`, with

@@ -171,8 +171,8 @@ impl Session {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`]: `names` is empty, has more than
-    /// [`MAX_MULTI_LOCK_NAMES`] names or a name twice, or a name is empty or longer than
-    /// 4096 bytes.
+    /// [`MAX_MULTI_LOCK_NAMES`] names or a name twice, or a name is empty, ends with `/` or
+    /// is longer than 4096 bytes.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {

@@ -65,8 +65,8 @@ impl Session {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `name` is empty or
-    /// longer than 4096 bytes.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `name` is empty,
+    /// ends with `/` or is longer than 4096 bytes.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {

@@ -48,7 +48,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if `name` is empty or longer than 4096 bytes,
+    /// [`Error::InvalidArgument`] if `name` is empty, ends with `/` or is longer than 4096 bytes,
     /// [`Error::InsideAsyncRuntime`] on an async worker thread. Nothing is sent before this
     /// returns: etcd's errors arrive through the [`Observer`].
     ///

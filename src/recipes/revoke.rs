@@ -48,7 +48,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// * [`Error::InvalidArgument`]: `name` is empty or longer than 4096 bytes.
+    /// * [`Error::InvalidArgument`]: `name` is empty, ends with `/` or is longer than 4096 bytes.
     /// * [`Error::Server`]: etcd refused a request, e.g. `PermissionDenied` (with auth on,
     ///   etcd lets a put join a lease only for a user that may write every key bound to
     ///   it: the holder's keys).

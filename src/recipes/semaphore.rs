@@ -75,8 +75,8 @@ impl Session {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if `name` is empty or longer than 4096 bytes, or if
-    /// `permits` is 0 or above 1024.
+    /// [`Error::InvalidArgument`] if `name` is empty, ends with `/` or is longer than 4096
+    /// bytes, or if `permits` is 0 or above 1024.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {

@@ -29,7 +29,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// * [`Error::InvalidArgument`]: `name` is empty or longer than 4096 bytes.
+    /// * [`Error::InvalidArgument`]: `name` is empty, ends with `/` or is longer than 4096 bytes.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (reads and
     ///   lookups are retried on every endpoint first).
     /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`);
@@ -72,8 +72,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`status`](Client::status): [`Error::InvalidArgument`] (`name` is empty or
-    /// longer than 4096 bytes), [`Error::Timeout`] / [`Error::Unavailable`],
+    /// As [`status`](Client::status): [`Error::InvalidArgument`] (`name` is empty,
+    /// ends with `/` or is longer than 4096 bytes), [`Error::Timeout`] / [`Error::Unavailable`],
     /// [`Error::Server`], [`Error::Authentication`], [`Error::InsideAsyncRuntime`].
     ///
     /// ```no_run

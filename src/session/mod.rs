@@ -551,8 +551,16 @@ impl SessionBuilder {
     }
 }
 
-/// TTLs are whole seconds between 1 s and etcd's maximum.
+/// TTLs are whole seconds between 1 s and etcd's maximum. Too long is said first: a
+/// `Duration::MAX` is too long, whatever its fraction of a second.
 fn validate_ttl(ttl: Duration) -> Result<i64> {
+    if ttl > MAX_TTL {
+        return Err(Error::InvalidArgument(format!(
+            "session TTL {}s is too long: etcd's maximum is {}s (MAX_TTL)",
+            ttl.as_secs(),
+            MAX_TTL.as_secs()
+        )));
+    }
     if ttl.subsec_nanos() != 0 {
         return Err(Error::InvalidArgument(format!(
             "session TTL {ttl:?} is not a whole number of seconds (etcd leases count seconds)"
@@ -562,13 +570,6 @@ fn validate_ttl(ttl: Duration) -> Result<i64> {
         return Err(Error::InvalidArgument(
             "session TTL must be at least 1 second".into(),
         ));
-    }
-    if ttl > MAX_TTL {
-        return Err(Error::InvalidArgument(format!(
-            "session TTL {}s exceeds etcd's maximum of {}s",
-            ttl.as_secs(),
-            MAX_TTL.as_secs()
-        )));
     }
     i64::try_from(ttl.as_secs()).map_err(|_| Error::InvalidArgument("session TTL too large".into()))
 }
@@ -583,5 +584,16 @@ mod tests {
         assert!(validate_ttl(Duration::from_millis(1500)).is_err());
         assert!(validate_ttl(MAX_TTL + Duration::from_secs(1)).is_err());
         assert_eq!(validate_ttl(Duration::from_secs(5)).ok(), Some(5));
+        assert_eq!(validate_ttl(MAX_TTL).ok(), Some(9_000_000_000));
+        for too_long in [Duration::MAX, MAX_TTL + Duration::from_millis(1)] {
+            let text = validate_ttl(too_long).unwrap_err().to_string();
+            assert!(text.contains("is too long"), "{text}");
+            assert!(text.contains("maximum is 9000000000s"), "{text}");
+            assert!(!text.contains("whole number"), "{text}");
+        }
+        let text = validate_ttl(Duration::from_millis(1500))
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("not a whole number of seconds"), "{text}");
     }
 }

@@ -5,6 +5,8 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use super::error::explained;
+
 /// Returns the etcd server binary to run.
 ///
 /// Uses the `ETCD_BIN` environment variable if it is set (an error if that file does not
@@ -16,10 +18,12 @@ use std::path::{Path, PathBuf};
 ///
 /// # Errors
 ///
-/// [`io::ErrorKind::NotFound`] if `ETCD_BIN` names a missing file, or if no binary is found:
-/// "etcd binary not found: set ETCD_BIN to an etcd 3.4+ binary, or install Debian's
-/// package: apt-get install etcd-server" (with `vendored-etcd` on a platform the vendored
-/// binaries do not cover, the message names the platform too).
+/// [`io::ErrorKind::NotFound`] if `ETCD_BIN` names a missing file, or if no binary is found.
+/// The message says where it looked and the three ways out: the cargo feature
+/// `vendored-etcd`, the `ETCD_BIN` variable, or an etcd installed on `PATH` (with
+/// `vendored-etcd` on a platform the vendored binaries do not cover, it names the platform
+/// instead of suggesting the feature). It reads the same through `{}` and `{:?}` (an
+/// `unwrap()` shows the message, not an escaped string).
 ///
 /// # Example
 ///
@@ -63,20 +67,6 @@ fn vendored() -> Option<PathBuf> {
     None
 }
 
-/// What `vendored-etcd` adds to a "not found" message: why it did not provide etcd here.
-fn vendored_note() -> String {
-    if cfg!(feature = "vendored-etcd") {
-        format!(
-            " (the feature vendored-etcd has no etcd binary for {}-{}: it covers Linux \
-             x86_64/aarch64 and macOS)",
-            std::env::consts::OS,
-            std::env::consts::ARCH
-        )
-    } else {
-        String::new()
-    }
-}
-
 /// Returns the `etcdctl` binary, for tests that want to poke at a server from the outside.
 ///
 /// Uses the `ETCDCTL_BIN` environment variable if it is set (an error if that file does not
@@ -87,8 +77,8 @@ fn vendored_note() -> String {
 /// # Errors
 ///
 /// [`io::ErrorKind::NotFound`] if `ETCDCTL_BIN` names a missing file, or if no binary is
-/// found: "etcdctl binary not found: set ETCDCTL_BIN to an etcdctl 3.4+ binary, or install
-/// Debian's package: apt-get install etcd-client".
+/// found: the message says where it looked, to set `ETCDCTL_BIN`, or to install one
+/// (Debian's package `etcd-client`; the feature `vendored-etcd` ships no `etcdctl`).
 ///
 /// # Example
 ///
@@ -122,12 +112,9 @@ fn find_binary(env_var: &str, name: &str, package: &str) -> io::Result<PathBuf> 
         return if path.is_file() {
             Ok(path)
         } else {
-            Err(io::Error::new(
+            Err(explained(
                 io::ErrorKind::NotFound,
-                format!(
-                    "{env_var} is set to {}, but that file does not exist",
-                    path.display()
-                ),
+                set_but_missing(env_var, name, &path),
             ))
         };
     }
@@ -144,20 +131,130 @@ fn find_binary(env_var: &str, name: &str, package: &str) -> io::Result<PathBuf> 
     if is_executable(&fallback) {
         return Ok(fallback);
     }
-    let note = if name == "etcd" {
-        vendored_note()
-    } else {
-        String::new()
-    };
-    Err(io::Error::new(
+    Err(explained(
         io::ErrorKind::NotFound,
-        format!(
-            "{name} binary not found{note}: set {env_var} to an {name} 3.4+ binary, \
-             or install Debian's package: apt-get install {package}"
-        ),
+        not_found(env_var, name, package, &fallback, Vendored::here()),
     ))
+}
+
+/// What the feature `vendored-etcd` can do about a missing etcd here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Vendored {
+    /// The feature is off: turning it on is the easiest fix.
+    Off,
+    /// The feature is on, but has no binary for this platform (or lost its mode bits).
+    NoneHere,
+}
+
+impl Vendored {
+    fn here() -> Vendored {
+        if cfg!(feature = "vendored-etcd") {
+            Vendored::NoneHere
+        } else {
+            Vendored::Off
+        }
+    }
+}
+
+/// "`ETCD_BIN` is set to a missing file", with what to do.
+fn set_but_missing(env_var: &str, name: &str, path: &Path) -> String {
+    format!(
+        "{env_var} is set to {}, but that file does not exist: point it at an {name} 3.4+ \
+         binary, or unset it to let etcd-sync find one",
+        path.display()
+    )
+}
+
+/// "No binary found", with where we looked and every way out.
+fn not_found(
+    env_var: &str,
+    name: &str,
+    package: &str,
+    fallback: &Path,
+    vendored: Vendored,
+) -> String {
+    let install = format!(
+        "install {name} on PATH (Debian/Ubuntu: apt-get install {package}; macOS: brew \
+         install etcd)"
+    );
+    let set = format!("set {env_var}=/path/to/{name} (an {name} 3.4 or newer)");
+    let looked = format!("not on PATH, not at {}", fallback.display());
+    if name != "etcd" {
+        // The vendored crates ship the server only.
+        return format!(
+            "{name} binary not found ({looked}; the feature vendored-etcd ships etcd, not \
+             {name}): {set}, or {install}"
+        );
+    }
+    match vendored {
+        Vendored::Off => format!(
+            "{name} binary not found ({looked}): turn on the cargo feature `vendored-etcd` \
+             (features = [\"testing\", \"vendored-etcd\"]) to run the official etcd release \
+             from the crate registry, nothing to install; or {set}; or {install}"
+        ),
+        Vendored::NoneHere => format!(
+            "{name} binary not found ({looked}, and the feature `vendored-etcd` has no etcd \
+             binary for {}-{}: it covers Linux x86_64/aarch64 and macOS): {set}, or {install}",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        ),
+    }
 }
 
 fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_names_the_feature_and_the_variable() {
+        let fallback = Path::new("/usr/bin/etcd");
+        let off = not_found("ETCD_BIN", "etcd", "etcd-server", fallback, Vendored::Off);
+        assert!(off.starts_with("etcd binary not found (not on PATH, not at /usr/bin/etcd)"));
+        for part in [
+            "`vendored-etcd`",
+            "features = [\"testing\", \"vendored-etcd\"]",
+            "set ETCD_BIN=/path/to/etcd",
+            "apt-get install etcd-server",
+        ] {
+            assert!(off.contains(part), "{part}: {off}");
+        }
+        let none = not_found(
+            "ETCD_BIN",
+            "etcd",
+            "etcd-server",
+            fallback,
+            Vendored::NoneHere,
+        );
+        assert!(none.contains("has no etcd binary for"), "{none}");
+        assert!(none.contains("set ETCD_BIN="), "{none}");
+        assert!(!none.contains("turn on"), "{none}");
+        let ctl = not_found(
+            "ETCDCTL_BIN",
+            "etcdctl",
+            "etcd-client",
+            Path::new("/usr/bin/etcdctl"),
+            Vendored::Off,
+        );
+        assert!(ctl.contains("set ETCDCTL_BIN=/path/to/etcdctl"), "{ctl}");
+        assert!(ctl.contains("ships etcd, not etcdctl"), "{ctl}");
+    }
+
+    #[test]
+    fn the_message_reads_the_same_in_debug() {
+        let error = explained(
+            io::ErrorKind::NotFound,
+            set_but_missing("ETCD_BIN", "etcd", Path::new("/nonexistent/etcd")),
+        );
+        let (shown, debug) = (error.to_string(), format!("{error:?}"));
+        assert!(
+            shown.starts_with("ETCD_BIN is set to /nonexistent/etcd, but"),
+            "{shown}"
+        );
+        assert!(debug.contains(&shown), "{debug}");
+        assert_eq!(error.kind(), io::ErrorKind::NotFound);
+    }
 }

@@ -83,7 +83,7 @@ pub(super) async fn connect(config: &RpcConfig) -> Result<Connected> {
                 // A probe cut short by the deadline says less than an earlier failure.
                 None if cut && !last_error.is_empty() => {}
                 None => {
-                    let why = failure.explain();
+                    let why = failure.explain(url);
                     last_error = if config.endpoints.len() > 1 {
                         format!("{url}: {why}")
                     } else {
@@ -156,11 +156,32 @@ const CONNECT_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Why the connect probe failed at one endpoint.
 struct ProbeFailure {
-    /// The error chain as one line.
+    /// What went wrong, in one line: the innermost cause of a transport failure (the OS's or
+    /// the protocol's words, without tonic's "transport error" layers), or etcd's answer.
     text: String,
     cause: Wire,
     /// Whether TCP (and TLS) setup had succeeded and the first request failed.
     after_handshake: bool,
+    /// Which of the failures a user tells apart it was.
+    met: Met,
+}
+
+/// What a probe met, as the message names it: each has its own advice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Met {
+    /// The endpoint's host name did not resolve.
+    Dns,
+    /// Nothing listens on the port (TCP connection refused).
+    Refused,
+    /// The TLS handshake failed (a certificate refused either way is told apart by
+    /// [`ProbeFailure::refused_certificate`] and [`Wire::ServerCertificateRejected`]).
+    Tls,
+    /// A connection was made, but broke before anything answered the gRPC call: what
+    /// listens there does not speak etcd's gRPC (an HTTP/1 server, another service, etcd's
+    /// peer port, or an etcd with TLS spoken to over `http://`).
+    NotEtcd,
+    /// etcd answered (a learner, an error status), or nothing answered in time.
+    Other,
 }
 
 impl ProbeFailure {
@@ -169,6 +190,30 @@ impl ProbeFailure {
             text: format!("no answer within {after:?}"),
             cause: Wire::Broken(std::io::ErrorKind::TimedOut),
             after_handshake: false,
+            met: Met::Other,
+        }
+    }
+
+    /// A dial that failed: DNS, TCP or TLS, before any HTTP/2.
+    fn dial(error: &tonic::transport::Error, tls: bool) -> ProbeFailure {
+        use std::io::ErrorKind as K;
+        let cause = wire_cause(error);
+        let said = |words: &str| layers(error).iter().any(|layer| layer.to_string() == words);
+        let met = if said(HYPER_UTIL_DNS) {
+            Met::Dns
+        } else if cause == Wire::Broken(K::ConnectionRefused) {
+            Met::Refused
+        } else if tls && !matches!(cause, Wire::Broken(K::TimedOut)) {
+            // The TCP connection was made (or it would have been refused or silent).
+            Met::Tls
+        } else {
+            Met::Other
+        };
+        ProbeFailure {
+            text: innermost(error),
+            cause,
+            after_handshake: false,
+            met,
         }
     }
 
@@ -200,17 +245,36 @@ impl ProbeFailure {
         matches!(self.cause, Wire::ServerCertificateRejected(_))
     }
 
-    /// The reason with the advice that fits it.
-    fn explain(&self) -> String {
-        match &self.cause {
-            Wire::ServerCertificateRejected(why) => format!(
-                "{} (etcd's server certificate was not accepted: {why}; give the CA that signed \
-                 it with TlsConfig::ca_certificate_pem, and check the endpoint's host name)",
-                self.text
+    /// The reason with the advice that fits it, for the probe of `url`.
+    fn explain(&self, url: &str) -> String {
+        let text = &self.text;
+        match (&self.cause, self.met) {
+            (Wire::ServerCertificateRejected(why), _) => format!(
+                "{text} (etcd's server certificate was not accepted: {why}; give the CA that \
+                 signed it with TlsConfig::ca_certificate_pem, and check the endpoint's host \
+                 name)"
             ),
             // etcd answered, and what it said is the reason (a learner).
-            Wire::Answered if self.after_handshake => self.text.clone(),
-            _ => format!("{} (is etcd running and listening there?)", self.text),
+            (Wire::Answered, _) if self.after_handshake => text.clone(),
+            (_, Met::Dns) => {
+                let host = url.parse::<http::Uri>().ok();
+                let host = host.as_ref().and_then(http::Uri::host).unwrap_or(url);
+                format!("DNS lookup of {host:?} failed: {text} (check the endpoint's host name)")
+            }
+            (_, Met::Refused) => format!(
+                "connection refused, nothing listens there: {text} (is etcd running and \
+                 listening there?)"
+            ),
+            (_, Met::Tls) => format!(
+                "TLS handshake failed: {text} (does etcd serve TLS there? An etcd started \
+                 without --cert-file speaks plain http://)"
+            ),
+            (_, Met::NotEtcd) => format!(
+                "the server there does not speak etcd's gRPC: {text} (is this etcd's client \
+                 URL? An HTTP/1 server, another service or etcd's peer port answers like \
+                 this, and so does an etcd with TLS spoken to over http://)"
+            ),
+            (_, Met::Other) => format!("{text} (is etcd running and listening there?)"),
         }
     }
 }
@@ -251,11 +315,10 @@ async fn probe(
     credentials: Option<&(String, String)>,
     token: &mut Option<MetadataValue<Ascii>>,
 ) -> std::result::Result<Channel, ProbeError> {
-    let channel = dial(endpoint).await.map_err(|e| ProbeFailure {
-        text: error_chain(&e),
-        cause: wire_cause(&e),
-        after_handshake: false,
-    })?;
+    let tls = endpoint.uri().scheme_str() == Some("https");
+    let channel = dial(endpoint)
+        .await
+        .map_err(|e| ProbeFailure::dial(&e, tls))?;
     if let (Some((name, password)), None) = (credentials, token.as_ref()) {
         *token = Some(authenticate(channel.clone(), name, password).await?);
     }
@@ -291,6 +354,7 @@ async fn probe(
             ),
             cause: Wire::Answered,
             after_handshake: true,
+            met: Met::Other,
         }
         .into());
     }
@@ -328,8 +392,20 @@ async fn authenticate(
     })
 }
 
-/// A probe's call that reached etcd (the handshake was done) and failed.
+/// A probe's call after the dial (the TCP and TLS handshakes were done) that failed: etcd
+/// answered with an error, or the connection broke under the call (then what listens
+/// there is not etcd's gRPC, and the status's code and "transport error" layers say
+/// nothing: the innermost cause does).
 fn answered_failure(status: &tonic::Status) -> ProbeFailure {
+    let cause = wire_cause(status);
+    if let Wire::Broken(_) = cause {
+        return ProbeFailure {
+            text: innermost(status),
+            cause,
+            after_handshake: true,
+            met: Met::NotEtcd,
+        };
+    }
     let mut text = format!("{:?}: {}", status.code(), status.message());
     if let Some(source) = std::error::Error::source(status) {
         text.push_str(": ");
@@ -337,9 +413,45 @@ fn answered_failure(status: &tonic::Status) -> ProbeFailure {
     }
     ProbeFailure {
         text,
-        cause: wire_cause(status),
+        cause,
         after_handshake: true,
+        met: Met::Other,
     }
+}
+
+/// How hyper-util's connector names a failed name lookup (its `ConnectError` type is
+/// private; its message is all there is).
+const HYPER_UTIL_DNS: &str = "dns error";
+
+/// `error` and every error under it, looking inside `io::Error`s too (their `source()`
+/// skips the error they wrap: where tokio-rustls and hyper-util put theirs).
+fn layers<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Vec<&'a (dyn std::error::Error + 'static)> {
+    let mut all = Vec::new();
+    let mut next = Some(error);
+    while let Some(layer) = next {
+        all.push(layer);
+        next = match layer
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => layer.source(),
+        };
+    }
+    all
+}
+
+/// The innermost cause under `error`, in its own words (`Connection refused (os error
+/// 111)`, `tls handshake eof`, `frame with invalid size`): the layers above it only say
+/// "transport error" or repeat it.
+fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
+    let layers = layers(error);
+    let text = layers.last().map_or_else(String::new, ToString::to_string);
+    // h2 prefixes its reason with where it was detected.
+    text.strip_prefix("connection error detected: ")
+        .map_or(text.clone(), str::to_string)
 }
 
 /// Joins an error and its sources into one line: tonic's transport errors hide the useful

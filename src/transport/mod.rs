@@ -188,6 +188,19 @@ pub(crate) fn parse_endpoint(raw: &str, tls: bool) -> Result<String> {
             "endpoint {raw:?} has no host (expected e.g. http://127.0.0.1:2379)"
         )));
     }
+    // etcd serves gRPC at the root: a path (or a query) would be dropped from every call,
+    // so an endpoint that has one is not the address the user meant.
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| Error::InvalidArgument(format!("endpoint {raw:?} is not a valid URL: {e}")))?;
+    let path = uri.path_and_query().map_or("", |p| p.as_str());
+    if !path.is_empty() && path != "/" {
+        let root = format!("{scheme}{}", uri.authority().map_or("", |a| a.as_str()));
+        return Err(Error::InvalidArgument(format!(
+            "endpoint {raw:?} has a path ({path:?}): etcd's gRPC is served at the root, so \
+             give scheme, host and port only ({root})"
+        )));
+    }
     Ok(url)
 }
 
@@ -502,6 +515,21 @@ mod tests {
         assert!(parse_endpoint("http://exa mple:2379", false).is_err());
         assert!(parse_endpoint("https://127.0.0.1:2379", false).is_err());
         assert!(parse_endpoint("http://127.0.0.1:2379", true).is_err());
+        // A path or a query is refused; a bare trailing '/' is the root.
+        let with_path = parse_endpoint("http://host:2379/some/path", false).unwrap_err();
+        assert!(with_path.is_invalid_argument(), "{with_path:?}");
+        assert_eq!(
+            with_path.to_string(),
+            "invalid argument: endpoint \"http://host:2379/some/path\" has a path \
+             (\"/some/path\"): etcd's gRPC is served at the root, so give scheme, host and \
+             port only (http://host:2379)"
+        );
+        assert!(parse_endpoint("host:2379/v3", false).is_err());
+        assert!(parse_endpoint("http://host:2379?x=1", false).is_err());
+        assert_eq!(
+            parse_endpoint("http://host:2379/", false).ok(),
+            Some("http://host:2379/".to_string())
+        );
         assert_eq!(
             parse_endpoint("127.0.0.1:2379", true).ok(),
             Some("https://127.0.0.1:2379".to_string())

@@ -67,6 +67,8 @@ fn tls_and_auth_errors_name_the_flags() {
         "x",
     ]);
     assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("TLS handshake failed"), "{stderr}");
+    assert!(stderr.contains("drop --cacert"), "{stderr}");
 
     // A CA that did not sign etcd's certificate.
     let client = certs.client_cert.display().to_string();

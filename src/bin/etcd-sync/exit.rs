@@ -75,6 +75,11 @@ const IN_FLAGS: &[(&str, &str)] = &[
         "(ClientBuilder::user)",
         "(--user NAME:PASSWORD, or --user NAME and ETCD_SYNC_PASSWORD)",
     ),
+    (
+        "An etcd started without --cert-file speaks plain http://)",
+        "An etcd started without --cert-file speaks plain http://: drop --cacert, with which \
+         etcd-sync speaks only https)",
+    ),
     ("cannot read CA certificate ", "cannot read --cacert "),
     ("cannot read client certificate ", "cannot read --cert "),
     ("cannot read client key ", "cannot read --key "),
@@ -139,6 +144,14 @@ mod tests {
                  (is etcd running and listening there?)",
                 "could not connect to etcd at https://h:1: transport error: tls handshake eof \
                  (does etcd serve TLS there? With --cacert, etcd-sync speaks only https)",
+            ),
+            (
+                "could not connect to etcd at https://h:1: TLS handshake failed: tls handshake \
+                 eof (does etcd serve TLS there? An etcd started without --cert-file speaks \
+                 plain http://)",
+                "could not connect to etcd at https://h:1: TLS handshake failed: tls handshake \
+                 eof (does etcd serve TLS there? An etcd started without --cert-file speaks \
+                 plain http://: drop --cacert, with which etcd-sync speaks only https)",
             ),
         ];
         for (library, ours) in cases {

@@ -25,6 +25,29 @@ fn keys_match_go_layout() {
     assert!(key_prefix(&vec![b'x'; MAX_NAME_LEN + 1]).is_err());
 }
 
+#[test]
+fn a_name_ending_with_a_slash_is_refused_with_the_reason() {
+    for name in [&b"q/"[..], b"/", b"jobs/nightly//"] {
+        let error = key_prefix(name).expect_err("refused");
+        assert!(error.is_invalid_argument(), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains("ends with '/'"), "{text}");
+        assert!(text.contains("drop the trailing '/'"), "{text}");
+    }
+    assert_eq!(
+        key_prefix(b"q/").expect_err("refused").to_string(),
+        "invalid argument: name \"q/\" ends with '/': its keys (q//<lease>) would lie inside \
+         the line of \"q\" (q/...), so \"q/\" could be taken while \"q\" is held; drop the \
+         trailing '/'"
+    );
+    // A slash inside a name is a nested name, as in Go and etcdctl.
+    assert_eq!(
+        key_prefix(b"jobs/nightly").ok(),
+        Some(b"jobs/nightly/".to_vec())
+    );
+    assert_eq!(key_prefix(b"/jobs").ok(), Some(b"/jobs/".to_vec()));
+}
+
 fn kv(key: &[u8], rev: i64) -> KeyValue {
     KeyValue {
         key: key.to_vec(),

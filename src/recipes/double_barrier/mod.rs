@@ -42,6 +42,7 @@ use tokio::sync::OwnedMutexGuard;
 #[allow(unused_imports)]
 use crate::support::error::Error;
 
+use crate::line::queue::refuse_trailing_slash;
 use crate::ownership::{self, Wait};
 use crate::recipes::double_barrier::participant::Participant;
 use crate::recipes::gone::checked_key;
@@ -117,8 +118,8 @@ impl Session {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if `name` is empty or longer than 4096 bytes, or `count`
-    /// is zero.
+    /// [`Error::InvalidArgument`] if `name` is empty, ends with `/` or is longer than 4096
+    /// bytes, or `count` is zero.
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -130,6 +131,8 @@ impl Session {
     /// ```
     pub fn double_barrier(&self, name: impl AsRef<[u8]>, count: usize) -> Result<DoubleBarrier> {
         let name = checked_key(name.as_ref(), "double barrier")?;
+        // Its keys are `<name>/<lease>` and `<name>/ready`, as a line's.
+        refuse_trailing_slash(&name)?;
         if count == 0 {
             return Err(Error::InvalidArgument(
                 "a double barrier needs at least 1 participant".into(),

@@ -172,7 +172,9 @@ impl<'a> LeaderLoop<'a> {
     }
 
     /// Pauses between failed attempts: from `first`, doubling up to `cap` (default
-    /// 200 ms to 10 s). Both are clamped to at least 10 ms, and `cap` to at least `first`.
+    /// 200 ms to 10 s), each drawn between half and the whole of its step (jitter, so that
+    /// loops that failed together do not retry together). Both are clamped to at least
+    /// 10 ms, and `cap` to at least `first`.
     ///
     /// ```no_run
     /// use std::time::Duration;

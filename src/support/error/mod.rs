@@ -104,7 +104,12 @@ pub enum Error {
     Connect {
         /// The endpoints that were tried, comma separated.
         endpoints: String,
-        /// Why the last attempt failed, with what to check.
+        /// Why the last attempt failed, with what to check: which it met of a DNS lookup
+        /// that failed (`DNS lookup of "host" failed`), a refused connection (`connection
+        /// refused, nothing listens there`), a failed TLS handshake (`TLS handshake
+        /// failed`), a server that does not speak etcd's gRPC (an HTTP/1 server, another
+        /// service, etcd's peer port), a server certificate we do not trust, no answer in
+        /// time, or etcd's own answer (a learner).
         reason: String,
     },
 

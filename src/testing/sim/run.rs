@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use super::SimCluster;
 use crate::client::simulated::{self, Simulation};
 pub use crate::support::sim::Mutation;
+use crate::support::backoff;
 use crate::support::sim::{self as seam, Mark};
 use crate::support::tuning::LineTuning;
 
@@ -349,6 +350,9 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     let runtime = builder.build()?;
     let config = config.clone();
     seam::set(config.mutation);
+    // Retry pauses without jitter, on the runtime's thread (this one) and on each
+    // process's: the schedules, and the seeds pinned for them, stay as they were.
+    backoff::without_jitter();
     let back_counts = || (seam::marked(Mark::BackWait), seam::marked(Mark::GapRead));
     let back_before = back_counts();
     let outcome = runtime.block_on(async move {
@@ -386,6 +390,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             let world = world.clone();
             let seed = rng.next();
             sim.spawn_process(format!("sim-p{p}"), move || {
+                backoff::without_jitter();
                 process(&world, p, seed);
                 world.running.fetch_sub(1, Ordering::SeqCst);
             })?;
