@@ -25,6 +25,8 @@ pub(crate) const EXPIRY_CHECK: Duration = Duration::from_millis(500);
 struct Lease {
     granted: i64,
     deadline: Instant,
+    /// Its keep-alives go unanswered and renew nothing (a holder cut off one way).
+    starved: bool,
 }
 
 /// The lease table.
@@ -76,6 +78,7 @@ impl Leases {
             Lease {
                 granted: ttl,
                 deadline: now + secs(ttl),
+                starved: false,
             },
         );
         Ok((id, ttl))
@@ -84,6 +87,20 @@ impl Leases {
     /// Forgets a lease (the caller deletes its keys); false if there was none.
     pub(crate) fn remove(&mut self, id: i64) -> bool {
         self.by_id.remove(&id).is_some()
+    }
+
+    /// From now on, `id`'s keep-alives go unanswered: it expires at its deadline. False if
+    /// there is no such lease.
+    pub(crate) fn starve(&mut self, id: i64) -> bool {
+        self.by_id
+            .get_mut(&id)
+            .map(|lease| lease.starved = true)
+            .is_some()
+    }
+
+    /// Whether `id`'s keep-alives go unanswered ([`Leases::starve`]).
+    pub(crate) fn is_starved(&self, id: i64) -> bool {
+        self.by_id.get(&id).is_some_and(|lease| lease.starved)
     }
 
     /// Renews a lease from `now`; its TTL, or `None` if it does not exist or has expired

@@ -285,6 +285,19 @@ impl SimCluster {
         services::revoke(&mut self.shared.lock(), lease)
     }
 
+    /// Leaves a lease's keep-alives unanswered from now on, as for a holder cut off one
+    /// way: it expires at its deadline, keys and all. False if there is none.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// assert!(!cluster.starve(42));
+    /// # Ok(()) }
+    /// ```
+    pub fn starve(&self, lease: i64) -> bool {
+        self.shared.lock().leases.starve(lease)
+    }
+
     /// The member that leads, if any.
     ///
     /// ```

@@ -22,8 +22,8 @@ use tokio::time::Instant;
 
 use super::SimCluster;
 use crate::client::simulated::{self, Simulation};
-pub use crate::support::sim::Mutation;
 use crate::support::backoff;
+pub use crate::support::sim::Mutation;
 use crate::support::sim::{self as seam, Mark};
 use crate::support::tuning::LineTuning;
 

@@ -404,6 +404,9 @@ impl pb::lease_server::Lease for Member {
                     break;
                 }
                 let now = tokio::time::Instant::now();
+                if member.shared.lock().leases.is_starved(req.id) {
+                    continue;
+                }
                 let (ttl, header) = {
                     let mut state = member.shared.lock();
                     let ttl = state.leases.renew(req.id, now).unwrap_or(0);

@@ -150,11 +150,34 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                     let hex = key.rsplit('/').next()?.split('.').next()?;
                     i64::from_str_radix(hex, 16).ok()
                 });
-                if let Some(lease) = lease {
-                    world.cluster.revoke(lease);
-                    world.deleted();
+                // Half the time the lease expires instead: its keep-alives go unanswered,
+                // as for a holder cut off one way, and waiters with a lock-delay behind it
+                // wait the delay (a revoke hands over at once).
+                let expire = rng.below(2) == 0;
+                match (lease, holder) {
+                    (Some(lease), Some(key)) if expire => {
+                        world.cluster.starve(lease);
+                        world.deleted();
+                        // Then, once it expired (TTL 3 s, checked every 500 ms), an
+                        // operator deletes the keys under its name: lock-delays in flight
+                        // must end with their wait's key.
+                        tokio::time::sleep(rng.millis(3500, 5000)).await;
+                        if let Some((name, _)) = key.rsplit_once('/') {
+                            world.cluster.delete_prefix(&format!("{name}/"));
+                        }
+                        world.deleted();
+                    }
+                    (Some(lease), _) => {
+                        world.cluster.revoke(lease);
+                        world.deleted();
+                    }
+                    _ => {}
                 }
-                "holder's lease revoked"
+                if expire {
+                    "holder's lease left to expire, then its name's keys deleted"
+                } else {
+                    "holder's lease revoked"
+                }
             }
             12 => {
                 // A follower behind the leader: late answers and events, and old

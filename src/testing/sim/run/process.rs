@@ -319,14 +319,23 @@ fn watch<K: GuardKind>(
         (world.asking && rng.below(2) == 0).then(|| Listening::new(guard.release_requested()));
     let mut lost = false;
     let until = Instant::now() + rng.millis(0, 500);
-    // A tenth of the holds end with the session closed under the guard.
-    let mut close_at =
-        (may_close && rng.below(10) == 0).then(|| Instant::now() + rng.millis(0, 400));
+    // A fifth of the holds end with the session closed under the guard; three in four
+    // orphan it instead (the process stops renewing, as a paused one does): its lease
+    // expires, and waiters with a lock-delay behind it must wait the delay (a revoked
+    // lease hands over at once).
+    let mut close_at = (may_close && rng.below(5) == 0)
+        .then(|| (Instant::now() + rng.millis(0, 400), rng.below(4) != 0));
     let mut gone_since: Option<Instant> = None;
     loop {
-        if close_at.is_some_and(|at| Instant::now() >= at) {
+        if let Some((at, orphan)) = close_at
+            && Instant::now() >= at
+        {
             close_at = None;
-            close_under(world, me, session, guard, (name, &key, token));
+            if orphan {
+                orphan_under(world, me, session, guard, &key);
+            } else {
+                close_under(world, me, session, guard, (name, &key, token));
+            }
         }
         if !guard.is_held() {
             lost = true;
@@ -366,6 +375,25 @@ fn watch<K: GuardKind>(
         listening.settle(world, me, (&key, token));
     }
     world.log().holders.remove(&(p, name));
+}
+
+/// Orphans the session under a held guard (its keep-alive stops; the lease expires on the
+/// server a TTL later, keys and all): the guard says so at once.
+fn orphan_under<K: GuardKind>(
+    world: &World,
+    me: &str,
+    session: &Session,
+    guard: &Guard<K>,
+    key: &str,
+) {
+    session.orphan();
+    world.note(me, "orphaned its session".into());
+    if guard.is_held() {
+        world.violation(
+            me,
+            format!("{key} still held after its session was orphaned"),
+        );
+    }
 }
 
 /// Closes the session under a held guard: the guard says so at once, and once the close
