@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 // `Error` names the variants in the docs' `# Errors` links.
-#[allow(unused_imports)]
+#[cfg(doc)]
 use crate::support::error::Error;
 
 use crate::client::Client;

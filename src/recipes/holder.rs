@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 // `Client` names the method in the docs' links.
-#[allow(unused_imports)]
+#[cfg(doc)]
 use crate::client::Client;
 use crate::line::mode::Mode;
 use crate::support::kv::{KeyValue, text};

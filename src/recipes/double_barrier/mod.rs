@@ -38,18 +38,14 @@ use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
 
-// `Error` names the variants in the docs' `# Errors` links.
-#[allow(unused_imports)]
-use crate::support::error::Error;
-
 use crate::ownership::{self, Wait};
 use crate::recipes::double_barrier::participant::Participant;
 use crate::recipes::gone::checked_key;
 use crate::session::Session;
 use crate::support::cancel::WaitOptions;
-use crate::support::error::Result;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
+use crate::support::error::{Error, Result};
 use crate::support::kv::text;
 
 /// `count` participants [`enter`](DoubleBarrier::enter) together and
