@@ -1,7 +1,7 @@
 //! Who holds a name and who waits for it, as reported by [`Client::status`] and the
 //! recipes' `status()`, and who leads an election ([`Client::leader`], the
 //! [`LeaderEvent`](crate::LeaderEvent)s of an observer): plain data, read in `status.rs`
-//! and `observe.rs`.
+//! and `election/observe.rs`.
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -39,8 +39,8 @@ use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::ownership::{self, Wait};
-use crate::recipes::double_barrier::participant::Participant;
-use crate::recipes::gone::checked_key;
+use crate::recipes::barriers::double_barrier::participant::Participant;
+use crate::recipes::barriers::gone::checked_key;
 use crate::session::Session;
 use crate::support::cancel::WaitOptions;
 use crate::support::error::operation::Operation;

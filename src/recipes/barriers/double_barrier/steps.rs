@@ -6,7 +6,7 @@
 use crate::client::lease::LeaseState;
 use crate::client::removal::{self, Owned};
 use crate::line::queue::key_gone_error;
-use crate::recipes::double_barrier::round::{Enter, Goal, Round, Watching};
+use crate::recipes::barriers::double_barrier::round::{Enter, Goal, Round, Watching};
 use crate::support::backoff::Backoff;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, TxnOpResponse, text};

@@ -1,13 +1,13 @@
 //! A count-down latch (Redisson's `RCountDownLatch`, Java's `CountDownLatch` across
 //! processes): one key `<name>` whose value is the count left, in decimal. Setting the count
 //! creates it (only if absent), each count-down is a compare-and-swap on its mod revision,
-//! and the last one deletes it: a wait is a wait for the key's absence (`recipes/gone.rs`).
+//! and the last one deletes it: a wait is a wait for the key's absence (`barriers/gone.rs`).
 
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::ownership::Wait;
-use crate::recipes::gone::{checked_key, wait_absent};
+use crate::recipes::barriers::gone::{checked_key, wait_absent};
 use crate::support::cancel::WaitOptions;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};

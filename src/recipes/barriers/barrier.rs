@@ -1,7 +1,7 @@
 //! A barrier that holds everyone until it is removed: etcd's Go `recipe.Barrier`,
 //! ZooKeeper's barrier recipe, Curator's `DistributedBarrier`. One key, `<name>` itself:
 //! [`hold`](Barrier::hold) creates it, [`release`](Barrier::release) deletes it, and
-//! [`wait`](Barrier::wait) returns once it does not exist (`recipes/gone.rs`).
+//! [`wait`](Barrier::wait) returns once it does not exist (`barriers/gone.rs`).
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use crate::support::error::Error;
 use crate::client::Client;
 use crate::client::removal::{self, Owned};
 use crate::ownership::Wait;
-use crate::recipes::gone::{checked_key, wait_absent};
+use crate::recipes::barriers::gone::{checked_key, wait_absent};
 use crate::support::cancel::WaitOptions;
 use crate::support::error::Result;
 use crate::support::error::operation::Operation;

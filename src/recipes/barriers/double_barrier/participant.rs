@@ -9,8 +9,8 @@ use tokio::sync::{Mutex as TurnMutex, OwnedMutexGuard};
 
 use crate::client::follow::Follow;
 use crate::client::removal::{self, Owned};
-use crate::recipes::double_barrier::round::READY;
-use crate::recipes::double_barrier::steps::{self, Place};
+use crate::recipes::barriers::double_barrier::round::READY;
+use crate::recipes::barriers::double_barrier::steps::{self, Place};
 use crate::session::Session;
 use crate::support::kv::LeaseHex;
 
