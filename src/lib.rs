@@ -71,22 +71,24 @@ pub use crossbeam_channel;
 pub use line::mode::MAX_PERMITS;
 pub use line::request::ReleaseRequest;
 pub use ownership::MAX_LOCK_DELAY;
-pub use recipes::barrier::Barrier;
-pub use recipes::double_barrier::DoubleBarrier;
+pub use recipes::barriers::barrier::Barrier;
+pub use recipes::barriers::double_barrier::DoubleBarrier;
+pub use recipes::barriers::latch::CountDownLatch;
+pub use recipes::election::leader_loop::health::{LoopHealth, LoopState, TermEnd};
+pub use recipes::election::leader_loop::{DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop};
+pub use recipes::election::observe::{LeaderEvent, Observer};
 pub use recipes::election::{Election, Leadership};
 pub use recipes::guard::{
     Guard, GuardKind, LeaderKind, MutexKind, PermitKind, ReadKind, WriteKind,
 };
 pub use recipes::holder::{Holder, KeyMode, Status};
-pub use recipes::latch::CountDownLatch;
-pub use recipes::leader_loop::health::{LoopHealth, LoopState, TermEnd};
-pub use recipes::leader_loop::{DEFAULT_LOOP_BACKOFF, DEFAULT_WEDGED_AFTER, LeaderLoop};
-pub use recipes::multi_lock::{MAX_MULTI_LOCK_NAMES, MultiLock, MultiLockGuard, MultiLockMember};
-pub use recipes::mutex::{Mutex, MutexGuard};
-pub use recipes::observe::{LeaderEvent, Observer};
+pub use recipes::locks::multi_lock::{
+    MAX_MULTI_LOCK_NAMES, MultiLock, MultiLockGuard, MultiLockMember,
+};
+pub use recipes::locks::mutex::{Mutex, MutexGuard};
+pub use recipes::locks::rwlock::{DowngradeError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use recipes::locks::semaphore::{Permit, Semaphore};
 pub use recipes::revoke::MAX_REASON_LEN;
-pub use recipes::rwlock::{DowngradeError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use recipes::semaphore::{Permit, Semaphore};
 pub use recipes::stm::tx::StmTx;
 pub use recipes::stm::{Isolation, StmBuilder};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};

@@ -10,9 +10,9 @@
 //!   `etcdctl del`, a lease revoked elsewhere) ends the hold: `is_held()` turns false and
 //!   `lost()` fires, well within a second.
 //! * **Sweep**: after an ambiguous enqueue, watch our key for puts. A put there while the
-//!   line's turn is free is the old attempt applied late by a member that held it (etcd
-//!   has no idempotency keys): take the turn and delete it, so it cannot block the line
-//!   for the rest of the session.
+//!   line's local turn is free is the old attempt applied late by a member that held it
+//!   (etcd has no idempotency keys): take the local turn and delete it, so it cannot block
+//!   the line for the rest of the session.
 //!
 //! Failover, re-creation after a break and compaction are the watch stream's business: a
 //! subscription reports every event after the revision it names, or says where it starts
@@ -61,11 +61,11 @@ pub(crate) enum Follow {
         keep: Option<Pin>,
     },
     /// Delete any key of `session`'s lease that appears at `key` after revision `from - 1`
-    /// while `turn` is free, until the session ends.
+    /// while `local_turn` is free, until the session ends.
     Sweep {
         key: Vec<u8>,
         from: i64,
-        turn: Arc<tokio::sync::Mutex<()>>,
+        local_turn: Arc<tokio::sync::Mutex<()>>,
         session: Arc<LeaseState>,
     },
 }
@@ -360,31 +360,34 @@ fn handle_event(rpc: &Rpc, what: &Follow, event: &Event) -> bool {
             }
         }
         Follow::Sweep {
-            key, turn, session, ..
+            key,
+            local_turn,
+            session,
+            ..
         } => {
             if !is_delete && kv.lease == session.id() {
                 let late = (key.clone(), kv.create_revision);
-                spawn_sweep(rpc.clone(), late, turn.clone(), session.clone());
+                spawn_sweep(rpc.clone(), late, local_turn.clone(), session.clone());
             }
         }
     }
     true
 }
 
-/// Takes the line's turn (so no guard or waiter of ours uses the key) and deletes the
+/// Takes the line's local turn (so no guard or waiter of ours uses the key) and deletes the
 /// late-applied attempt: the key of our lease with the create revision it was seen with
-/// (a copy of this delete applied late can then never take a newer key of ours). The turn
-/// is held until a removal is answered: an unanswered one may still apply, and a campaign
-/// of ours that took the turn meanwhile would adopt the key it is about to delete (found
-/// by the simulation, issue 29).
+/// (a copy of this delete applied late can then never take a newer key of ours). The local
+/// turn is held until a removal is answered: an unanswered one may still apply, and a
+/// campaign of ours that took the local turn meanwhile would adopt the key it is about to
+/// delete (found by the simulation, issue 29).
 fn spawn_sweep(
     rpc: Rpc,
     (key, created): (Vec<u8>, i64),
-    turn: Arc<tokio::sync::Mutex<()>>,
+    local_turn: Arc<tokio::sync::Mutex<()>>,
     session: Arc<LeaseState>,
 ) {
     drop(tokio::spawn(async move {
-        let _turn = turn.lock_owned().await;
+        let _turn = local_turn.lock_owned().await;
         loop {
             if session.loss_reason().is_some() {
                 return;
@@ -428,11 +431,14 @@ async fn settle_by_reading(rpc: &Rpc, what: &Follow) -> Result<Option<i64>> {
             }
         }
         Follow::Sweep {
-            key, turn, session, ..
+            key,
+            local_turn,
+            session,
+            ..
         } => {
             if let Some(kv) = current.filter(|kv| kv.lease == session.id()) {
                 let late = (key.clone(), kv.create_revision);
-                spawn_sweep(rpc.clone(), late, turn.clone(), session.clone());
+                spawn_sweep(rpc.clone(), late, local_turn.clone(), session.clone());
             }
         }
     }

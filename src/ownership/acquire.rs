@@ -1,5 +1,6 @@
-//! The one path from "I want this name" to a guard: take the turn, join the line in etcd,
-//! wait until every key ahead is gone, and clean up on every failure while still owning the turn.
+//! The one path from "I want this name" to a guard: take the local turn, join the line in
+//! etcd, wait until every key ahead is gone, and clean up on every failure while still
+//! owning the local turn.
 
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
@@ -24,30 +25,35 @@ use crate::support::sim::{Mutation, mutation};
 use crate::transport::Rpc;
 use crate::transport::watches::Pin;
 
-/// Takes the line's turn, ending early on session loss, the deadline or a cancel.
-pub(super) async fn take_turn(
+/// Takes the line's local turn, ending early on session loss, the deadline or a cancel.
+pub(super) async fn take_local_turn(
     line: &Line,
     session: &LeaseState,
     wait: &Wait,
     operation: Operation,
 ) -> std::result::Result<OwnedMutexGuard<()>, TryLockError> {
-    let turn = line.turn.clone();
+    let local_turn = line.local_turn.clone();
     if wait.is_never() {
-        return turn.try_lock_owned().map_err(|_| TryLockError::WouldBlock);
+        return local_turn
+            .try_lock_owned()
+            .map_err(|_| TryLockError::WouldBlock);
     }
     if wait.tries_once() {
         // A zero or very short limit: one try, as `try_*` makes.
-        return turn
+        return local_turn
             .try_lock_owned()
             .map_err(|_| wait.timeout_error(operation).into());
     }
-    let taken = wait.bound_alive(operation, session, async { Ok(turn.lock_owned().await) });
+    let taken = wait.bound_alive(operation, session, async {
+        Ok(local_turn.lock_owned().await)
+    });
     Ok(taken.await?)
 }
 
 /// What every acquisition checks before it sends anything: a blocking call is allowed
 /// here, the wait is not over, the session lives, and this thread does not hold the line's
-/// turn already (waiting for it would never end). The session's lease state on success.
+/// local turn already (waiting for it would never end). The session's lease state on
+/// success.
 pub(super) fn may_start(
     line: &Line,
     wait: &Wait,
@@ -67,7 +73,7 @@ pub(super) fn may_start(
 }
 
 /// Acquires `line` for `kind`, storing `value` under the key: the one path every recipe
-/// uses. On every error our key is removed (or its removal is running, turn in hand).
+/// uses. On every error our key is removed (or its removal is running, local turn in hand).
 pub(crate) fn acquire(
     line: &Arc<Line>,
     kind: Kind,
@@ -78,21 +84,23 @@ pub(crate) fn acquire(
     let session = may_start(line, &wait)?;
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
-    let (enqueued, turn, granted) = client.block_on(async {
-        let turn = take_turn(line, &session, &wait, kind.operation()).await?;
+    let (enqueued, local_turn, granted) = client.block_on(async {
+        let local_turn = take_local_turn(line, &session, &wait, kind.operation()).await?;
         // 1. Join the line in etcd.
-        let (enqueued, turn) =
-            join_within(&rpc, line, None, kind, value, &wait, &session, turn).await?;
+        let (enqueued, local_turn) =
+            join_within(&rpc, line, None, kind, value, &wait, &session, local_turn).await?;
         // 2. Wait for our turn in etcd, unless asked not to.
-        wait_in_line(&rpc, line, kind, &wait, &session, enqueued, turn).await
+        wait_in_line(&rpc, line, kind, &wait, &session, enqueued, local_turn).await
     })?;
-    Ok(hold_from(line, kind, &enqueued, turn, granted, started))
+    Ok(hold_from(
+        line, kind, &enqueued, local_turn, granted, started,
+    ))
 }
 
-/// Waits until `enqueued` (our key, just joined, `turn` in hand) owns, unless `wait` is a
-/// `try_*`: the key, the turn and the proof. On any error the key is removed by
-/// its revision, turn in hand (the caller hears of the error once etcd answered, or within
-/// one request timeout).
+/// Waits until `enqueued` (our key, just joined, `local_turn` in hand) owns, unless `wait`
+/// is a `try_*`: the key, the local turn and the proof. On any error the key is removed by
+/// its revision, local turn in hand (the caller hears of the error once etcd answered, or
+/// within one request timeout).
 pub(super) async fn wait_in_line(
     rpc: &Rpc,
     line: &Arc<Line>,
@@ -100,16 +108,19 @@ pub(super) async fn wait_in_line(
     wait: &Wait,
     session: &LeaseState,
     enqueued: queue::Enqueued,
-    turn: OwnedMutexGuard<()>,
+    local_turn: OwnedMutexGuard<()>,
 ) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>, Granted), TryLockError> {
     if matches!(enqueued.position, Position::Owner) {
         super::leftover::remove_unused(line, &enqueued.leased);
         let granted = Granted::read_at(enqueued.seen_at);
-        return Ok((enqueued, turn, granted));
+        return Ok((enqueued, local_turn, granted));
     }
     // Boxed: the state of a wait is kilobytes that every uncontended acquire would carry,
     // and copy, if it were inline (`scripts/callgrind`).
-    Box::pin(wait_behind(rpc, line, kind, wait, session, enqueued, turn)).await
+    Box::pin(wait_behind(
+        rpc, line, kind, wait, session, enqueued, local_turn,
+    ))
+    .await
 }
 
 /// [`wait_in_line`] for a key that does not own yet (or owns: then at once).
@@ -120,7 +131,7 @@ async fn wait_behind(
     wait: &Wait,
     session: &LeaseState,
     enqueued: queue::Enqueued,
-    turn: OwnedMutexGuard<()>,
+    local_turn: OwnedMutexGuard<()>,
 ) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>, Granted), TryLockError> {
     // Leftovers of our lease: those ahead, and those the Txn found wherever they are.
     let ahead = match &enqueued.position {
@@ -185,7 +196,7 @@ async fn wait_behind(
                     if mutation(Mutation::DelayIgnoresDeletion) {
                         let unwatched = Box::pin(wait.bound_alive(op, session, held_off));
                         return match unwatched.await {
-                            Ok(()) => Ok((enqueued, turn, granted)),
+                            Ok(()) => Ok((enqueued, local_turn, granted)),
                             Err(e) => Err(TryLockError::from(e)),
                         };
                     }
@@ -202,10 +213,10 @@ async fn wait_behind(
         }
     };
     match waited {
-        Ok(granted) => Ok((enqueued, turn, granted)),
+        Ok(granted) => Ok((enqueued, local_turn, granted)),
         Err(e) => {
             // Known revision: this deletes nothing but the key this attempt created.
-            let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(turn));
+            let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(local_turn));
             // Bounded: the caller gets its error within one request timeout.
             if mutation(Mutation::CancelReturnsEarly) {
                 drop(pending);
@@ -218,13 +229,13 @@ async fn wait_behind(
 }
 
 /// The tail every join shares (one name, or several in one Txn): `enqueued` owns as
-/// `granted` proves, `turn` in hand. Makes the hold that owns the turn and has the client's
-/// follow task follow the key from the proof revision.
+/// `granted` proves, `local_turn` in hand. Makes the hold that owns the local turn and has
+/// the client's follow task follow the key from the proof revision.
 pub(super) fn hold_from(
     line: &Arc<Line>,
     kind: Kind,
     enqueued: &queue::Enqueued,
-    turn: OwnedMutexGuard<()>,
+    local_turn: OwnedMutexGuard<()>,
     granted: Granted,
     started: crate::support::telemetry::Stopwatch,
 ) -> Held {
@@ -233,7 +244,7 @@ pub(super) fn hold_from(
     // pinned and running (no request), and a delete since the proof ends it as soon as the
     // event arrives, not after the deferral.
     let at_once = matches!(enqueued.position, Position::Behind(_));
-    let hold = new_hold(line, kind, enqueued, turn, (alive_at, at_once), keep);
+    let hold = new_hold(line, kind, enqueued, local_turn, (alive_at, at_once), keep);
     tracing::debug!(
         key = %text(&line.key),
         fencing_token = enqueued.rev,
@@ -246,15 +257,15 @@ pub(super) fn hold_from(
     Held::new(hold)
 }
 
-/// A hold of `line` for `enqueued`'s key, `turn` in hand: made the line's current hold, and
-/// followed by the client's follow task from `alive_at` (a revision at which the key was
-/// known to exist; `at_once`: subscribe now, not after the deferral; `keep`: the name's
-/// watcher, kept running until the follow subscribed to it).
+/// A hold of `line` for `enqueued`'s key, `local_turn` in hand: made the line's current
+/// hold, and followed by the client's follow task from `alive_at` (a revision at which the
+/// key was known to exist; `at_once`: subscribe now, not after the deferral; `keep`: the
+/// name's watcher, kept running until the follow subscribed to it).
 pub(super) fn new_hold(
     line: &Arc<Line>,
     kind: Kind,
     enqueued: &queue::Enqueued,
-    turn: OwnedMutexGuard<()>,
+    local_turn: OwnedMutexGuard<()>,
     (alive_at, at_once): (i64, bool),
     keep: Option<Pin>,
 ) -> Arc<Hold> {
@@ -267,7 +278,7 @@ pub(super) fn new_hold(
             generation: 0,
             thread: std::thread::current().id(),
             signal: Arc::new(Signal::new()),
-            turn: Some(turn),
+            local_turn: Some(local_turn),
             ended: false,
             value_rev: enqueued.value_rev,
         }),
@@ -294,9 +305,9 @@ pub(super) fn new_hold(
     hold
 }
 
-/// Joins the line within `wait`: our key, and the turn back. On any error our key is
-/// removed, turn in hand, and the caller hears of the error once etcd answered the removal,
-/// or at [`settle_by`] (the removal goes on in the background).
+/// Joins the line within `wait`: our key, and the local turn back. On any error our key is
+/// removed, local turn in hand, and the caller hears of the error once etcd answered the
+/// removal, or at [`settle_by`] (the removal goes on in the background).
 ///
 /// A join cut short by the wait's limit or token is let finish first, within that same
 /// bound: its Txn may already be on its way, and etcd may apply it after a removal sent
@@ -305,8 +316,8 @@ pub(super) fn new_hold(
 /// it tells our revision, and the key is removed by it. Only a join whose outcome stays
 /// unknown (no answer, a lost session) is cleaned up by lease.
 ///
-/// `twin`: the reader line whose key a downgradable write puts beside its own (its turn is
-/// the caller's, who removes that key after any failure: `twin.rs`).
+/// `twin`: the reader line whose key a downgradable write puts beside its own (its local
+/// turn is the caller's, who removes that key after any failure: `twin.rs`).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn join_within(
     rpc: &Rpc,
@@ -316,7 +327,7 @@ pub(super) async fn join_within(
     value: &[u8],
     wait: &Wait,
     session: &LeaseState,
-    turn: OwnedMutexGuard<()>,
+    local_turn: OwnedMutexGuard<()>,
 ) -> std::result::Result<(queue::Enqueued, OwnedMutexGuard<()>), TryLockError> {
     // A blocking wait rides out a leader election here too; `try_*` gives up after one
     // attempt per endpoint.
@@ -332,7 +343,7 @@ pub(super) async fn join_within(
         .bound_alive(kind.operation(), session, joined)
         .await
     {
-        Ok(Ok(enqueued)) => return Ok((enqueued, turn)),
+        Ok(Ok(enqueued)) => return Ok((enqueued, local_turn)),
         // The join's own failure: its Txn may have applied (or apply later).
         Ok(Err(e)) => (e, false),
         // The limit or token ended it (the join is unfinished); a lost session takes the
@@ -356,12 +367,13 @@ pub(super) async fn join_within(
         Some(Ok(enqueued)) => {
             // Known revision: this deletes nothing but the key this attempt created.
             let owned = Owned::Revision(enqueued.rev);
-            let removed = spawn_removal(line, owned, Some(turn));
+            let removed = spawn_removal(line, owned, Some(local_turn));
             let _ = tokio::time::timeout_at(settle_by, removed).await;
         }
         _ => {
-            // The Txn may have applied (or apply later): remove by lease, turn in hand.
-            let removed = clean_up_ambiguous(line, turn);
+            // The Txn may have applied (or apply later): remove by lease, local turn in
+            // hand.
+            let removed = clean_up_ambiguous(line, local_turn);
             let _ = tokio::time::timeout_at(settle_by, removed).await;
         }
     }
@@ -396,8 +408,8 @@ async fn join(
     if !enqueued.existed {
         return Ok(enqueued);
     }
-    // We own the turn (and the twin's), so no guard of this process uses the key: it came
-    // with a resumed lease, or from a release or cleanup that never reached etcd.
+    // We own the local turn (and the twin's), so no guard of this process uses the key: it
+    // came with a resumed lease, or from a release or cleanup that never reached etcd.
     match kind {
         Kind::Lock(_) => {
             // A fresh create revision for every acquisition: fencing tokens strictly grow.
@@ -493,27 +505,27 @@ fn sweep(line: &Line, from: i64) {
     line.session.client().follower().follow(Follow::Sweep {
         key: line.key.clone(),
         from,
-        turn: line.turn.clone(),
+        local_turn: line.local_turn.clone(),
         session: line.session.lease().clone(),
     });
 }
 
 /// After an ambiguous enqueue: remove the key of our lease under the name if there is one
-/// (by its revision, read first: `removal::remove_if_leased`), owning the turn, then have
-/// the client's follow task sweep the line for the same attempt applied late by a member
-/// that held it (see `client/follow.rs`). The receiver hears
+/// (by its revision, read first: `removal::remove_if_leased`), owning the local turn, then
+/// have the client's follow task sweep the line for the same attempt applied late by a
+/// member that held it (see `client/follow.rs`). The receiver hears
 /// when etcd has answered the removal (or the session ended); the caller waits for it
 /// within a bound, the removal goes on regardless.
 pub(super) fn clean_up_ambiguous(
     line: &Arc<Line>,
-    turn: OwnedMutexGuard<()>,
+    local_turn: OwnedMutexGuard<()>,
 ) -> tokio::sync::oneshot::Receiver<()> {
     let (done, removed) = tokio::sync::oneshot::channel();
     let rpc = line.session.client().rpc().clone();
     let session = line.session.lease().clone();
     let key = line.key.clone();
     let line = line.clone();
-    let turn = (!mutation(Mutation::CleanupWithoutTurn)).then_some(turn);
+    let local_turn = (!mutation(Mutation::CleanupWithoutTurn)).then_some(local_turn);
     line.session.client().clone().spawn(async move {
         let removed = loop {
             let attempt = if mutation(Mutation::CleanupByLease) {
@@ -531,7 +543,7 @@ pub(super) fn clean_up_ambiguous(
         if let Ok(revision) = removed {
             sweep(&line, revision + 1);
         }
-        drop(turn);
+        drop(local_turn);
         let _ = done.send(());
     });
     removed

@@ -5,8 +5,8 @@
 //! would everyone else, for as long as the resumed session lives.
 //!
 //! Such a key is ours to remove only while no guard, waiter or cleanup of this process
-//! uses it: we take its line's turn (never wait for it) and find no live hold, and then
-//! remove it by the create revision we read (`removal::remove_if_leased`). The waiter
+//! uses it: we take its line's local turn (never wait for it) and find no live hold, and
+//! then remove it by the create revision we read (`removal::remove_if_leased`). The waiter
 //! that found it crosses it off when its delete arrives, like any key ahead.
 
 use std::sync::Arc;
@@ -36,7 +36,7 @@ pub(super) fn remove_unused<'k>(line: &Arc<Line>, keys: impl IntoIterator<Item =
             continue;
         };
         // Busy (a waiter, a guard, a release or cleanup running): it is in use.
-        let Ok(turn) = other.turn.clone().try_lock_owned() else {
+        let Ok(local_turn) = other.local_turn.clone().try_lock_owned() else {
             continue;
         };
         if other.live_hold().is_some() {
@@ -55,7 +55,7 @@ pub(super) fn remove_unused<'k>(line: &Arc<Line>, keys: impl IntoIterator<Item =
                     _ => break,
                 }
             }
-            drop(turn);
+            drop(local_turn);
             drop(other);
         });
     }

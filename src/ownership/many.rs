@@ -1,8 +1,8 @@
-//! Several free names joined in one Txn (a multi-lock's fast path): every line's turn,
-//! taken without waiting in bytewise order, then `queue::enqueue_many`, then the holds of
-//! the bytewise prefix of names that were free, and our key queued at the first busy one.
-//! Every other key is removed, turn in hand, exactly as the one-name path removes its key;
-//! the caller takes the rest name by name (docs/design/multi-lock.md).
+//! Several free names joined in one Txn (a multi-lock's fast path): every line's local
+//! turn, taken without waiting in bytewise order, then `queue::enqueue_many`, then the
+//! holds of the bytewise prefix of names that were free, and our key queued at the first
+//! busy one. Every other key is removed, local turn in hand, exactly as the one-name path
+//! removes its key; the caller takes the rest name by name (docs/design/multi-lock.md).
 
 use std::sync::Arc;
 
@@ -30,8 +30,8 @@ use crate::transport::Retry;
 /// answer (cleaned up first).
 ///
 /// Every key this path created and does not return is removed before it returns (or at
-/// most one request timeout later, in the background, turn in hand): by revision when the
-/// Txn answered, by lease with a sweep of the line when it did not. A `try_*` wait that
+/// most one request timeout later, in the background, local turn in hand): by revision when
+/// the Txn answered, by lease with a sweep of the line when it did not. A `try_*` wait that
 /// finds a name busy keeps nothing (`WouldBlock`).
 pub(crate) fn lock_free_prefix(
     members: &[(Arc<Line>, Operation)],
@@ -55,24 +55,24 @@ pub(crate) fn lock_free_prefix(
     if members.iter().any(|(line, _)| line.held_by_this_thread()) {
         return none();
     }
-    let mut turns = Vec::with_capacity(members.len());
+    let mut local_turns = Vec::with_capacity(members.len());
     for (line, _) in members {
-        match line.turn.clone().try_lock_owned() {
-            Ok(turn) => turns.push(turn),
+        match line.local_turn.clone().try_lock_owned() {
+            Ok(local_turn) => local_turns.push(local_turn),
             Err(_) => return none(),
         }
     }
     let client = first.session.client().clone();
     let operation = members[0].1;
-    let (owned, queued) = client.block_on(join_all(members, turns, wait, operation))?;
+    let (owned, queued) = client.block_on(join_all(members, local_turns, wait, operation))?;
     let held = (owned.into_iter().zip(members))
-        .map(|((enqueued, turn), (line, op))| {
+        .map(|((enqueued, local_turn), (line, op))| {
             let alive_at = enqueued.seen_at;
             hold_from(
                 line,
                 Kind::Lock(*op),
                 &enqueued,
-                turn,
+                local_turn,
                 Granted::read_at(alive_at),
                 started,
             )
@@ -90,24 +90,25 @@ pub(crate) fn lock_free_prefix(
 }
 
 /// The first busy line of a one-Txn join: our key, queued there by the Txn (its position
-/// read by the same Txn, as the one-name enqueue reads it), turn in hand. Waited on with
-/// [`wait_queued`]; dropped unwaited, its key is removed by revision, turn in hand.
+/// read by the same Txn, as the one-name enqueue reads it), local turn in hand. Waited on
+/// with [`wait_queued`]; dropped unwaited, its key is removed by revision, local turn in
+/// hand.
 pub(crate) struct Queued {
     line: Arc<Line>,
     kind: Kind,
     joined: Option<Joined>,
 }
 
-/// A key the Txn put, with its line's turn.
+/// A key the Txn put, with its line's local turn.
 type Joined = (Enqueued, OwnedMutexGuard<()>);
 
 impl Drop for Queued {
     fn drop(&mut self) {
-        if let Some((enqueued, turn)) = self.joined.take() {
+        if let Some((enqueued, local_turn)) = self.joined.take() {
             drop(spawn_removal(
                 &self.line,
                 Owned::Revision(enqueued.rev),
-                Some(turn),
+                Some(local_turn),
             ));
         }
     }
@@ -115,29 +116,31 @@ impl Drop for Queued {
 
 /// Waits for `queued`'s turn within `wait` (the one-name path's wait, lock-delay
 /// included), then holds it as that path does. On any error the key is removed by its
-/// revision, turn in hand.
+/// revision, local turn in hand.
 pub(crate) fn wait_queued(queued: Queued, wait: &Wait) -> std::result::Result<Held, TryLockError> {
     let started = Stopwatch::start();
     let (line, kind) = (queued.line.clone(), queued.kind);
     let session = line.session.lease().clone();
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
-    let (enqueued, turn, granted) = client.block_on(async {
+    let (enqueued, local_turn, granted) = client.block_on(async {
         // Taken only here: a future dropped unrun leaves the removal to `Drop`.
         let mut queued = queued;
-        let Some((enqueued, turn)) = queued.joined.take() else {
+        let Some((enqueued, local_turn)) = queued.joined.take() else {
             return Err(Error::LockLost.into());
         };
-        super::acquire::wait_in_line(&rpc, &line, kind, wait, &session, enqueued, turn).await
+        super::acquire::wait_in_line(&rpc, &line, kind, wait, &session, enqueued, local_turn).await
     })?;
-    Ok(hold_from(&line, kind, &enqueued, turn, granted, started))
+    Ok(hold_from(
+        &line, kind, &enqueued, local_turn, granted, started,
+    ))
 }
 
 /// The Txn, bounded by `wait`, and what follows from its answer: the owned prefix and the
-/// first busy line, with their turns; every other key removed (turn in hand).
+/// first busy line, with their local turns; every other key removed (local turn in hand).
 async fn join_all(
     members: &[(Arc<Line>, Operation)],
-    turns: Vec<OwnedMutexGuard<()>>,
+    local_turns: Vec<OwnedMutexGuard<()>>,
     wait: &Wait,
     operation: Operation,
 ) -> std::result::Result<(Vec<Joined>, Option<Joined>), TryLockError> {
@@ -161,7 +164,7 @@ async fn join_all(
     // join: a zero limit tries once).
     let join_wait = wait.first_attempt(rpc.request_timeout());
     let (error, cut_short) = match join_wait.bound_alive(operation, &session, answer).await {
-        Ok(Ok(Some(enqueued))) => return settle(members, enqueued, turns, wait).await,
+        Ok(Ok(Some(enqueued))) => return settle(members, enqueued, local_turns, wait).await,
         // A key of ours existed: nothing was written.
         Ok(Ok(None)) => return Ok((Vec::new(), None)),
         // The Txn's own failure: it may have applied (or apply later).
@@ -185,9 +188,9 @@ async fn join_all(
     match finished {
         Some(Ok(Some(enqueued))) => {
             // Known revisions: this deletes nothing but the keys the Txn created.
-            let pending: Vec<_> = (members.iter().zip(enqueued).zip(turns))
-                .map(|(((line, _), e), turn)| {
-                    spawn_removal(line, Owned::Revision(e.rev), Some(turn))
+            let pending: Vec<_> = (members.iter().zip(enqueued).zip(local_turns))
+                .map(|(((line, _), e), local_turn)| {
+                    spawn_removal(line, Owned::Revision(e.rev), Some(local_turn))
                 })
                 .collect();
             for removed in pending {
@@ -195,12 +198,12 @@ async fn join_all(
             }
         }
         // The failure branch wrote nothing.
-        Some(Ok(None)) => drop(turns),
+        Some(Ok(None)) => drop(local_turns),
         _ => {
             // Unknown outcome: every line is cleaned up as one name's ambiguous join is
-            // (by lease, turn in hand, then swept for a late copy of the Txn).
-            let pending: Vec<_> = (members.iter().zip(turns))
-                .map(|((line, _), turn)| clean_up_ambiguous(line, turn))
+            // (by lease, local turn in hand, then swept for a late copy of the Txn).
+            let pending: Vec<_> = (members.iter().zip(local_turns))
+                .map(|((line, _), local_turn)| clean_up_ambiguous(line, local_turn))
                 .collect();
             for removed in pending {
                 let _ = tokio::time::timeout_at(settle_by, removed).await;
@@ -210,7 +213,7 @@ async fn join_all(
     if cut_short {
         return Err(session.judge(error).into());
     }
-    // The one-name path takes it from here (each line's turn passes to it once its
+    // The one-name path takes it from here (each line's local turn passes to it once its
     // cleanup is answered): it retries on the next members, rides out elections, and
     // reports a lasting error as one name does.
     tracing::debug!(error = %error, "one-Txn join failed; joining name by name");
@@ -218,15 +221,15 @@ async fn join_all(
 }
 
 /// After the Txn put every key: keeps the longest prefix of owned lines and the first
-/// busy line (its key queued there), with their turns, and removes the key of every line
-/// after it (by revision, turn in hand), waiting for etcd's answers within one request
-/// timeout. A set that kept a later name's key while it waits for an earlier one could
-/// deadlock with a taker that holds the earlier name and queues for the later one. A
+/// busy line (its key queued there), with their local turns, and removes the key of every
+/// line after it (by revision, local turn in hand), waiting for etcd's answers within one
+/// request timeout. A set that kept a later name's key while it waits for an earlier one
+/// could deadlock with a taker that holds the earlier name and queues for the later one. A
 /// `try_*` wait keeps nothing when a name is busy (`WouldBlock`).
 async fn settle(
     members: &[(Arc<Line>, Operation)],
     enqueued: Vec<Enqueued>,
-    turns: Vec<OwnedMutexGuard<()>>,
+    local_turns: Vec<OwnedMutexGuard<()>>,
     wait: &Wait,
 ) -> std::result::Result<(Vec<Joined>, Option<Joined>), TryLockError> {
     let free = enqueued
@@ -241,12 +244,16 @@ async fn settle(
     };
     let mut kept = Vec::with_capacity(keep);
     let mut pending = Vec::new();
-    for (i, (e, turn)) in enqueued.into_iter().zip(turns).enumerate() {
+    for (i, (e, local_turn)) in enqueued.into_iter().zip(local_turns).enumerate() {
         if i < keep {
-            kept.push((e, turn));
+            kept.push((e, local_turn));
         } else {
             let line = &members[i].0;
-            pending.push(spawn_removal(line, Owned::Revision(e.rev), Some(turn)));
+            pending.push(spawn_removal(
+                line,
+                Owned::Revision(e.rev),
+                Some(local_turn),
+            ));
         }
     }
     if let Some((line, _)) = members.first()

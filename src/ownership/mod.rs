@@ -2,22 +2,23 @@
 //! one path from "I want this name" to a guard, and back.
 //!
 //! * A [`Line`] is one session's place under one name: the etcd key `<name>/<lease hex>`
-//!   and the process-local **turn** in front of it. Every recipe of that session and name
-//!   queues on the same turn, so two live guards over one key cannot exist.
-//! * [`acquire`] takes the turn, joins the line in etcd (one Txn), waits until
+//!   and the **local turn** in front of it, a process-local gate (the turn in etcd is the
+//!   line's, [`wait_turn`](crate::line::wait::wait_turn)). Every recipe of that session
+//!   and name queues on the same local turn, so two live guards over one key cannot exist.
+//! * [`acquire`] takes the local turn, joins the line in etcd (one Txn), waits until
 //!   every key ahead is gone ([`wait::wait_turn`](crate::line::wait::wait_turn)) and, on any failure, cleans up while still owning
-//!   the turn.
-//! * A [`Hold`] is one acquisition: the create revision (fencing token), the turn, and a
-//!   signal that fires when the hold ends for any reason (release, session loss, a
+//!   the local turn.
+//! * A [`Hold`] is one acquisition: the create revision (fencing token), the local turn,
+//!   and a signal that fires when the hold ends for any reason (release, session loss, a
 //!   re-campaign that superseded it). [`Held`] is the guard-side handle on it.
 //!
 //! Cleanup rules (the safety argument is in docs/design/exactly-once.md):
 //! * by create revision whenever the revision is known: it can only delete that one key;
-//! * by lease only after an ambiguous enqueue, and only while the turn is owned. Then no
-//!   guard or waiter of this process uses the key, so any key of our lease under the name
-//!   is a leftover of that attempt, never the key of a live or later guard;
-//! * the turn passes to the next local acquirer only after etcd answered the cleanup or
-//!   release, so a successor never finds (and adopts) a key that is about to be deleted.
+//! * by lease only after an ambiguous enqueue, and only while the local turn is owned. Then
+//!   no guard or waiter of this process uses the key, so any key of our lease under the
+//!   name is a leftover of that attempt, never the key of a live or later guard;
+//! * the local turn passes to the next local acquirer only after etcd answered the cleanup
+//!   or release, so a successor never finds (and adopts) a key that is about to be deleted.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
@@ -280,9 +281,9 @@ pub(crate) struct Line {
     /// How the key shares the name; it is part of the key (see `line/mode.rs`).
     mode: Mode,
     key: Vec<u8>,
-    /// The process-local turn: owned by whoever uses the key (waiter, guard, cleanup).
-    turn: Arc<tokio::sync::Mutex<()>>,
-    /// The hold that owns the turn now, if any.
+    /// The local turn: owned by whoever uses the key (waiter, guard, cleanup).
+    local_turn: Arc<tokio::sync::Mutex<()>>,
+    /// The hold that owns the local turn now, if any.
     current: StdMutex<Weak<Hold>>,
     /// Keeps the client's watcher of deletes under the name once this line has waited at
     /// the front, so the next wait finds it running, with its history: no create and no
@@ -313,13 +314,13 @@ struct Lines {
     prune_at: usize,
 }
 
-/// One session's line under one name, and its turn. The turn is kept apart from the line:
-/// a release or cleanup still running in the background holds the turn after the last
-/// Mutex, Election and guard of the name are gone, and a line created again must queue
-/// behind it.
+/// One session's line under one name, and its local turn. The local turn is kept apart from
+/// the line: a release or cleanup still running in the background holds the local turn
+/// after the last Mutex, Election and guard of the name are gone, and a line created again
+/// must queue behind it.
 struct Slot {
     line: Weak<Line>,
-    turn: Weak<tokio::sync::Mutex<()>>,
+    local_turn: Weak<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Line {
@@ -337,26 +338,26 @@ impl Line {
     pub(crate) fn of(session: &Session, name: &[u8], mode: Mode) -> Result<Arc<Line>> {
         let id = (session.lease().serial(), name.to_vec(), mode);
         let mut lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
-        let turn = match lines.slots.get(&id) {
+        let local_turn = match lines.slots.get(&id) {
             Some(slot) => match slot.line.upgrade() {
                 Some(line) => return Ok(line),
-                None => slot.turn.upgrade(),
+                None => slot.local_turn.upgrade(),
             },
             None => None,
         };
-        let turn = turn.unwrap_or_default();
-        let line = Arc::new(Line::new(session.clone(), name, mode, turn.clone())?);
+        let local_turn = local_turn.unwrap_or_default();
+        let line = Arc::new(Line::new(session.clone(), name, mode, local_turn.clone())?);
         if lines.slots.len() >= lines.prune_at {
-            lines
-                .slots
-                .retain(|_, slot| slot.line.strong_count() > 0 || slot.turn.strong_count() > 0);
+            lines.slots.retain(|_, slot| {
+                slot.line.strong_count() > 0 || slot.local_turn.strong_count() > 0
+            });
             lines.prune_at = (lines.slots.len() * 2).max(64);
         }
         lines.slots.insert(
             id,
             Slot {
                 line: Arc::downgrade(&line),
-                turn: Arc::downgrade(&turn),
+                local_turn: Arc::downgrade(&local_turn),
             },
         );
         Ok(line)
@@ -366,7 +367,7 @@ impl Line {
         session: Session,
         name: &[u8],
         mode: Mode,
-        turn: Arc<tokio::sync::Mutex<()>>,
+        local_turn: Arc<tokio::sync::Mutex<()>>,
     ) -> Result<Line> {
         let prefix = queue::key_prefix(name)?;
         let key = queue::own_key(&prefix, session.lease_id(), mode);
@@ -376,7 +377,7 @@ impl Line {
             prefix,
             mode,
             key,
-            turn,
+            local_turn,
             current: StdMutex::new(Weak::new()),
             deletes_pinned: StdMutex::new(None),
             own_pinned: StdMutex::new(None),
@@ -465,7 +466,7 @@ impl Line {
             .is_some()
     }
 
-    /// The hold that owns this line's turn, if it has not ended.
+    /// The hold that owns this line's local turn, if it has not ended.
     pub(crate) fn live_hold(&self) -> Option<Arc<Hold>> {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         current.upgrade().filter(|hold| !hold.is_ended())

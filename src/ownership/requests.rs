@@ -157,7 +157,7 @@ pub(super) fn remove_after_loss(line: &Line) {
 }
 
 /// The release request of the line's key, which every release and cleanup deletes with
-/// the key (`hold.rs`).
+/// the key (`hold/mod.rs`).
 fn release_request_key(line: &Line) -> Option<Vec<u8>> {
     if mutation(Mutation::ReleaseKeepsRequest) {
         return None;

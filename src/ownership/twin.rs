@@ -4,16 +4,16 @@
 //! every later key waits for `W` (and, unless it is a reader, for `R`), and deleting `W`
 //! leaves `R` holding our place as a reader: the downgrade (`hold/downgrade.rs`).
 //!
-//! Both lines' turns are taken, the writer's first (one order for every taker): owning the
-//! reader line's turn, no read hold, waiter or release of this process uses `R`, so a key
-//! of our lease there is this attempt's (or a leftover), and the cleanup may remove it by
-//! lease. The acquisition yields two holds, each following its own key and releasing it
-//! by its revision; their guard's "lost" signal is shared, so the loss of either key ends
-//! the write guard.
+//! Both lines' local turns are taken, the writer's first (one order for every taker):
+//! owning the reader line's local turn, no read hold, waiter or release of this process
+//! uses `R`, so a key of our lease there is this attempt's (or a leftover), and the cleanup
+//! may remove it by lease. The acquisition yields two holds, each following its own key and
+//! releasing it by its revision; their guard's "lost" signal is shared, so the loss of
+//! either key ends the write guard.
 
 use std::sync::Arc;
 
-use super::acquire::{hold_from, join_within, may_start, new_hold, take_turn, wait_in_line};
+use super::acquire::{hold_from, join_within, may_start, new_hold, take_local_turn, wait_in_line};
 use super::{Held, Kind, Line, Wait};
 use crate::line::queue::Position;
 use crate::support::error::operation::Operation;
@@ -23,7 +23,7 @@ use crate::support::signal::Signal;
 /// Acquires `line` (the writer line) for `kind` with its twin key on `twin` (the reader
 /// line of the same session and name): the writer hold and the twin's hold, sharing one
 /// "lost" signal. On every error both keys are removed (or their removals are running,
-/// turns in hand).
+/// local turns in hand).
 pub(crate) fn acquire_twin(
     line: &Arc<Line>,
     twin: &Arc<Line>,
@@ -36,23 +36,34 @@ pub(crate) fn acquire_twin(
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
     let operation = kind.operation();
-    let (enqueued, turn, twin_turn, granted) = client.block_on(async {
-        let turn = take_turn(line, &session, &wait, operation).await?;
-        // Nothing is written before both turns are ours: an error here leaves no key.
-        let twin_turn = take_turn(twin, &session, &wait, operation).await?;
+    let (enqueued, local_turn, twin_local_turn, granted) = client.block_on(async {
+        let local_turn = take_local_turn(line, &session, &wait, operation).await?;
+        // Nothing is written before both local turns are ours: an error here leaves no key.
+        let twin_local_turn = take_local_turn(twin, &session, &wait, operation).await?;
         let joined = async {
-            let (enqueued, turn) =
-                join_within(&rpc, line, Some(twin), kind, value, &wait, &session, turn).await?;
-            wait_in_line(&rpc, line, kind, &wait, &session, enqueued, turn).await
+            let (enqueued, local_turn) = join_within(
+                &rpc,
+                line,
+                Some(twin),
+                kind,
+                value,
+                &wait,
+                &session,
+                local_turn,
+            )
+            .await?;
+            wait_in_line(&rpc, line, kind, &wait, &session, enqueued, local_turn).await
         };
         match joined.await {
-            Ok((enqueued, turn, granted)) => Ok((enqueued, turn, twin_turn, granted)),
+            Ok((enqueued, local_turn, granted)) => {
+                Ok((enqueued, local_turn, twin_local_turn, granted))
+            }
             Err(e) => {
-                // The writer key is removed (or its removal runs, its turn in hand). The
-                // twin: any key of our lease on the reader line is this attempt's, since
-                // we own that line's turn; removed by the revision read, and that line is
-                // swept for a late copy of the join from then on.
-                let removed = super::acquire::clean_up_ambiguous(twin, twin_turn);
+                // The writer key is removed (or its removal runs, its local turn in hand).
+                // The twin: any key of our lease on the reader line is this attempt's,
+                // since we own that line's local turn; removed by the revision read, and
+                // that line is swept for a late copy of the join from then on.
+                let removed = super::acquire::clean_up_ambiguous(twin, twin_local_turn);
                 let _ = tokio::time::timeout(rpc.request_timeout() / 4, removed).await;
                 Err(e)
             }
@@ -66,11 +77,11 @@ pub(crate) fn acquire_twin(
         twin,
         read,
         &enqueued,
-        twin_turn,
+        twin_local_turn,
         (enqueued.rev, at_once),
         None,
     );
-    let mut writer = hold_from(line, kind, &enqueued, turn, granted, started);
+    let mut writer = hold_from(line, kind, &enqueued, local_turn, granted, started);
     let mut twin_held = Held::new(twin_hold);
     let shared = Arc::new(Signal::new());
     writer.share_signal(&shared);

@@ -4,7 +4,7 @@
 //! The public names are aliases ([`MutexGuard`](crate::MutexGuard),
 //! [`RwLockReadGuard`](crate::RwLockReadGuard), [`RwLockWriteGuard`](crate::RwLockWriteGuard),
 //! [`Permit`](crate::Permit), [`Leadership`](crate::Leadership)); what only a leader does
-//! (`proclaim`, `is_leader`, `resign`) is `impl Guard<LeaderKind>` in `election.rs`.
+//! (`proclaim`, `is_leader`, `resign`) is `impl Guard<LeaderKind>` in `election/mod.rs`.
 
 use std::borrow::Cow;
 use std::marker::PhantomData;

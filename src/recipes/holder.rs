@@ -1,13 +1,13 @@
 //! Who holds a name and who waits for it, as reported by [`Client::status`] and the
 //! recipes' `status()`, and who leads an election ([`Client::leader`], the
 //! [`LeaderEvent`](crate::LeaderEvent)s of an observer): plain data, read in `status.rs`
-//! and `observe.rs`.
+//! and `election/observe.rs`.
 
 use std::borrow::Cow;
 use std::time::Duration;
 
 // `Client` names the method in the docs' links.
-#[allow(unused_imports)]
+#[cfg(doc)]
 use crate::client::Client;
 use crate::line::mode::Mode;
 use crate::support::kv::{KeyValue, text};

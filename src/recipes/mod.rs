@@ -1,27 +1,24 @@
-//! What users hold: [`Mutex`](mutex::Mutex), [`RwLock`](rwlock::RwLock),
-//! [`Semaphore`](semaphore::Semaphore), several locks at once
-//! ([`MultiLock`](multi_lock::MultiLock)), [`Election`](election::Election) with its
-//! [`Observer`](observe::Observer) and [`LeaderLoop`](leader_loop::LeaderLoop), their
-//! guards (one generic [`Guard`](guard::Guard)), and the [`Status`](holder::Status) of a
-//! name. Each lock recipe is a thin layer over
-//! [`ownership`](crate::ownership); software transactions ([`stm`]) need no session and no
-//! line, only the client's reads and Txns; the barriers ([`Barrier`](barrier::Barrier),
-//! [`DoubleBarrier`](double_barrier::DoubleBarrier),
-//! [`CountDownLatch`](latch::CountDownLatch)) wait on the client's watch stream directly.
+//! What users hold, one folder per family as in `docs/`: the locks ([`locks`]:
+//! [`Mutex`](locks::mutex::Mutex), [`RwLock`](locks::rwlock::RwLock),
+//! [`Semaphore`](locks::semaphore::Semaphore), several locks at once
+//! ([`MultiLock`](locks::multi_lock::MultiLock))), the [`election`]
+//! ([`Election`](election::Election) with its [`Observer`](election::observe::Observer) and
+//! [`LeaderLoop`](election::leader_loop::LeaderLoop)), the [`barriers`]
+//! ([`Barrier`](barriers::barrier::Barrier),
+//! [`DoubleBarrier`](barriers::double_barrier::DoubleBarrier),
+//! [`CountDownLatch`](barriers::latch::CountDownLatch)) and software transactions
+//! ([`stm`]). What the families share stays here: their guards (one generic
+//! [`Guard`](guard::Guard)), the [`Status`](holder::Status) of a name and its read
+//! ([`status`]), and the requests to let go ([`revoke`]). Each lock recipe and the election
+//! are a thin layer over [`ownership`](crate::ownership); software transactions need no
+//! session and no line, only the client's reads and Txns; the barriers wait on the
+//! client's watch stream directly.
 
-pub(crate) mod barrier;
-pub(crate) mod double_barrier;
+pub(crate) mod barriers;
 pub(crate) mod election;
-pub(crate) mod gone;
 pub(crate) mod guard;
 pub(crate) mod holder;
-pub(crate) mod latch;
-pub(crate) mod leader_loop;
-pub(crate) mod multi_lock;
-pub(crate) mod mutex;
-pub(crate) mod observe;
+pub(crate) mod locks;
 pub(crate) mod revoke;
-pub(crate) mod rwlock;
-pub(crate) mod semaphore;
 pub(crate) mod status;
 pub(crate) mod stm;

@@ -1,9 +1,9 @@
 //! Downgrading a write hold to the read hold of its twin (docs/design/downgrade.md): a
 //! downgradable write owns two holds created by one Txn at one revision
 //! `c`, the writer key `W` (`<name>/<lease hex>`) and its twin `R`
-//! (`<name>/<lease hex>.shared`), each on its own line with its own turn. The downgrade is
-//! one Txn, `if create_revision(W) == c and create_revision(R) == c then delete W, put R`:
-//! from its revision on, `R` alone holds our place, as a reader.
+//! (`<name>/<lease hex>.shared`), each on its own line with its own local turn. The
+//! downgrade is one Txn, `if create_revision(W) == c and create_revision(R) == c then
+//! delete W, put R`: from its revision on, `R` alone holds our place, as a reader.
 //!
 //! The put of `R` (same value, same lease, so its create revision and place stay) is the
 //! downgrade's mark: it moves `R`'s mod revision past `c`. Nothing else writes `R` while we
@@ -41,8 +41,8 @@ impl Held {
 
     /// Downgrades the write hold `self` to `twin`, the read hold created with it: deletes
     /// our writer key only while both keys still have their create revision, then ends
-    /// this hold (its turn goes once etcd has answered) and returns `twin`, whose guard
-    /// now has a "lost" signal of its own and follows its key as before.
+    /// this hold (its local turn goes once etcd has answered) and returns `twin`, whose
+    /// guard now has a "lost" signal of its own and follows its key as before.
     ///
     /// On any error both holds are dropped, so both keys are released (in the background
     /// if etcd does not answer): never a write hold whose writer key may be gone.
@@ -81,7 +81,7 @@ impl Held {
             tracing::warn!(key = %crate::support::kv::text(&line.key), fencing_token = rev, "writer key gone before the downgrade: the lock is lost");
             return Err(Error::LockLost);
         }
-        // Our writer key is gone, as etcd said: end its hold and let its turn go.
+        // Our writer key is gone, as etcd said: end its hold and let its local turn go.
         drop(self.end());
         tracing::debug!(key = %crate::support::kv::text(&twin_key), fencing_token = rev, "downgraded");
         Ok(twin)

@@ -12,9 +12,9 @@ use crate::support::kv::{Compare, Txn, TxnOp, TxnResponse};
 use crate::transport::Retry;
 
 /// Releases every hold of `helds` at once (a guard over several holds): each removal is
-/// the one a single release sends, all sent together, each in a task that owns its turn
-/// until etcd answers. Waits at most `wait` for all the answers (`None`: not at all); an
-/// unanswered removal goes on in the background, and its guard's outcome is a
+/// the one a single release sends, all sent together, each in a task that owns its local
+/// turn until etcd answers. Waits at most `wait` for all the answers (`None`: not at all);
+/// an unanswered removal goes on in the background, and its guard's outcome is a
 /// [`Error::Timeout`] (calling [`Held::release_now`] waits for it again). One outcome per
 /// hold, in order.
 pub(crate) fn release_together(
@@ -30,10 +30,10 @@ pub(crate) fn release_together(
             continue;
         }
         outcomes.push(Ok(Released::NotCurrent));
-        if let Some(turn) = held.end() {
+        if let Some(local_turn) = held.end() {
             let line = &held.hold.line;
             let owned = Owned::Revision(held.hold.rev);
-            removals.push((i, spawn_removal(line, owned, turn)));
+            removals.push((i, spawn_removal(line, owned, local_turn)));
         }
     }
     let (Some(limit), Some(first)) = (wait, helds.first()) else {

@@ -14,7 +14,7 @@ use super::judge::{enters, left_behind, options, reports_gone};
 use super::kinds::{Kind, kind, present};
 use super::liveness::WAIT_SLACK;
 use super::{LOSS_BOUND, Rng, World, sleep};
-use crate::recipes::multi_lock::{MultiLock, MultiLockMember};
+use crate::recipes::locks::multi_lock::{MultiLock, MultiLockMember};
 use crate::session::Session;
 use crate::support::error::Result;
 

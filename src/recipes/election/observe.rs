@@ -1,6 +1,6 @@
 //! Watching an election without taking part: every change of its leader as it happens
 //! ([`Observer`], [`Client::observe`]). Needs no session. Who leads now is the
-//! [`Status`](crate::Status) read (`Client::leader`, in `status.rs`).
+//! [`Status`](crate::Status) read (`Client::leader`, in `recipes/status.rs`).
 
 use std::time::Duration;
 

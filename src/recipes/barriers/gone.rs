@@ -5,15 +5,82 @@
 //! the read saw (the first waiter of the key on this client, a restart after compaction or
 //! a failover that found its resume revision compacted) leaves a gap, and one read closes
 //! it. Reads are retried until etcd answers: a leader election or a failover does not end
-//! a wait; only its bound (limit, token) does.
+//! a wait; only its bound (limit, token) does. The blocking wait both recipes make of it
+//! ([`block_until_absent`]) and their public `wait`, `wait_timeout` and `wait_with`
+//! ([`absence_waits`]) are written here once.
 
+use crate::client::Client;
+use crate::ownership::Wait;
 use crate::support::backoff::Backoff;
+use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{KeyValue, Range};
 use crate::transport::Rpc;
 use crate::transport::watch::{Event, EventKind, Only};
 use crate::transport::watches::waiting::{Condition, Wake};
 use crate::transport::watches::{Spec, Watches};
+
+/// The blocking wait of a [`Barrier`](crate::Barrier) or a
+/// [`CountDownLatch`](crate::CountDownLatch) for its key's absence, within `wait`: a limit
+/// too short to wait gets one look (`try_wait`, the recipe's own: `false` is the timeout
+/// of `operation`), any other the [`wait_absent`] of `key` with `check`, bounded by
+/// `wait`. Returns the revision at which the key was absent, or `None` after one look.
+pub(crate) fn block_until_absent(
+    client: &Client,
+    key: &[u8],
+    wait: Wait,
+    operation: Operation,
+    try_wait: impl FnOnce() -> Result<bool>,
+    check: impl Fn(&KeyValue) -> Result<()> + Send,
+) -> Result<Option<i64>> {
+    wait.check()?;
+    if wait.tries_once() {
+        // A zero or very short limit: one look, as `try_wait`.
+        return match try_wait()? {
+            true => Ok(None),
+            false => Err(wait.timeout_error(operation)),
+        };
+    }
+    let (rpc, watches) = (client.rpc(), client.watches());
+    let at = client.block_on(wait.bound(operation, wait_absent(rpc, watches, key, check)))?;
+    Ok(Some(at))
+}
+
+/// The three public waits of a recipe that waits for its key's absence
+/// ([`Barrier`](crate::Barrier), [`CountDownLatch`](crate::CountDownLatch)), written once:
+/// `wait` (no limit), `wait_timeout` and `wait_with`, each the recipe's own
+/// `wait_within(Wait)` (which calls [`block_until_absent`]). Used in the recipe's `impl`,
+/// each method's docs before its name:
+/// `absence_waits! { /// docs  wait; /// docs  wait_timeout; /// docs  wait_with; }`.
+macro_rules! absence_waits {
+    (
+        $(#[$wait:meta])* wait;
+        $(#[$timeout:meta])* wait_timeout;
+        $(#[$with:meta])* wait_with;
+    ) => {
+        $(#[$wait])*
+        pub fn wait(&self) -> $crate::support::error::Result<()> {
+            self.wait_within($crate::ownership::Wait::forever())
+        }
+
+        $(#[$timeout])*
+        pub fn wait_timeout(
+            &self,
+            timeout: std::time::Duration,
+        ) -> $crate::support::error::Result<()> {
+            self.wait_within($crate::ownership::Wait::from_timeout(timeout))
+        }
+
+        $(#[$with])*
+        pub fn wait_with(
+            &self,
+            options: impl Into<$crate::support::cancel::WaitOptions>,
+        ) -> $crate::support::error::Result<()> {
+            self.wait_within($crate::ownership::Wait::from_options(options.into()))
+        }
+    };
+}
+pub(crate) use absence_waits;
 
 /// Blocks (asynchronously) until `key` does not exist, and returns a revision at which it
 /// did not. `check` judges every version of the key the wait reads (a value that is not

@@ -1,14 +1,19 @@
 //! Leader election: campaign / proclaim / resign / leader / observe, on etcd's election
-//! recipe (and wire format), with a [`Leadership`] guard that resigns on `Drop`.
+//! recipe (and wire format), with a [`Leadership`] guard that resigns on `Drop`. Here too
+//! (`docs/election.md`): watching an election without taking part (`observe.rs`) and the
+//! supervised leader loop (`leader_loop/`).
+
+pub(crate) mod leader_loop;
+pub(crate) mod observe;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::line::mode::Mode;
 use crate::ownership::{self, Held, Kind, Line, Wait};
+use crate::recipes::election::observe::{Observer, observe_prefix};
 use crate::recipes::guard::{Guard, LeaderKind};
 use crate::recipes::holder::{Holder, Status};
-use crate::recipes::observe::{Observer, observe_prefix};
 use crate::session::Session;
 use crate::support::cancel::WaitOptions;
 use crate::support::error::try_lock::TryLockError;

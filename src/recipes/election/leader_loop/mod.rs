@@ -15,9 +15,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::recipes::election::leader_loop::health::{LoopHealth, LoopState, TermEnd};
+use crate::recipes::election::observe::LeaderEvent;
 use crate::recipes::election::{Election, Leadership};
-use crate::recipes::leader_loop::health::{LoopHealth, LoopState, TermEnd};
-use crate::recipes::observe::LeaderEvent;
 use crate::session::Session;
 use crate::support::backoff::Backoff;
 use crate::support::cancel::{CancelToken, WaitOptions};

@@ -38,19 +38,15 @@ use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
 
-// `Error` names the variants in the docs' `# Errors` links.
-#[allow(unused_imports)]
-use crate::support::error::Error;
-
 use crate::line::queue::refuse_trailing_slash;
 use crate::ownership::{self, Wait};
-use crate::recipes::double_barrier::participant::Participant;
-use crate::recipes::gone::checked_key;
+use crate::recipes::barriers::double_barrier::participant::Participant;
+use crate::recipes::barriers::gone::checked_key;
 use crate::session::Session;
 use crate::support::cancel::WaitOptions;
-use crate::support::error::Result;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
+use crate::support::error::{Error, Result};
 use crate::support::kv::text;
 
 /// `count` participants [`enter`](DoubleBarrier::enter) together and
@@ -95,11 +91,11 @@ pub struct DoubleBarrier {
     entered: StdMutex<Option<Entered>>,
 }
 
-/// A participant that entered: its key's create revision, its round, and the turn.
+/// A participant that entered: its key's create revision, its round, and the local turn.
 struct Entered {
     created: i64,
     round: i64,
-    turn: OwnedMutexGuard<()>,
+    local_turn: OwnedMutexGuard<()>,
 }
 
 impl std::fmt::Debug for DoubleBarrier {
@@ -405,11 +401,18 @@ impl DoubleBarrier {
                     true => TryLockError::from(wait.timeout_error(Operation::Enter)),
                     false => TryLockError::WouldBlock,
                 };
-                let turn = match wait.is_never() || once {
-                    true => self.me.turn.clone().try_lock_owned().map_err(|_| busy())?,
+                let local_turn = match wait.is_never() || once {
+                    true => self
+                        .me
+                        .local_turn
+                        .clone()
+                        .try_lock_owned()
+                        .map_err(|_| busy())?,
                     false => {
-                        let turn = async { Ok(self.me.turn.clone().lock_owned().await) };
-                        wait.bound_alive(Operation::Enter, session, turn).await?
+                        let local_turn =
+                            async { Ok(self.me.local_turn.clone().lock_owned().await) };
+                        wait.bound_alive(Operation::Enter, session, local_turn)
+                            .await?
                     }
                 };
                 let patient = !wait.is_never() && !once;
@@ -421,7 +424,7 @@ impl DoubleBarrier {
                     Ok(joined) => joined,
                     // Cut short by the limit or the token: the Txn may be on its way.
                     Err(e) if e.is_cancelled() || e.is_wait_timeout() => {
-                        let removed = self.me.remove_unknown_in_background(turn);
+                        let removed = self.me.remove_unknown_in_background(local_turn);
                         let _ = tokio::time::timeout(settle(place), removed).await;
                         return Err(e.into());
                     }
@@ -438,11 +441,12 @@ impl DoubleBarrier {
                     return Ok(Entered {
                         created,
                         round,
-                        turn,
+                        local_turn,
                     });
                 }
-                // Not in: our key goes, turn in hand (in the background if etcd is slow).
-                let removed = self.me.remove_in_background(created, turn, false);
+                // Not in: our key goes, local turn in hand (in the background if etcd is
+                // slow).
+                let removed = self.me.remove_in_background(created, local_turn, false);
                 let _ = tokio::time::timeout(settle(place), removed).await;
                 match settled {
                     Err(e) => Err(session.judge(e).into()),
@@ -471,7 +475,7 @@ impl DoubleBarrier {
             client.block_on(wait.bound_alive(Operation::Leave, session, removing))
         });
         match removed {
-            Ok(()) => drop(entered.turn),
+            Ok(()) => drop(entered.local_turn),
             // Still in: `leave` may be called again.
             Err(e) if !e.is_session_lost() => {
                 *self.entered_state() = Some(entered);
@@ -501,7 +505,7 @@ impl Drop for DoubleBarrier {
             // Never blocks: the others count us out once etcd has the delete.
             drop(
                 self.me
-                    .remove_in_background(entered.created, entered.turn, true),
+                    .remove_in_background(entered.created, entered.local_turn, true),
             );
         }
     }

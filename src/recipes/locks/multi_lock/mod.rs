@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crate::line::mode::Mode;
 use crate::ownership::{self, Held, Line, Wait};
-use crate::recipes::mutex::Mutex;
-use crate::recipes::rwlock::RwLock;
+use crate::recipes::locks::mutex::Mutex;
+use crate::recipes::locks::rwlock::RwLock;
 use crate::session::Session;
 use crate::support::cancel::{CancelToken, WaitOptions};
 use crate::support::error::operation::Operation;

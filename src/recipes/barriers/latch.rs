@@ -1,14 +1,11 @@
 //! A count-down latch (Redisson's `RCountDownLatch`, Java's `CountDownLatch` across
 //! processes): one key `<name>` whose value is the count left, in decimal. Setting the count
 //! creates it (only if absent), each count-down is a compare-and-swap on its mod revision,
-//! and the last one deletes it: a wait is a wait for the key's absence (`recipes/gone.rs`).
-
-use std::time::Duration;
+//! and the last one deletes it: a wait is a wait for the key's absence (`barriers/gone.rs`).
 
 use crate::client::Client;
 use crate::ownership::Wait;
-use crate::recipes::gone::{checked_key, wait_absent};
-use crate::support::cancel::WaitOptions;
+use crate::recipes::barriers::gone::{absence_waits, block_until_absent, checked_key};
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, text};
@@ -188,74 +185,70 @@ impl CountDownLatch {
         Ok(left)
     }
 
-    /// Blocks until the count reaches zero (at once if the latch is open).
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::InvalidArgument`]: the key holds something that is not a count.
-    /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the read or the
-    ///   watch. Unreachable members, a leader election and compaction are not errors: the
-    ///   wait retries and reads again by itself.
-    /// * [`Error::Closed`]: the client was shut down. [`Error::InsideAsyncRuntime`]:
-    ///   called on an async worker thread.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// client.count_down_latch("shards-loaded")?.wait()?;
-    /// println!("every shard is loaded");
-    /// # Ok(()) }
-    /// ```
-    pub fn wait(&self) -> Result<()> {
-        self.wait_within(Wait::forever())
-    }
+    absence_waits! {
+        /// Blocks until the count reaches zero (at once if the latch is open).
+        ///
+        /// # Errors
+        ///
+        /// * [`Error::InvalidArgument`]: the key holds something that is not a count.
+        /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the read or the
+        ///   watch. Unreachable members, a leader election and compaction are not errors: the
+        ///   wait retries and reads again by itself.
+        /// * [`Error::Closed`]: the client was shut down. [`Error::InsideAsyncRuntime`]:
+        ///   called on an async worker thread.
+        ///
+        /// ```no_run
+        /// # fn main() -> etcd_sync::Result<()> {
+        /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+        /// client.count_down_latch("shards-loaded")?.wait()?;
+        /// println!("every shard is loaded");
+        /// # Ok(()) }
+        /// ```
+        wait;
 
-    /// Like [`wait`](CountDownLatch::wait), but gives up after `timeout`.
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::Timeout`] with [`Operation::Latch`] and `after: timeout`
-    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the count was not zero in time.
-    /// * Otherwise as [`wait`](CountDownLatch::wait).
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// match client.count_down_latch("l")?.wait_timeout(Duration::from_secs(60)) {
-    ///     Ok(()) => println!("open"),
-    ///     Err(e) if e.is_wait_timeout() => println!("still counting after a minute"),
-    ///     Err(e) => return Err(e),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
-        self.wait_within(Wait::from_timeout(timeout))
-    }
+        /// Like [`wait`](CountDownLatch::wait), but gives up after `timeout`.
+        ///
+        /// # Errors
+        ///
+        /// * [`Error::Timeout`] with [`Operation::Latch`] and `after: timeout`
+        ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the count was not zero in time.
+        /// * Otherwise as [`wait`](CountDownLatch::wait).
+        ///
+        /// ```no_run
+        /// use std::time::Duration;
+        /// # fn main() -> etcd_sync::Result<()> {
+        /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+        /// match client.count_down_latch("l")?.wait_timeout(Duration::from_secs(60)) {
+        ///     Ok(()) => println!("open"),
+        ///     Err(e) if e.is_wait_timeout() => println!("still counting after a minute"),
+        ///     Err(e) => return Err(e),
+        /// }
+        /// # Ok(()) }
+        /// ```
+        wait_timeout;
 
-    /// Like [`wait`](CountDownLatch::wait), with a time limit and/or a
-    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]).
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::Cancelled`]: the token was cancelled before or during the wait.
-    /// * [`Error::Timeout`] with [`Operation::Latch`]
-    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the limit passed first.
-    /// * Otherwise as [`wait`](CountDownLatch::wait).
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// let token = etcd_sync::CancelToken::new();
-    /// match client.count_down_latch("l")?.wait_with(&token) {
-    ///     Ok(()) => println!("open"),
-    ///     Err(e) if e.is_cancelled() => println!("shutting down"),
-    ///     Err(e) => return Err(e),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn wait_with(&self, options: impl Into<WaitOptions>) -> Result<()> {
-        self.wait_within(Wait::from_options(options.into()))
+        /// Like [`wait`](CountDownLatch::wait), with a time limit and/or a
+        /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`](crate::WaitOptions)).
+        ///
+        /// # Errors
+        ///
+        /// * [`Error::Cancelled`]: the token was cancelled before or during the wait.
+        /// * [`Error::Timeout`] with [`Operation::Latch`]
+        ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the limit passed first.
+        /// * Otherwise as [`wait`](CountDownLatch::wait).
+        ///
+        /// ```no_run
+        /// # fn main() -> etcd_sync::Result<()> {
+        /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+        /// let token = etcd_sync::CancelToken::new();
+        /// match client.count_down_latch("l")?.wait_with(&token) {
+        ///     Ok(()) => println!("open"),
+        ///     Err(e) if e.is_cancelled() => println!("shutting down"),
+        ///     Err(e) => return Err(e),
+        /// }
+        /// # Ok(()) }
+        /// ```
+        wait_with;
     }
 
     /// Whether a wait would return now: `true` if the count is zero. One read.
@@ -277,22 +270,19 @@ impl CountDownLatch {
     }
 
     fn wait_within(&self, wait: Wait) -> Result<()> {
-        wait.check()?;
-        if wait.tries_once() {
-            // A zero or very short limit: one look, as `try_wait`.
-            return match self.try_wait()? {
-                true => Ok(()),
-                false => Err(wait.timeout_error(Operation::Latch)),
-            };
-        }
-        let rpc = self.client.rpc();
-        let watches = self.client.watches();
-        let key = &self.key;
+        let try_wait = || self.try_wait();
         let check = |kv: &KeyValue| parse_count(kv).map(|_| ());
-        let at = self
-            .client
-            .block_on(wait.bound(Operation::Latch, wait_absent(rpc, watches, key, check)))?;
-        tracing::debug!(key = %text(key), at, "latch open");
+        let passed = block_until_absent(
+            &self.client,
+            &self.key,
+            wait,
+            Operation::Latch,
+            try_wait,
+            check,
+        )?;
+        if let Some(at) = passed {
+            tracing::debug!(key = %text(&self.key), at, "latch open");
+        }
         Ok(())
     }
 }

@@ -50,8 +50,8 @@ pub(super) struct HoldState {
     pub(super) thread: ThreadId,
     /// The live guard's "lost" signal.
     pub(super) signal: Arc<Signal>,
-    /// The turn, until the release (or its cleanup) is answered.
-    pub(super) turn: Option<OwnedMutexGuard<()>>,
+    /// The local turn, until the release (or its cleanup) is answered.
+    pub(super) local_turn: Option<OwnedMutexGuard<()>>,
     pub(super) ended: bool,
     /// Mod revision of our key as we last wrote or read it (proclaim's condition).
     pub(super) value_rev: i64,
@@ -71,7 +71,7 @@ impl Hold {
     }
 
     /// Ends the hold because its key is gone (deleted by anyone, or re-created with another
-    /// revision): every guard on it turns false and its `lost()` fires. The turn is
+    /// revision): every guard on it turns false and its `lost()` fires. The local turn is
     /// released; there is nothing left to delete but the key's release request, if the key
     /// is still gone (`requests::remove_after_loss`).
     fn lose_key(&self) {
@@ -81,7 +81,7 @@ impl Hold {
         }
         state.ended = true;
         state.signal.fire();
-        state.turn = None;
+        state.local_turn = None;
         drop(state);
         requests::remove_after_loss(&self.line);
         crate::support::telemetry::key_lost(&self.line.name, self.kind.operation(), || {
@@ -236,23 +236,24 @@ impl Held {
 
     /// Ends the hold and deletes our key by its create revision. Waits for etcd's answer
     /// at most `wait` (`None`: not at all); the removal goes on in the background until
-    /// etcd answers, keeping the turn until then.
+    /// etcd answers, keeping the local turn until then.
     fn release(&mut self, wait: Option<Duration>) -> Result<Released> {
         if let Some(pending) = self.pending.take() {
             return self.await_release(pending, wait, crate::support::clock::now());
         }
-        let Some(turn) = self.end() else {
+        let Some(local_turn) = self.end() else {
             return Ok(Released::NotCurrent);
         };
         let line = self.hold.line.clone();
         let owned = Owned::Revision(self.hold.rev);
         let Some(limit) = wait else {
             // Not waiting at all: the whole release runs in the background.
-            drop(spawn_removal(&line, owned, turn));
+            drop(spawn_removal(&line, owned, local_turn));
             return Ok(Released::NotCurrent);
         };
         // The first attempt runs on the caller's thread (no hand-over to the runtime on
-        // the fast path); only an unanswered one moves to the background, turn in hand.
+        // the fast path); only an unanswered one moves to the background, local turn in
+        // hand.
         let rpc = line.session.client().rpc().clone();
         let started = crate::support::clock::now();
         let first = line.session.client().block_on(async {
@@ -265,7 +266,7 @@ impl Held {
             Ok(Ok(false)) => Ok(Released::NotOurs),
             Ok(Err(e)) if !e.is_transient() => Err(e),
             _ => {
-                let pending = spawn_removal(&line, owned, turn);
+                let pending = spawn_removal(&line, owned, local_turn);
                 // What is left of the caller's bound; a timeout reports all of it.
                 let left = limit.saturating_sub(crate::support::clock::since(started));
                 self.await_release(pending, Some(left), started)
@@ -274,16 +275,16 @@ impl Held {
     }
 
     /// Ends the hold for its release: `None` if this guard no longer owns it, else the
-    /// turn, to be kept until etcd has answered the removal of our key.
+    /// local turn, to be kept until etcd has answered the removal of our key.
     fn end(&mut self) -> Option<Option<OwnedMutexGuard<()>>> {
-        let turn = {
+        let local_turn = {
             let mut state = self.hold.state();
             if state.generation != self.generation || state.ended {
                 return None;
             }
             state.ended = true;
             state.signal.fire();
-            state.turn.take()
+            state.local_turn.take()
         };
         let hold = &self.hold;
         let session_loss = || hold.line.session.lease().loss_reason();
@@ -294,7 +295,7 @@ impl Held {
             session_loss,
         );
         tracing::debug!(key = %text(self.key()), fencing_token = self.rev(), "releasing");
-        Some(turn)
+        Some(local_turn)
     }
 
     /// Waits up to `wait` for a release running in the background; a timeout reports the
@@ -443,12 +444,13 @@ async fn proclaim_once(rpc: &Rpc, hold: &Hold, value: &[u8]) -> Result<bool> {
 }
 
 /// Deletes the line's key (and its release request, `line/request.rs`) in a task that owns
-/// `turn` until etcd answered; the receiver gets the first answer. Transient failures are
-/// retried until answered or the session is lost (the lease then takes the key with it).
+/// `local_turn` until etcd answered; the receiver gets the first answer. Transient failures
+/// are retried until answered or the session is lost (the lease then takes the key with
+/// it).
 pub(super) fn spawn_removal(
     line: &Line,
     owned: Owned,
-    turn: Option<OwnedMutexGuard<()>>,
+    local_turn: Option<OwnedMutexGuard<()>>,
 ) -> tokio::sync::oneshot::Receiver<Result<bool>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let session = &line.session;
@@ -459,7 +461,7 @@ pub(super) fn spawn_removal(
     session.client().spawn(async move {
         let answer = remove_until_answered(&rpc, &shared, &key, &request, owned).await;
         let _ = tx.send(answer);
-        drop(turn);
+        drop(local_turn);
     });
     rx
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 // `Error` names the variants in the docs' `# Errors` links.
-#[allow(unused_imports)]
+#[cfg(doc)]
 use crate::support::error::Error;
 
 use crate::line::mode::Mode;

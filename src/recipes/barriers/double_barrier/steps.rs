@@ -6,7 +6,7 @@
 use crate::client::lease::LeaseState;
 use crate::client::removal::{self, Owned};
 use crate::line::queue::key_gone_error;
-use crate::recipes::double_barrier::round::{Enter, Goal, Round, Watching};
+use crate::recipes::barriers::double_barrier::round::{Enter, Goal, Round, Watching};
 use crate::support::backoff::Backoff;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, TxnOpResponse, text};
@@ -26,7 +26,7 @@ pub(crate) struct Place<'a> {
     pub(crate) ready: &'a [u8],
     /// How many participants a round has (written in our key's value).
     pub(crate) count: u64,
-    /// Sweeps our key from this revision on (the participant's turn guards it).
+    /// Sweeps our key from this revision on (the participant's local turn guards it).
     pub(crate) sweep: &'a (dyn Fn(i64) + Sync),
 }
 
@@ -44,7 +44,7 @@ pub(crate) struct Joined {
 /// every key under the prefix. Sent once per endpoint after an ambiguous failure, and, when
 /// `patient`, again after a refusal no member handled ("no leader": the caller's bound ends
 /// that). A key of ours found there is a leftover (a resumed lease, a removal that never
-/// reached etcd; we own the turn, so no participant of this process uses it): it is
+/// reached etcd; we own the local turn, so no participant of this process uses it): it is
 /// removed by its revision and we join again. Any ambiguous attempt has our key swept (it
 /// may still be applied late); after a failure whose outcome is unknown, a key of ours is
 /// removed first. A caller that cuts the join short does the same ([`remove_unknown`]).

@@ -1,16 +1,16 @@
-//! One session's participant in one double barrier: its keys, its **turn** (one
+//! One session's participant in one double barrier: its keys, its **local turn** (one
 //! participant per session and name at a time; the sweep of a late-applied join and the
 //! removals in the background own it too), and the removals that run in the background.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 
-use tokio::sync::{Mutex as TurnMutex, OwnedMutexGuard};
+use tokio::sync::{Mutex as LocalTurnMutex, OwnedMutexGuard};
 
 use crate::client::follow::Follow;
 use crate::client::removal::{self, Owned};
-use crate::recipes::double_barrier::round::READY;
-use crate::recipes::double_barrier::steps::{self, Place};
+use crate::recipes::barriers::double_barrier::round::READY;
+use crate::recipes::barriers::double_barrier::steps::{self, Place};
 use crate::session::Session;
 use crate::support::kv::LeaseHex;
 
@@ -27,15 +27,15 @@ pub(crate) struct Participant {
     /// How many participants a round has.
     pub(crate) count: u64,
     /// Owned from `enter` to the end of `leave`, and by a sweep or a removal meanwhile.
-    pub(crate) turn: Arc<TurnMutex<()>>,
+    pub(crate) local_turn: Arc<LocalTurnMutex<()>>,
 }
 
-/// The turns of every session and name in this process, kept apart from the handles: a
-/// removal in the background may own a turn after its `DoubleBarrier` is gone.
-static TURNS: StdMutex<Turns> = StdMutex::new(BTreeMap::new());
+/// The local turns of every session and name in this process, kept apart from the handles:
+/// a removal in the background may own a turn after its `DoubleBarrier` is gone.
+static LOCAL_TURNS: StdMutex<LocalTurns> = StdMutex::new(BTreeMap::new());
 
-/// Turns by session serial and name.
-type Turns = BTreeMap<(u64, Vec<u8>), Weak<TurnMutex<()>>>;
+/// LocalTurns by session serial and name.
+type LocalTurns = BTreeMap<(u64, Vec<u8>), Weak<LocalTurnMutex<()>>>;
 
 impl Participant {
     /// `session`'s participant in the double barrier `name` for `count` (both checked by
@@ -47,7 +47,7 @@ impl Participant {
         key.extend_from_slice(LeaseHex(session.lease_id()).to_string().as_bytes());
         let ready = [prefix.as_slice(), READY].concat();
         Participant {
-            turn: turn_of(session, &name),
+            local_turn: local_turn_of(session, &name),
             session: session.clone(),
             name,
             prefix,
@@ -74,23 +74,24 @@ impl Participant {
     }
 
     /// Has the client's follow task delete a key of our lease that appears at our key from
-    /// revision `from` on while the turn is free (a join applied late: `client/follow.rs`).
+    /// revision `from` on while the local turn is free (a join applied late:
+    /// `client/follow.rs`).
     fn sweep(&self, from: i64) {
         self.session.client().follower().follow(Follow::Sweep {
             key: self.key.clone(),
             from,
-            turn: self.turn.clone(),
+            local_turn: self.local_turn.clone(),
             session: self.session.lease().clone(),
         });
     }
 
-    /// Removes our key (created at `created`) in a task that owns `turn` until etcd
+    /// Removes our key (created at `created`) in a task that owns `local_turn` until etcd
     /// answers (retried while the session lives); the receiver hears when it is done.
     /// With `then_ready`, a ready key left with nobody of its round is removed too.
     pub(crate) fn remove_in_background(
         &self,
         created: i64,
-        turn: OwnedMutexGuard<()>,
+        local_turn: OwnedMutexGuard<()>,
         then_ready: bool,
     ) -> tokio::sync::oneshot::Receiver<()> {
         let (done, removed) = tokio::sync::oneshot::channel();
@@ -103,7 +104,7 @@ impl Participant {
             let removed = session
                 .retry_while_alive(|| removal::remove(&rpc, &key, owned))
                 .await;
-            drop(turn);
+            drop(local_turn);
             if then_ready && removed.is_ok() {
                 steps::clear_stale_ready(&rpc, (&prefix, count), &ready).await;
             }
@@ -113,10 +114,10 @@ impl Participant {
     }
 
     /// After a join cut short: removes a key of our lease (it may have been created) and
-    /// has it swept, in a task that owns `turn` until etcd answered the removal.
+    /// has it swept, in a task that owns `local_turn` until etcd answered the removal.
     pub(crate) fn remove_unknown_in_background(
         &self,
-        turn: OwnedMutexGuard<()>,
+        local_turn: OwnedMutexGuard<()>,
     ) -> tokio::sync::oneshot::Receiver<()> {
         let (done, removed) = tokio::sync::oneshot::channel();
         let me = self.clone();
@@ -124,21 +125,21 @@ impl Participant {
             let rpc = me.session.client().rpc();
             let sweep = |from: i64| me.sweep(from);
             steps::remove_unknown(rpc, &me.key, me.session.lease_id(), &sweep).await;
-            drop(turn);
+            drop(local_turn);
             let _ = done.send(());
         });
         removed
     }
 }
 
-fn turn_of(session: &Session, name: &[u8]) -> Arc<TurnMutex<()>> {
-    let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+fn local_turn_of(session: &Session, name: &[u8]) -> Arc<LocalTurnMutex<()>> {
+    let mut local_turns = LOCAL_TURNS.lock().unwrap_or_else(|e| e.into_inner());
     let id = (session.lease().serial(), name.to_vec());
-    if let Some(turn) = turns.get(&id).and_then(Weak::upgrade) {
-        return turn;
+    if let Some(local_turn) = local_turns.get(&id).and_then(Weak::upgrade) {
+        return local_turn;
     }
-    turns.retain(|_, turn| turn.strong_count() > 0);
-    let turn = Arc::new(TurnMutex::new(()));
-    turns.insert(id, Arc::downgrade(&turn));
-    turn
+    local_turns.retain(|_, local_turn| local_turn.strong_count() > 0);
+    let local_turn = Arc::new(LocalTurnMutex::new(()));
+    local_turns.insert(id, Arc::downgrade(&local_turn));
+    local_turn
 }

@@ -1,19 +1,16 @@
 //! A barrier that holds everyone until it is removed: etcd's Go `recipe.Barrier`,
 //! ZooKeeper's barrier recipe, Curator's `DistributedBarrier`. One key, `<name>` itself:
 //! [`hold`](Barrier::hold) creates it, [`release`](Barrier::release) deletes it, and
-//! [`wait`](Barrier::wait) returns once it does not exist (`recipes/gone.rs`).
-
-use std::time::Duration;
+//! [`wait`](Barrier::wait) returns once it does not exist (`barriers/gone.rs`).
 
 // `Error` names the variants in the docs' `# Errors` links.
-#[allow(unused_imports)]
+#[cfg(doc)]
 use crate::support::error::Error;
 
 use crate::client::Client;
 use crate::client::removal::{self, Owned};
 use crate::ownership::Wait;
-use crate::recipes::gone::{checked_key, wait_absent};
-use crate::support::cancel::WaitOptions;
+use crate::recipes::barriers::gone::{absence_waits, block_until_absent, checked_key};
 use crate::support::error::Result;
 use crate::support::error::operation::Operation;
 use crate::support::identity::default_identity;
@@ -176,74 +173,70 @@ impl Barrier {
         Ok(released)
     }
 
-    /// Blocks until the barrier is released: returns at once if it is not up, else when
-    /// its key is deleted (by [`release`](Barrier::release), `etcdctl del`, anyone).
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the read or the
-    ///   watch (e.g. `PermissionDenied`). Unreachable members, a leader election and
-    ///   compaction are not errors: the wait retries and reads again by itself.
-    /// * [`Error::Closed`]: the client was shut down. [`Error::InsideAsyncRuntime`]:
-    ///   called on an async worker thread.
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// client.barrier("deploy/freeze")?.wait()?;
-    /// println!("the freeze is over");
-    /// # Ok(()) }
-    /// ```
-    pub fn wait(&self) -> Result<()> {
-        self.wait_within(Wait::forever())
-    }
+    absence_waits! {
+        /// Blocks until the barrier is released: returns at once if it is not up, else when
+        /// its key is deleted (by [`release`](Barrier::release), `etcdctl del`, anyone).
+        ///
+        /// # Errors
+        ///
+        /// * [`Error::Server`] / [`Error::Authentication`]: etcd refused the read or the
+        ///   watch (e.g. `PermissionDenied`). Unreachable members, a leader election and
+        ///   compaction are not errors: the wait retries and reads again by itself.
+        /// * [`Error::Closed`]: the client was shut down. [`Error::InsideAsyncRuntime`]:
+        ///   called on an async worker thread.
+        ///
+        /// ```no_run
+        /// # fn main() -> etcd_sync::Result<()> {
+        /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+        /// client.barrier("deploy/freeze")?.wait()?;
+        /// println!("the freeze is over");
+        /// # Ok(()) }
+        /// ```
+        wait;
 
-    /// Like [`wait`](Barrier::wait), but gives up after `timeout`.
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::Timeout`] with [`Operation::Barrier`] and `after: timeout`
-    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the barrier was still up.
-    /// * Otherwise as [`wait`](Barrier::wait).
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// match client.barrier("b")?.wait_timeout(Duration::from_secs(30)) {
-    ///     Ok(()) => println!("released"),
-    ///     Err(e) if e.is_wait_timeout() => println!("still held after 30 s"),
-    ///     Err(e) => return Err(e),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
-        self.wait_within(Wait::from_timeout(timeout))
-    }
+        /// Like [`wait`](Barrier::wait), but gives up after `timeout`.
+        ///
+        /// # Errors
+        ///
+        /// * [`Error::Timeout`] with [`Operation::Barrier`] and `after: timeout`
+        ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the barrier was still up.
+        /// * Otherwise as [`wait`](Barrier::wait).
+        ///
+        /// ```no_run
+        /// use std::time::Duration;
+        /// # fn main() -> etcd_sync::Result<()> {
+        /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+        /// match client.barrier("b")?.wait_timeout(Duration::from_secs(30)) {
+        ///     Ok(()) => println!("released"),
+        ///     Err(e) if e.is_wait_timeout() => println!("still held after 30 s"),
+        ///     Err(e) => return Err(e),
+        /// }
+        /// # Ok(()) }
+        /// ```
+        wait_timeout;
 
-    /// Like [`wait`](Barrier::wait), with a time limit and/or a
-    /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`]).
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::Cancelled`]: the token was cancelled before or during the wait.
-    /// * [`Error::Timeout`] with [`Operation::Barrier`]
-    ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the limit passed first.
-    /// * Otherwise as [`wait`](Barrier::wait).
-    ///
-    /// ```no_run
-    /// # fn main() -> etcd_sync::Result<()> {
-    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-    /// let token = etcd_sync::CancelToken::new();
-    /// match client.barrier("b")?.wait_with(&token) {
-    ///     Ok(()) => println!("released"),
-    ///     Err(e) if e.is_cancelled() => println!("shutting down"),
-    ///     Err(e) => return Err(e),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn wait_with(&self, options: impl Into<WaitOptions>) -> Result<()> {
-        self.wait_within(Wait::from_options(options.into()))
+        /// Like [`wait`](Barrier::wait), with a time limit and/or a
+        /// [`CancelToken`](crate::CancelToken) (see [`WaitOptions`](crate::WaitOptions)).
+        ///
+        /// # Errors
+        ///
+        /// * [`Error::Cancelled`]: the token was cancelled before or during the wait.
+        /// * [`Error::Timeout`] with [`Operation::Barrier`]
+        ///   ([`is_wait_timeout`](Error::is_wait_timeout)): the limit passed first.
+        /// * Otherwise as [`wait`](Barrier::wait).
+        ///
+        /// ```no_run
+        /// # fn main() -> etcd_sync::Result<()> {
+        /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+        /// let token = etcd_sync::CancelToken::new();
+        /// match client.barrier("b")?.wait_with(&token) {
+        ///     Ok(()) => println!("released"),
+        ///     Err(e) if e.is_cancelled() => println!("shutting down"),
+        ///     Err(e) => return Err(e),
+        /// }
+        /// # Ok(()) }
+        /// ```
+        wait_with;
     }
 
     /// Whether a wait would return now: `true` if the barrier is not up. One read; never
@@ -270,22 +263,18 @@ impl Barrier {
     }
 
     fn wait_within(&self, wait: Wait) -> Result<()> {
-        wait.check()?;
-        if wait.tries_once() {
-            // A zero or very short limit: one look, as `try_wait`.
-            return match self.try_wait()? {
-                true => Ok(()),
-                false => Err(wait.timeout_error(Operation::Barrier)),
-            };
-        }
-        let rpc = self.client.rpc();
-        let watches = self.client.watches();
-        let key = &self.key;
-        let at = self.client.block_on(wait.bound(
+        let try_wait = || self.try_wait();
+        let passed = block_until_absent(
+            &self.client,
+            &self.key,
+            wait,
             Operation::Barrier,
-            wait_absent(rpc, watches, key, |_| Ok(())),
-        ))?;
-        tracing::debug!(key = %text(key), at, "barrier passed");
+            try_wait,
+            |_| Ok(()),
+        )?;
+        if let Some(at) = passed {
+            tracing::debug!(key = %text(&self.key), at, "barrier passed");
+        }
         Ok(())
     }
 }
