@@ -34,6 +34,7 @@ use crate::support::clock;
 use crate::support::error::code::Code;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::Rpc;
 
 /// The longest lock-delay accepted (Consul's cap), 60 s.
@@ -157,7 +158,7 @@ pub(crate) async fn hold_off(
     }
     let leases: Vec<i64> = leases_ahead(prefix, ahead)
         .into_iter()
-        .filter(|lease| !readings.alive_at(*lease, turn_at))
+        .filter(|lease| mutation(Mutation::DelayOnEveryEnd) || !readings.alive_at(*lease, turn_at))
         .collect();
     // The lookups are part of the wait: bounded by its limit and token, and ended by a
     // session loss, like every other step of it. (Unbounded, a frozen member held a wait

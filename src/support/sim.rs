@@ -70,6 +70,10 @@ pub enum Mutation {
     /// lines that wait at the back can show it, and the simulation's lines are short, so
     /// `tests/simulation_back.rs` finds it with the front narrowed to one key.
     LookoutGapUnread,
+    /// A lock-delay runs after every lease ahead that ended, revoked or expired, as before
+    /// issue 48, item 4: a holder that releases and then closes its session (a process
+    /// exiting normally) costs its waiters the delay.
+    DelayOnEveryEnd,
 }
 
 #[cfg(feature = "simulation")]
@@ -77,9 +81,9 @@ impl Mutation {
     /// Every mutation, in the order of the teeth table in docs/design/simulation.md.
     ///
     /// ```
-    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 10);
+    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 11);
     /// ```
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::ResumeCompacted,
         Mutation::EnqueueWithoutCondition,
         Mutation::DelayIgnoresDeletion,
@@ -90,6 +94,7 @@ impl Mutation {
         Mutation::CancelReturnsEarly,
         Mutation::ReleaseKeepsRequest,
         Mutation::ResumeAfterOnEveryRelease,
+        Mutation::DelayOnEveryEnd,
     ];
 
     fn code(self) -> u8 {
@@ -105,6 +110,7 @@ impl Mutation {
             Mutation::ReleaseKeepsRequest => 9,
             Mutation::ResumeAfterOnEveryRelease => 10,
             Mutation::LookoutGapUnread => 11,
+            Mutation::DelayOnEveryEnd => 12,
         }
     }
 }

@@ -36,6 +36,17 @@ pub(crate) struct Leases {
     /// The next id a grant without one gets (etcd derives them from the member id and
     /// time; any positive 63-bit value will do).
     next_id: i64,
+    /// Every lease that ended, in order: the run's judge of lock-delays reads it.
+    ends: Vec<End>,
+}
+
+/// A lease that ended: when, the keys it took with it, and whether it expired (its TTL ran
+/// out) or was revoked.
+#[derive(Debug, Clone)]
+pub(crate) struct End {
+    pub(crate) at: Instant,
+    pub(crate) keys: Vec<String>,
+    pub(crate) expired: bool,
 }
 
 impl Leases {
@@ -43,6 +54,7 @@ impl Leases {
         Leases {
             by_id: BTreeMap::new(),
             next_id: 0x694d_7a1b_0000_0001,
+            ends: Vec::new(),
         }
     }
 
@@ -87,6 +99,17 @@ impl Leases {
     /// Forgets a lease (the caller deletes its keys); false if there was none.
     pub(crate) fn remove(&mut self, id: i64) -> bool {
         self.by_id.remove(&id).is_some()
+    }
+
+    /// Notes that a lease ended at `at` with `keys`, by expiry or by a revoke.
+    pub(crate) fn ended(&mut self, at: Instant, keys: Vec<String>, expired: bool) {
+        self.ends.push(End { at, keys, expired });
+    }
+
+    /// The leases that ended at or after `from`, oldest first.
+    pub(crate) fn ends_since(&self, from: Instant) -> impl Iterator<Item = &End> {
+        let first = self.ends.partition_point(|end| end.at < from);
+        self.ends[first..].iter()
     }
 
     /// From now on, `id`'s keep-alives go unanswered: it expires at its deadline. False if

@@ -29,7 +29,7 @@ pub(super) async fn expiry(shared: Arc<Shared>) {
             continue;
         }
         for id in state.leases.expired(tokio::time::Instant::now()) {
-            services::revoke(&mut state, id);
+            services::revoke(&mut state, id, true);
         }
     }
 }

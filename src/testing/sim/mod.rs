@@ -282,7 +282,7 @@ impl SimCluster {
     /// # Ok(()) }
     /// ```
     pub fn revoke(&self, lease: i64) -> bool {
-        services::revoke(&mut self.shared.lock(), lease)
+        services::revoke(&mut self.shared.lock(), lease, false)
     }
 
     /// Leaves a lease's keep-alives unanswered from now on, as for a holder cut off one

@@ -187,12 +187,20 @@ fn single(op: Op) -> pb::TxnRequest {
     }
 }
 
-/// Revokes `id` and deletes its keys in one revision; false if there was no such lease.
-pub(crate) fn revoke(state: &mut State, id: i64) -> bool {
+/// Revokes `id` and deletes its keys in one revision (`expired`: because its TTL ran out);
+/// false if there was no such lease.
+pub(crate) fn revoke(state: &mut State, id: i64, expired: bool) -> bool {
     if !state.leases.remove(id) {
         return false;
     }
     let keys = state.store.keys_of_lease(id);
+    let names = keys
+        .iter()
+        .map(|key| String::from_utf8_lossy(key).into_owned())
+        .collect();
+    state
+        .leases
+        .ended(tokio::time::Instant::now(), names, expired);
     let changes = state.store.delete_keys(&keys);
     state.watchers.notify(&changes, state.store.revision());
     let revision = state.store.revision();
@@ -378,7 +386,7 @@ impl pb::lease_server::Lease for Member {
         self.admit().await?;
         let header = {
             let mut state = self.shared.lock();
-            if !revoke(&mut state, request.get_ref().id) {
+            if !revoke(&mut state, request.get_ref().id, false) {
                 return Err(Refusal::LEASE_NOT_FOUND.status());
             }
             self.header(&state, state.store.revision())

@@ -229,6 +229,9 @@ struct World {
     calm_since: Mutex<Option<Instant>>,
     /// When the nemesis last deleted lock keys (an operator delete, a revoked lease).
     deleted_at: Mutex<Option<Instant>>,
+    /// When the last fault that can fail or slow a request ended (all but an operator's
+    /// delete or revoke): a lock-delay's lease readings may have failed until then.
+    impaired_until: Mutex<Option<Instant>>,
     /// When a lagging member last caught up (its late events may still be on their way).
     caught_up_at: Mutex<Option<Instant>>,
     /// Whether processes ask holders to let go in this run (a third of the seeds, none of
@@ -264,6 +267,21 @@ impl World {
     /// A fault begins (`false`) or ends (`true`).
     fn calm(&self, calm: bool) {
         *self.calm_since.lock().unwrap_or_else(|e| e.into_inner()) = calm.then(Instant::now);
+    }
+
+    /// A fault that can fail or slow requests ended just now.
+    fn impaired(&self) {
+        *self
+            .impaired_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    fn impaired_until(&self) -> Option<Instant> {
+        *self
+            .impaired_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The nemesis deleted lock keys just now.
@@ -365,6 +383,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             running: AtomicUsize::new(config.processes),
             calm_since: Mutex::new(Some(Instant::now())),
             deleted_at: Mutex::new(None),
+            impaired_until: Mutex::new(None),
             caught_up_at: Mutex::new(None),
             asking: matches!(config.seed % 9, 5 | 6 | 8),
             leader_loops: config.leader_loops,

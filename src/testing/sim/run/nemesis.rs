@@ -194,6 +194,16 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 "unsynced watchers"
             }
         };
+        // An operator's delete or revoke fails no request; every other fault may.
+        if !matches!(
+            fault,
+            "operator delete"
+                | "holder's lease revoked"
+                | "holder's lease left to expire, then its name's keys deleted"
+                | "unsynced watchers"
+        ) {
+            world.impaired();
+        }
         world.calm(true);
         world.note("nemesis", fault.to_string());
         *world.log().outcome.faults.entry(fault).or_default() += 1;
