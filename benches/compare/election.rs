@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::args::Args;
 use crate::stats::{Summary, report};
-use crate::{Res, WAIT, connect};
+use crate::{Res, WAIT, connect, cpu};
 
 pub fn election(args: &Args, summary: &mut Summary) -> Res<()> {
     let client = connect(args)?;
@@ -24,6 +24,13 @@ pub fn election(args: &Args, summary: &mut Summary) -> Res<()> {
         res.push(t2 - t1);
         both.push(t2 - t0);
     }
+    let cpu = cpu::per_op("campaign_resign", args.campaigns, || {
+        election.campaign_timeout("me", WAIT)?.resign()?;
+        Ok(())
+    })?;
+    summary.text(format!(
+        "client CPU per campaign + resign (user + system, getrusage): {cpu:.0} µs"
+    ));
     let c = report("campaign", &camp, "");
     report("resign", &res, "");
     let cr = report("campaign_resign", &both, "");

@@ -26,6 +26,7 @@ mod args;
 mod barriers;
 mod contended;
 mod cost;
+mod cpu;
 mod downgrade;
 mod election;
 mod fleet;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use etcd_sync::{Client, Compare, CompareOp, Txn, TxnOp};
 
 use crate::args::Args;
+use crate::cpu;
 use crate::stats::{Summary, report};
 use crate::{Res, WAIT, connect};
 
@@ -93,6 +94,19 @@ pub fn uncontended(args: &Args, summary: &mut Summary) -> Res<()> {
             run_lock()?;
         }
     }
+    // Client CPU per operation: each operation alone, in a pass of its own.
+    let get_cpu = cpu::per_op("get", args.n, || {
+        client.get(format!("{}/warmup", args.prefix))?;
+        Ok(())
+    })?;
+    let lock_cpu = cpu::per_op("lock_unlock", args.n, || lock_once().map(|_| ()))?;
+    let floor_cpu = cpu::per_op("floor_lock_unlock", args.n, || {
+        floor_once(&client, &floor_key, &floor_prefix, lease).map(|_| ())
+    })?;
+    summary.text(format!(
+        "client CPU per operation (user + system, getrusage): get {get_cpu:.0} µs, lock + \
+         unlock {lock_cpu:.0} µs, floor {floor_cpu:.0} µs"
+    ));
     let g = report("get", &get, "");
     let l = report("lock", &lock, "");
     report("unlock", &unlock, "");

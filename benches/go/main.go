@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/clientv3"
@@ -111,6 +112,29 @@ func report(figure string, v []time.Duration, extra string) {
 	}
 	fmt.Printf("RESULT go %s median_us=%.0f p90_us=%.0f p99_us=%.0f mean_us=%.0f min_us=%.0f max_us=%.0f n=%d%s\n",
 		figure, st.median, st.p90, st.p99, st.mean, st.min, st.max, st.n, extra)
+}
+
+// processCPU is the user + system CPU time this process has used so far (getrusage).
+func processCPU() time.Duration {
+	var u syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
+		return 0
+	}
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
+
+// cpuPerOp runs op n times alone and prints the client CPU per operation, as the Rust
+// drivers do (issue 49).
+func cpuPerOp(figure string, n int, op func() error) error {
+	before := processCPU()
+	for i := 0; i < n; i++ {
+		if err := op(); err != nil {
+			return err
+		}
+	}
+	used := processCPU() - before
+	fmt.Printf("RESULT go cpu_%s us_per_op=%.1f n=%d\n", figure, float64(used.Microseconds())/float64(n), n)
+	return nil
 }
 
 // tail counts samples slower than 10 ms and 50 ms.
@@ -300,6 +324,12 @@ func uncontended() error {
 		ul = append(ul, b)
 		both = append(both, a+b)
 	}
+	if err := cpuPerOp("get", *n, get); err != nil {
+		return err
+	}
+	if err := cpuPerOp("lock_unlock", *n, func() error { _, _, err := lockOnce(); return err }); err != nil {
+		return err
+	}
 	report("get", gets, "")
 	report("lock", lk, "")
 	report("unlock", ul, "")
@@ -346,6 +376,9 @@ func election() error {
 		cp = append(cp, a)
 		rs = append(rs, b)
 		both = append(both, a+b)
+	}
+	if err := cpuPerOp("campaign_resign", *campaigns, func() error { _, _, err := once(); return err }); err != nil {
+		return err
 	}
 	report("campaign", cp, "")
 	report("resign", rs, "")

@@ -67,6 +67,29 @@ const TTL: i64 = 300;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Nearest-rank percentiles in microseconds, as benches/compare/stats.rs computes them.
+/// User + system CPU time this process has used so far (getrusage).
+fn process_cpu() -> Duration {
+    // SAFETY: `getrusage` writes into the zeroed struct we own and reads nothing else.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// Prints the client CPU per operation since `before`, as the other drivers do.
+fn cpu_result(figure: &str, before: Duration, n: usize) {
+    let used = process_cpu().saturating_sub(before);
+    println!(
+        "RESULT etcdclient cpu_{figure} us_per_op={:.1} n={n}",
+        used.as_secs_f64() * 1e6 / n.max(1) as f64
+    );
+}
+
 fn report(figure: &str, samples: &[Duration]) -> Option<f64> {
     if samples.is_empty() {
         println!("RESULT etcdclient {figure} n=0 error=no_samples");
@@ -170,6 +193,22 @@ async fn uncontended(args: &Args) -> Res<()> {
             }
         }
     }
+    // Client CPU per operation: each operation alone, in a pass of its own (issue 49).
+    let before = process_cpu();
+    for _ in 0..args.n {
+        client.get(warm.as_str(), None).await?;
+    }
+    cpu_result("get", before, args.n);
+    let before = process_cpu();
+    for _ in 0..args.n {
+        lock_once(&mut client, &name, lease).await?;
+    }
+    cpu_result("lock_unlock", before, args.n);
+    let before = process_cpu();
+    for _ in 0..args.n {
+        floor_once(&mut client, &floor_key, &floor_prefix, lease).await?;
+    }
+    cpu_result("floor_lock_unlock", before, args.n);
     report("get", &get);
     report("lock", &lock);
     report("unlock", &unlock);
