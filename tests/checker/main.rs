@@ -498,6 +498,12 @@ fn randomized_checker() {
     );
     live.violations
         .extend(barrier_report.liveness.iter().cloned());
+    if let Some(n) = totals.errors.get("wait_unavailable") {
+        live.violations.push(format!(
+            "liveness: {n} waits with a limit ended with Unavailable, not with a guard or \
+             their limit (issue 48, item 1)"
+        ));
+    }
     for n in hung {
         // A child that did not end 20 s after the deadline: its threads (a wait that never
         // returned) or its clean-up (closing the sessions) hung.

@@ -144,6 +144,13 @@ fn acquire(
     }
     match result {
         Ok(guard) => ("ok", Some(guard)),
+        // A wait with a limit ends with a guard, its limit, or a failure that is still
+        // true: a transport failure is tried again within the limit (issue 48, item 1).
+        Err(e @ Error::Unavailable { .. }) if timed => {
+            log(log_file, "ERR wait_unavailable".to_string());
+            log(log_file, format!("NOTE {e}"));
+            ("wait_unavailable", None)
+        }
         Err(e) => {
             log(log_file, format!("ERR {}", error_kind(&e)));
             if error_kind(&e) == "other" {
