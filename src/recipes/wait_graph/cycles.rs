@@ -234,13 +234,19 @@ mod tests {
         // 1 and 2 hold s (2 permits); 3 holds x and waits for s; 1 waits for x. 2 will
         // let go, 3 gets its permit, then 1 gets x.
         let found = search(vec![
-            line("s", &[(1, ".permits-2"), (2, ".permits-2"), (3, ".permits-2")]),
+            line(
+                "s",
+                &[(1, ".permits-2"), (2, ".permits-2"), (3, ".permits-2")],
+            ),
             line("x", &[(3, ""), (1, "")]),
         ]);
         assert_eq!(found, Found::default());
         // If 2 waits for x too, nobody can go on.
         let found = search(vec![
-            line("s", &[(1, ".permits-2"), (2, ".permits-2"), (3, ".permits-2")]),
+            line(
+                "s",
+                &[(1, ".permits-2"), (2, ".permits-2"), (3, ".permits-2")],
+            ),
             line("x", &[(3, ""), (1, ""), (2, "")]),
         ]);
         assert_eq!(found.stuck, BTreeSet::from([1, 2, 3]));
@@ -275,9 +281,6 @@ mod tests {
             line("y", &[(1, ""), (2, "")]),
             line("z", &[(2, ""), (3, "")]),
         ]);
-        assert_eq!(
-            found.cycles,
-            vec![vec![(1, 0, 3), (3, 2, 2), (2, 1, 1)]]
-        );
+        assert_eq!(found.cycles, vec![vec![(1, 0, 3), (3, 2, 2), (2, 1, 1)]]);
     }
 }

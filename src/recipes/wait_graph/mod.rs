@@ -198,7 +198,11 @@ fn build(
                 name: status.name.clone(),
                 key: key.clone(),
                 position,
-                blocked_by: if holds { Vec::new() } else { blocked_by.clone() },
+                blocked_by: if holds {
+                    Vec::new()
+                } else {
+                    blocked_by.clone()
+                },
             };
             let p = participants
                 .entry(key.lease)
