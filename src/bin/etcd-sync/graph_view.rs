@@ -223,3 +223,116 @@ struct StepJson {
 fn hex(lease: i64) -> Option<String> {
     (lease != 0).then(|| format!("{lease:x}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_sync::{Cycle, CycleStep, Status};
+
+    fn key(name: &str, lease: i64, rev: i64, identity: &str) -> Holder {
+        Holder {
+            key: format!("{name}/{lease:x}").into_bytes(),
+            value: identity.as_bytes().to_vec(),
+            lease,
+            create_revision: rev,
+            mod_revision: rev,
+            mode: KeyMode::Exclusive,
+            ttl: Some(Duration::from_secs(9)),
+        }
+    }
+
+    fn place(name: &str, key: Holder, position: usize, blocked_by: &[i64]) -> Place {
+        Place {
+            name: name.as_bytes().to_vec(),
+            key,
+            position,
+            blocked_by: blocked_by.to_vec(),
+        }
+    }
+
+    /// a (lease 0xa) holds x and waits for y; b (0xb) holds y and waits for x.
+    fn deadlock() -> WaitGraph {
+        let status = |name: &str, holder: i64, waiter: i64| Status {
+            name: name.as_bytes().to_vec(),
+            holders: vec![key(name, holder, holder, &format!("host-{holder:x}"))],
+            waiters: vec![key(name, waiter, 20 + waiter, &format!("host-{waiter:x}"))],
+            revision: 40,
+        };
+        let participant = |lease: i64, holds: &str, waits: &str, other: i64| Participant {
+            lease,
+            identity: Some(format!("host-{lease:x}")),
+            ttl: Some(Duration::from_secs(9)),
+            granted_ttl: Some(Duration::from_secs(10)),
+            holds: vec![place(holds, key(holds, lease, lease, ""), 0, &[])],
+            waits: vec![place(waits, key(waits, lease, 20 + lease, ""), 1, &[other])],
+            stuck: true,
+        };
+        WaitGraph {
+            prefix: b"d/".to_vec(),
+            revision: 40,
+            names: vec![status("d/x", 0xa, 0xb), status("d/y", 0xb, 0xa)],
+            participants: vec![
+                participant(0xa, "d/x", "d/y", 0xb),
+                participant(0xb, "d/y", "d/x", 0xa),
+            ],
+            cycles: vec![Cycle {
+                steps: vec![
+                    CycleStep {
+                        lease: 0xa,
+                        name: b"d/y".to_vec(),
+                        holder: 0xb,
+                    },
+                    CycleStep {
+                        lease: 0xb,
+                        name: b"d/x".to_vec(),
+                        holder: 0xa,
+                    },
+                ],
+            }],
+        }
+    }
+
+    #[test]
+    fn screen_shows_the_cycle_then_each_line() {
+        let seen = |key: &Holder| {
+            (key.lease == 0xb).then_some(Seen {
+                waiting: Duration::from_secs(7),
+                at_least: true,
+            })
+        };
+        assert_eq!(
+            screen(&deadlock(), &seen),
+            "etcd-sync top \"d/\"  revision 40  2 names, 2 sessions, 2 waiting  (q or Ctrl-C quits)\n\
+             CYCLE (deadlock):  a (host-a) waits for d/y held by b (host-b);  b (host-b) waits for d/x held by a (host-a)\n\
+             \n\
+             d/x  held by 1, 1 waiting\n  \
+               holder  a  host-a  ttl 9s/10s\n  \
+               waiter  b  host-b  1 ahead  waiting 7s+  ttl 9s/10s  STUCK\n\
+             \n\
+             d/y  held by 1, 1 waiting\n  \
+               holder  b  host-b  ttl 9s/10s\n  \
+               waiter  a  host-a  1 ahead  ttl 9s/10s  STUCK\n"
+        );
+    }
+
+    #[test]
+    fn json_object() {
+        let text = json(&deadlock()).unwrap();
+        assert!(
+            text.starts_with(r#"{"prefix":"d/","revision":40,"names":[{"name":"d/x","holders":"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#""sessions":[{"lease":"a","identity":"host-a","ttl":9,"granted_ttl":10,"holds":[{"name":"d/x","key":"d/x/a","position":0}],"waits":[{"name":"d/y","key":"d/y/a","position":1,"blocked_by":["b"]}],"stuck":true},"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                r#""cycles":[[{"lease":"a","identity":"host-a","waits_for":"d/y","held_by":"b"},{"lease":"b","identity":"host-b","waits_for":"d/x","held_by":"a"}]]}"#
+            ),
+            "{text}"
+        );
+    }
+}

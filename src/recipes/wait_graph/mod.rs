@@ -39,8 +39,9 @@ impl Client {
     /// * [`Error::InvalidArgument`]: `prefix` is longer than 4096 bytes.
     /// * [`Error::Timeout`] / [`Error::Unavailable`]: no endpoint answered (the read and
     ///   lookups are retried on every endpoint first).
-    /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`, or a read
-    ///   larger than its limit on a response: read a narrower prefix);
+    /// * [`Error::Server`]: etcd refused a request (e.g. `PermissionDenied`), or the read's
+    ///   answer was larger than the 4 MiB the client takes (gRPC's default; read
+    ///   narrower prefixes);
     ///   [`Error::Authentication`]: re-authenticating after an expired token failed.
     /// * [`Error::InsideAsyncRuntime`]: called on an async worker thread.
     ///
