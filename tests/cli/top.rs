@@ -1,6 +1,7 @@
 //! `etcd-sync top [PREFIX]`: `--json` prints the wait graph once (a deadlock between two
 //! sessions as a cycle naming both), and the live view, run in a real terminal (tmux) as
-//! a person would, shows the holder and the waiter and quits on `q`.
+//! a person would, shows the holder and the waiter, then a deadlock as it forms and ends,
+//! and quits on `q`.
 
 use std::process::Command;
 use std::time::Duration;
@@ -128,7 +129,7 @@ impl Drop for TmuxServer {
 }
 
 #[test]
-fn top_in_a_terminal_shows_the_holder_and_the_waiter_and_quits_on_q() {
+fn top_in_a_terminal_shows_the_holder_the_waiter_and_a_cycle_and_quits_on_q() {
     if Command::new("tmux").arg("-V").output().is_err() {
         eprintln!("tmux is not installed: skipped (apt-get install tmux)");
         return;
@@ -206,6 +207,35 @@ fn top_in_a_terminal_shows_the_holder_and_the_waiter_and_quits_on_q() {
     assert!(
         eventually(WAIT, || pane()
             .contains("no locks, semaphores or elections")),
+        "{}",
+        pane()
+    );
+
+    // Two sessions that wait for each other under the prefix: the cycle shows, naming both.
+    let x = holder.mutex("tm/x").unwrap().lock().unwrap();
+    let y = waiter.mutex("tm/y").unwrap().lock().unwrap();
+    let crossed: Vec<_> = [(&holder, "tm/y"), (&waiter, "tm/x")]
+        .into_iter()
+        .map(|(s, name)| {
+            let m = s.mutex(name).unwrap();
+            std::thread::spawn(move || m.lock_timeout(Duration::from_secs(60)).map(drop))
+        })
+        .collect();
+    let cycle = [
+        format!("{h} (the-holder) waits for tm/y held by {w} (the-waiter)"),
+        format!("{w} (the-waiter) waits for tm/x held by {h} (the-holder)"),
+    ];
+    let shows_cycle = |screen: &str| {
+        screen.contains("CYCLE (deadlock):") && cycle.iter().all(|step| screen.contains(step))
+    };
+    assert!(eventually(WAIT, || shows_cycle(&pane())), "{}", pane());
+    drop(x);
+    drop(y);
+    for wait in crossed {
+        wait.join().unwrap().unwrap();
+    }
+    assert!(
+        eventually(WAIT, || pane().contains("no cycles")),
         "{}",
         pane()
     );

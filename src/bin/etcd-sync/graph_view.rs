@@ -32,18 +32,16 @@ pub fn screen(graph: &WaitGraph, seen: &dyn Fn(&Holder) -> Option<Seen>) -> Stri
         out.push_str("no cycles\n");
     }
     for cycle in &graph.cycles {
-        out.push_str("CYCLE (deadlock):");
+        out.push_str("CYCLE (deadlock):\n");
         for step in &cycle.steps {
-            let _ = write!(
+            let _ = writeln!(
                 out,
-                "  {} waits for {} held by {};",
+                "  {} waits for {} held by {}",
                 who(graph, step.lease),
                 step.name_str(),
                 who(graph, step.holder),
             );
         }
-        out.pop();
-        out.push('\n');
     }
     for status in &graph.names {
         let _ = write!(out, "\n{}  ", status.name_str());
@@ -303,7 +301,9 @@ mod tests {
         assert_eq!(
             screen(&deadlock(), &seen),
             "etcd-sync top \"d/\"  revision 40  2 names, 2 sessions, 2 waiting  (q or Ctrl-C quits)\n\
-             CYCLE (deadlock):  a (host-a) waits for d/y held by b (host-b);  b (host-b) waits for d/x held by a (host-a)\n\
+             CYCLE (deadlock):\n  \
+               a (host-a) waits for d/y held by b (host-b)\n  \
+               b (host-b) waits for d/x held by a (host-a)\n\
              \n\
              d/x  held by 1, 1 waiting\n  \
                holder  a  host-a  ttl 9s/10s\n  \

@@ -141,9 +141,9 @@ impl Terminal {
     fn draw(&self, frame: &str) -> io::Result<()> {
         let mut out = io::stdout().lock();
         if self.screen {
-            // Home, clear, then the frame.
+            // Home, clear, then as much of the frame as fits (the cycles come first).
             out.write_all(b"\x1b[H\x1b[2J")?;
-            out.write_all(frame.as_bytes())?;
+            out.write_all(fit(frame, window_size()).as_bytes())?;
         } else {
             writeln!(out, "{frame}")?;
         }
@@ -190,6 +190,48 @@ impl Drop for Terminal {
     }
 }
 
+/// The terminal's rows and columns, if stdout is one that says.
+fn window_size() -> Option<(usize, usize)> {
+    // SAFETY: TIOCGWINSZ fills a zero-initialised winsize.
+    unsafe {
+        let mut size: libc::winsize = std::mem::zeroed();
+        if libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) != 0 {
+            return None;
+        }
+        (size.ws_row > 0 && size.ws_col > 0).then(|| (size.ws_row.into(), size.ws_col.into()))
+    }
+}
+
+/// `frame` cut to a screen of `size` (rows, columns): each line to the width, and the
+/// lines that do not fit replaced by one that says how many there are more.
+fn fit(frame: &str, size: Option<(usize, usize)>) -> String {
+    let Some((rows, columns)) = size else {
+        return frame.to_string();
+    };
+    let lines: Vec<&str> = frame.lines().collect();
+    // The last row stays empty: a newline there would scroll the screen.
+    let room = rows.saturating_sub(1).max(1);
+    let shown = if lines.len() > room {
+        room - 1
+    } else {
+        lines.len()
+    };
+    let mut out = String::new();
+    for line in &lines[..shown] {
+        out.extend(line.chars().take(columns));
+        out.push('\n');
+    }
+    if shown < lines.len() {
+        let more = format!(
+            "... {} more lines (a narrower PREFIX, a larger window, or --json)",
+            lines.len() - shown
+        );
+        out.extend(more.chars().take(columns));
+        out.push('\n');
+    }
+    out
+}
+
 /// Turns off echo and line buffering on stdin (signals keep working: Ctrl-C is SIGINT);
 /// returns the settings to restore, or `None` if they could not be read or set.
 fn raw_stdin() -> Option<libc::termios> {
@@ -207,5 +249,19 @@ fn raw_stdin() -> Option<libc::termios> {
             return None;
         }
         Some(saved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit;
+
+    #[test]
+    fn a_frame_is_cut_to_the_screen() {
+        let frame = "title\nno cycles\n\nname  held\n  holder  a\n  waiter  b\n";
+        assert_eq!(fit(frame, None), frame);
+        assert_eq!(fit(frame, Some((40, 80))), frame);
+        assert_eq!(fit(frame, Some((7, 80))), frame);
+        assert_eq!(fit(frame, Some((5, 5))), "title\nno cy\n\n... 3\n");
     }
 }
