@@ -10,10 +10,10 @@
 //! ([`stm`]). What the families share stays here: their guards (one generic
 //! [`Guard`](guard::Guard)), the [`Status`](holder::Status) of a name and its read
 //! ([`status`]), the requests to let go ([`revoke`]), and who waits for whom under a prefix
-//! ([`wait_graph`]). Each lock recipe and the election
-//! are a thin layer over [`ownership`](crate::ownership); software transactions need no
-//! session and no line, only the client's reads and Txns; the barriers wait on the
-//! client's watch stream directly.
+//! ([`wait_graph`]). Each lock recipe and the election are a thin layer over
+//! [`ownership`](crate::ownership); software transactions need no session and no line,
+//! only the client's reads and Txns; the barriers wait on the client's watch stream
+//! directly.
 
 pub(crate) mod barriers;
 pub(crate) mod election;
