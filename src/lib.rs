@@ -91,6 +91,7 @@ pub use recipes::locks::semaphore::{Permit, Semaphore};
 pub use recipes::revoke::MAX_REASON_LEN;
 pub use recipes::stm::tx::StmTx;
 pub use recipes::stm::{Isolation, StmBuilder};
+pub use recipes::wait_graph::graph::{Cycle, CycleStep, Participant, Place, WaitGraph};
 pub use session::{DEFAULT_TTL, MAX_TTL, Session, SessionBuilder};
 pub use support::cancel::{CancelToken, WaitOptions};
 pub use support::error::code::Code;

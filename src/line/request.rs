@@ -13,6 +13,12 @@
 /// The suffix of a name under which its release requests are kept (`<name>.revoke/`).
 const REQUESTS: &[u8] = b".revoke/";
 
+/// Whether `prefix` (`<name>/`) is where the release requests of another name are kept
+/// (`<other>.revoke/`): its keys mirror the holders' keys and leases, and are no line.
+pub(crate) fn is_requests_prefix(prefix: &[u8]) -> bool {
+    prefix.ends_with(REQUESTS)
+}
+
 /// The request key for `key`, a key under `<name>/`: `<name>.revoke/<the rest of key>`.
 /// `None` if `key` is not under `<name>/`.
 pub(crate) fn request_key(name: &[u8], key: &[u8]) -> Option<Vec<u8>> {

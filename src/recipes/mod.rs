@@ -9,10 +9,11 @@
 //! [`CountDownLatch`](barriers::latch::CountDownLatch)) and software transactions
 //! ([`stm`]). What the families share stays here: their guards (one generic
 //! [`Guard`](guard::Guard)), the [`Status`](holder::Status) of a name and its read
-//! ([`status`]), and the requests to let go ([`revoke`]). Each lock recipe and the election
-//! are a thin layer over [`ownership`](crate::ownership); software transactions need no
-//! session and no line, only the client's reads and Txns; the barriers wait on the
-//! client's watch stream directly.
+//! ([`status`]), the requests to let go ([`revoke`]), and who waits for whom under a prefix
+//! ([`wait_graph`]). Each lock recipe and the election are a thin layer over
+//! [`ownership`](crate::ownership); software transactions need no session and no line,
+//! only the client's reads and Txns; the barriers wait on the client's watch stream
+//! directly.
 
 pub(crate) mod barriers;
 pub(crate) mod election;
@@ -22,3 +23,4 @@ pub(crate) mod locks;
 pub(crate) mod revoke;
 pub(crate) mod status;
 pub(crate) mod stm;
+pub(crate) mod wait_graph;

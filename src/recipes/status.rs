@@ -1,7 +1,8 @@
 //! Reading who holds a name and who waits, without a session: one linearizable Range of
 //! `<name>/` sorted by create revision, split into holders and waiters by the rule the
 //! waiters themselves apply ([`mode::holding`]), then one LeaseTimeToLive per distinct
-//! lease. `Client::leader` and every recipe's `status()` are this read.
+//! lease. `Client::leader` and every recipe's `status()` are this read; the wait graph
+//! splits each name of a wider read and looks its leases up the same way.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -97,10 +98,18 @@ pub(super) async fn read_line(rpc: &Rpc, prefix: &[u8]) -> Result<(Vec<KeyValue>
         ..Range::prefix(prefix)
     };
     let read = rpc.read(&range).await?;
-    let kvs = without_twins(prefix, read.kvs);
+    let (kvs, holding) = split(prefix, read.kvs);
+    Ok((kvs, holding, read.revision))
+}
+
+/// The line of every key under `prefix`, oldest create revision first (`kvs`, in that
+/// order), without the twins of downgradable writes, and how many of its keys hold: what
+/// [`read_line`] makes of one read, and the wait graph of each name in a wider one.
+pub(crate) fn split(prefix: &[u8], kvs: Vec<KeyValue>) -> (Vec<KeyValue>, usize) {
+    let kvs = without_twins(prefix, kvs);
     let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key.clone()).collect();
     let holding = mode::holding(prefix, &keys);
-    Ok((kvs, holding, read.revision))
+    (kvs, holding)
 }
 
 /// `kvs` without the shared twin of a downgradable write (`<hex>.shared` created at the
@@ -132,10 +141,34 @@ const LOOKUPS_IN_FLIGHT: usize = 64;
 
 /// `kvs` as [`Holder`]s, with one LeaseTimeToLive per distinct lease, sent concurrently.
 pub(super) async fn describe(rpc: &Rpc, prefix: &[u8], kvs: Vec<KeyValue>) -> Result<Vec<Holder>> {
-    let mut leases: Vec<i64> = kvs.iter().map(|kv| kv.lease).filter(|&l| l != 0).collect();
+    let ttls = lease_ttls(rpc, kvs.iter().map(|kv| kv.lease)).await?;
+    Ok(kvs
+        .into_iter()
+        .map(|kv| {
+            let ttl = ttls.get(&kv.lease).and_then(|ttl| ttl.map(|t| t.left));
+            Holder::of(prefix, kv, ttl)
+        })
+        .collect())
+}
+
+/// What etcd says of a live lease: the TTL left, and the TTL it was granted (the longest
+/// a holder that stopped renewing keeps its keys), both in whole seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseTtl {
+    pub(crate) left: Duration,
+    pub(crate) granted: Duration,
+}
+
+/// One LeaseTimeToLive per distinct lease of `leases` but 0, [`LOOKUPS_IN_FLIGHT`] at a
+/// time: `None` for a lease etcd no longer knows.
+pub(crate) async fn lease_ttls(
+    rpc: &Rpc,
+    leases: impl IntoIterator<Item = i64>,
+) -> Result<HashMap<i64, Option<LeaseTtl>>> {
+    let mut leases: Vec<i64> = leases.into_iter().filter(|&l| l != 0).collect();
     leases.sort_unstable();
     leases.dedup();
-    let mut ttls: HashMap<i64, Option<Duration>> = HashMap::with_capacity(leases.len());
+    let mut ttls = HashMap::with_capacity(leases.len());
     for batch in leases.chunks(LOOKUPS_IN_FLIGHT) {
         let mut lookups = tokio::task::JoinSet::new();
         for &lease in batch {
@@ -148,20 +181,18 @@ pub(super) async fn describe(rpc: &Rpc, prefix: &[u8], kvs: Vec<KeyValue>) -> Re
             ttls.insert(lease, ttl?);
         }
     }
-    Ok(kvs
-        .into_iter()
-        .map(|kv| {
-            let ttl = ttls.get(&kv.lease).copied().flatten();
-            Holder::of(prefix, kv, ttl)
-        })
-        .collect())
+    Ok(ttls)
 }
 
-/// What is left of `lease`'s TTL, or `None` if etcd no longer knows it (etcd 3.4 answers
-/// TTL -1; a server that reports `NotFound` instead is read the same way).
-async fn ttl_left(rpc: &Rpc, lease: i64) -> Result<Option<Duration>> {
+/// What is left of `lease`'s TTL and what it was granted, or `None` if etcd no longer
+/// knows it (etcd 3.4 answers TTL -1; a server that reports `NotFound` instead is read the
+/// same way).
+async fn ttl_left(rpc: &Rpc, lease: i64) -> Result<Option<LeaseTtl>> {
     match rpc.lease_time_to_live(lease).await {
-        Ok(info) => Ok(u64::try_from(info.ttl).ok().map(Duration::from_secs)),
+        Ok(info) => Ok(u64::try_from(info.ttl).ok().map(|left| LeaseTtl {
+            left: Duration::from_secs(left),
+            granted: Duration::from_secs(u64::try_from(info.granted_ttl).unwrap_or(0)),
+        })),
         Err(Error::Server {
             code: Code::NotFound,
             ..

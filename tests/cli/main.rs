@@ -11,6 +11,7 @@ mod proc;
 mod proxy;
 mod revoke;
 mod status;
+mod top;
 mod waiting;
 mod zero;
 

@@ -303,6 +303,39 @@ pub enum Command {
     /// takes no lease
     #[command(after_help = SEE_EXIT_CODES, long_about = REVOKE_ABOUT)]
     Revoke(RevokeArgs),
+    /// Show who holds and who waits for which names under PREFIX, by session, and the
+    /// cycles among the waits (deadlocks), refreshed every second; takes no lease
+    #[command(after_help = SEE_EXIT_CODES, long_about = TOP_ABOUT)]
+    Top(TopArgs),
+}
+
+const TOP_ABOUT: &str = "\
+A live view of every lock, semaphore, read-write lock and election under PREFIX (all of \
+etcd without one), from one read of the keys under PREFIX and one lease lookup per session, \
+redrawn every second until `q` or Ctrl-C (exit 0). First the cycles: sessions that each \
+wait for a name the next one holds (a deadlock across processes), `no cycles` if none; \
+then each name: its holders and waiters in line order, each with its lease in hex, its \
+identity, how many keys are ahead of a waiter, how long top has seen it wait (`12s+`: it \
+was waiting when top started; etcd keeps no time with a key), its lease's TTL left and \
+granted, and STUCK for a waiter that can never be served (behind a cycle, or a key \
+without a lease).
+
+With --json, the graph once, as one object: {\"prefix\":..,\"revision\":..,\"names\":[..], \
+\"sessions\":[..],\"cycles\":[..]}; each name as in `status --json`; each session as \
+{\"lease\":\"<hex>\" or null (keys without a lease),\"identity\":..,\"ttl\":<seconds left>,\
+\"granted_ttl\":..,\"holds\":[{\"name\":..,\"key\":..,\"position\":<keys ahead>}],\
+\"waits\":[{..,\"blocked_by\":[<holders' leases>]}],\"stuck\":<bool>}; each cycle as \
+its steps, [{\"lease\":..,\"identity\":..,\"waits_for\":<name>,\"held_by\":<lease>}].";
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Print the graph once as one JSON object and exit
+    #[arg(long)]
+    pub json: bool,
+
+    /// Show the names under this prefix (e.g. `jobs/`); all of etcd if left out
+    #[arg(default_value = "")]
+    pub prefix: String,
 }
 
 const REVOKE_ABOUT: &str = "\

@@ -20,8 +20,8 @@ pub const EXIT_SIGNAL_BASE: Exit = 128;
 pub const EXIT_CODES: &str = "\
 Exit codes:
   0       Done: released/resigned after SIGINT, SIGTERM or SIGHUP; `elect --listen` stopped;
-          `status` printed NAME's line (held or free); `barrier hold`/`release` done, or
-          `barrier wait` saw the barrier released
+          `status` printed NAME's line (held or free); `top` quit (q, a signal) or printed
+          --json; `barrier hold`/`release` done, or `barrier wait` saw the barrier released
   N       With CMD: CMD's own exit code, passed through
   1       Runtime error: cannot connect, etcd error, release failed, ...
   2       Bad arguments

@@ -11,7 +11,8 @@
 //! NAME` who holds and who waits; neither takes a lease. `etcd-sync barrier hold|release|wait
 //! NAME` raises, removes or waits for a barrier (no lease either). `etcd-sync revoke NAME`
 //! asks the holders of NAME to let go; `lock`/`elect --release-on-request` give up when
-//! asked.
+//! asked. `etcd-sync top [PREFIX]` shows who holds and who waits for what under PREFIX,
+//! and the cycles among the waits, live (no lease either).
 //!
 //! The library is blocking; the tool is plain threads. A blocking acquire runs on a worker
 //! thread while the main thread polls for signals; a signal while waiting closes the
@@ -25,7 +26,8 @@
 //! or permit), [`hold`] (acquire, hold, release or abandon),
 //! [`command`] (CMD while holding), [`child`] (CMD's process group), [`signals`], [`text`]
 //! (durations in, leadership events out, as text or JSON), [`status`] (who holds what),
-//! [`barrier`] (hold, release, wait), [`revoke`] (ask the holders to let go).
+//! [`barrier`] (hold, release, wait), [`revoke`] (ask the holders to let go), [`top`]
+//! (the live view of a wait graph) and [`graph_view`] (its screen and JSON).
 
 mod args;
 mod barrier;
@@ -33,6 +35,7 @@ mod child;
 mod command;
 mod environ;
 mod exit;
+mod graph_view;
 mod hold;
 mod lock;
 mod logging;
@@ -41,6 +44,7 @@ mod revoke;
 mod signals;
 mod status;
 mod text;
+mod top;
 mod wait;
 
 use std::io::{self, Write};
@@ -86,6 +90,7 @@ fn run(cli: &Cli) -> Exit {
             barrier::barrier(client, args, global.quiet)
         }),
         Command::Revoke(args) => with_client(global, |client| revoke::revoke(client, args)),
+        Command::Top(args) => with_client(global, |client| top::top(client, args)),
     }
 }
 

@@ -90,19 +90,26 @@ pub fn human(status: &Status) -> String {
 
 /// The JSON form: `{"name":..,"holders":[..],"waiters":[..]}`.
 pub fn json(status: &Status) -> serde_json::Result<String> {
-    serde_json::to_string(&StatusJson {
-        name: status.name_str().into_owned(),
-        holders: status.holders.iter().map(KeyJson::new).collect(),
-        waiters: status.waiters.iter().map(KeyJson::new).collect(),
-    })
+    serde_json::to_string(&StatusJson::new(status))
 }
 
-/// `status --json`'s object; fields serialize in declaration order (the documented order).
+/// `status --json`'s object (and each name's in `top --json`); fields serialize in
+/// declaration order (the documented order).
 #[derive(Serialize)]
-struct StatusJson {
+pub struct StatusJson {
     name: String,
     holders: Vec<KeyJson>,
     waiters: Vec<KeyJson>,
+}
+
+impl StatusJson {
+    pub fn new(status: &Status) -> StatusJson {
+        StatusJson {
+            name: status.name_str().into_owned(),
+            holders: status.holders.iter().map(KeyJson::new).collect(),
+            waiters: status.waiters.iter().map(KeyJson::new).collect(),
+        }
+    }
 }
 
 /// One key of `status --json`, in the documented field order.
