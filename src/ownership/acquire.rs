@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
 
 use super::hold::{HoldState, spawn_removal};
-use super::{Held, Hold, Kind, Line, Wait};
+use super::{Held, Hold, Kind, Place, Wait};
 use super::{delay, proof};
 use crate::client::follow::{Follow, Followed};
 use crate::client::lease::LeaseState;
@@ -27,7 +27,7 @@ use crate::transport::watches::Pin;
 
 /// Takes the line's local turn, ending early on session loss, the deadline or a cancel.
 pub(super) async fn take_local_turn(
-    line: &Line,
+    line: &Place,
     session: &LeaseState,
     wait: &Wait,
     operation: Operation,
@@ -55,7 +55,7 @@ pub(super) async fn take_local_turn(
 /// local turn already (waiting for it would never end). The session's lease state on
 /// success.
 pub(super) fn may_start(
-    line: &Line,
+    line: &Place,
     wait: &Wait,
 ) -> std::result::Result<Arc<LeaseState>, TryLockError> {
     crate::client::runtime::ensure_blocking_allowed()?;
@@ -75,7 +75,7 @@ pub(super) fn may_start(
 /// Acquires `line` for `kind`, storing `value` under the key: the one path every recipe
 /// uses. On every error our key is removed (or its removal is running, local turn in hand).
 pub(crate) fn acquire(
-    line: &Arc<Line>,
+    line: &Arc<Place>,
     kind: Kind,
     value: &[u8],
     wait: Wait,
@@ -103,7 +103,7 @@ pub(crate) fn acquire(
 /// within one request timeout).
 pub(super) async fn wait_in_line(
     rpc: &Rpc,
-    line: &Arc<Line>,
+    line: &Arc<Place>,
     kind: Kind,
     wait: &Wait,
     session: &LeaseState,
@@ -126,7 +126,7 @@ pub(super) async fn wait_in_line(
 /// [`wait_in_line`] for a key that does not own yet (or owns: then at once).
 async fn wait_behind(
     rpc: &Rpc,
-    line: &Arc<Line>,
+    line: &Arc<Place>,
     kind: Kind,
     wait: &Wait,
     session: &LeaseState,
@@ -232,7 +232,7 @@ async fn wait_behind(
 /// `granted` proves, `local_turn` in hand. Makes the hold that owns the local turn and has
 /// the client's follow task follow the key from the proof revision.
 pub(super) fn hold_from(
-    line: &Arc<Line>,
+    line: &Arc<Place>,
     kind: Kind,
     enqueued: &queue::Enqueued,
     local_turn: OwnedMutexGuard<()>,
@@ -262,7 +262,7 @@ pub(super) fn hold_from(
 /// key was known to exist; `at_once`: subscribe now, not after the deferral; `keep`: the
 /// name's watcher, kept running until the follow subscribed to it).
 pub(super) fn new_hold(
-    line: &Arc<Line>,
+    line: &Arc<Place>,
     kind: Kind,
     enqueued: &queue::Enqueued,
     local_turn: OwnedMutexGuard<()>,
@@ -321,8 +321,8 @@ pub(super) fn new_hold(
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn join_within(
     rpc: &Rpc,
-    line: &Arc<Line>,
-    twin: Option<&Arc<Line>>,
+    line: &Arc<Place>,
+    twin: Option<&Arc<Place>>,
     kind: Kind,
     value: &[u8],
     wait: &Wait,
@@ -398,7 +398,7 @@ pub(super) fn settle_by(
 /// Joins the line: one Txn, plus what to do with a key this session already has.
 async fn join(
     rpc: &Rpc,
-    (line, twin): (&Arc<Line>, Option<&Arc<Line>>),
+    (line, twin): (&Arc<Place>, Option<&Arc<Place>>),
     kind: Kind,
     value: &[u8],
     lease: i64,
@@ -455,8 +455,8 @@ async fn join(
 /// for that from the successful answer on.
 async fn enqueue_once_or_sweep(
     rpc: &Rpc,
-    line: &Arc<Line>,
-    twin: Option<&Arc<Line>>,
+    line: &Arc<Place>,
+    twin: Option<&Arc<Place>>,
     value: &[u8],
     lease: i64,
     patient: bool,
@@ -501,7 +501,7 @@ async fn enqueue_once_or_sweep(
 }
 
 /// Has the client's follow task sweep `line` from revision `from` (see `client/follow.rs`).
-fn sweep(line: &Line, from: i64) {
+fn sweep(line: &Place, from: i64) {
     line.session.client().follower().follow(Follow::Sweep {
         key: line.key.clone(),
         from,
@@ -517,7 +517,7 @@ fn sweep(line: &Line, from: i64) {
 /// when etcd has answered the removal (or the session ended); the caller waits for it
 /// within a bound, the removal goes on regardless.
 pub(super) fn clean_up_ambiguous(
-    line: &Arc<Line>,
+    line: &Arc<Place>,
     local_turn: OwnedMutexGuard<()>,
 ) -> tokio::sync::oneshot::Receiver<()> {
     let (done, removed) = tokio::sync::oneshot::channel();

@@ -12,14 +12,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Line;
+use super::Place;
 use crate::client::removal;
 use crate::line::mode::Mode;
 
 /// Removes, in the background, every key of `keys` (ahead of `line`'s own, or of our
 /// lease wherever it is: `Enqueued::leased`) that has our lease in another mode and no
 /// user in this process.
-pub(super) fn remove_unused<'k>(line: &Arc<Line>, keys: impl IntoIterator<Item = &'k Vec<u8>>) {
+pub(super) fn remove_unused<'k>(line: &Arc<Place>, keys: impl IntoIterator<Item = &'k Vec<u8>>) {
     let lease = line.session.lease_id();
     let mut seen = std::collections::BTreeSet::new();
     for key in keys {
@@ -32,7 +32,7 @@ pub(super) fn remove_unused<'k>(line: &Arc<Line>, keys: impl IntoIterator<Item =
         if mode == line.mode || Mode::lease_of(&line.prefix, key) != Some(lease) {
             continue;
         }
-        let Ok(other) = Line::of(&line.session, &line.name, mode) else {
+        let Ok(other) = Place::of(&line.session, &line.name, mode) else {
             continue;
         };
         // Busy (a waiter, a guard, a release or cleanup running): it is in use.

@@ -10,7 +10,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::acquire::{clean_up_ambiguous, hold_from, settle_by};
 use super::hold::spawn_removal;
-use super::{Held, Kind, Line, Wait};
+use super::{Held, Kind, Place, Wait};
 use crate::client::removal::Owned;
 use crate::line::queue::{self, Enqueued, Joining, Position};
 use crate::line::wait::{self, Granted};
@@ -34,7 +34,7 @@ use crate::transport::Retry;
 /// the Txn answered, by lease with a sweep of the line when it did not. A `try_*` wait that
 /// finds a name busy keeps nothing (`WouldBlock`).
 pub(crate) fn lock_free_prefix(
-    members: &[(Arc<Line>, Operation)],
+    members: &[(Arc<Place>, Operation)],
     wait: &Wait,
 ) -> std::result::Result<(Vec<Held>, Option<Queued>), TryLockError> {
     let started = Stopwatch::start();
@@ -94,7 +94,7 @@ pub(crate) fn lock_free_prefix(
 /// with [`wait_queued`]; dropped unwaited, its key is removed by revision, local turn in
 /// hand.
 pub(crate) struct Queued {
-    line: Arc<Line>,
+    line: Arc<Place>,
     kind: Kind,
     joined: Option<Joined>,
 }
@@ -139,7 +139,7 @@ pub(crate) fn wait_queued(queued: Queued, wait: &Wait) -> std::result::Result<He
 /// The Txn, bounded by `wait`, and what follows from its answer: the owned prefix and the
 /// first busy line, with their local turns; every other key removed (local turn in hand).
 async fn join_all(
-    members: &[(Arc<Line>, Operation)],
+    members: &[(Arc<Place>, Operation)],
     local_turns: Vec<OwnedMutexGuard<()>>,
     wait: &Wait,
     operation: Operation,
@@ -227,7 +227,7 @@ async fn join_all(
 /// could deadlock with a taker that holds the earlier name and queues for the later one. A
 /// `try_*` wait keeps nothing when a name is busy (`WouldBlock`).
 async fn settle(
-    members: &[(Arc<Line>, Operation)],
+    members: &[(Arc<Place>, Operation)],
     enqueued: Vec<Enqueued>,
     local_turns: Vec<OwnedMutexGuard<()>>,
     wait: &Wait,

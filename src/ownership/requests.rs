@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 use tokio::sync::oneshot;
 
-use super::{Held, Hold, Line};
+use super::{Held, Hold, Place};
 use crate::line::request::{self, ReleaseRequest};
 use crate::support::backoff::Backoff;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,7 +66,7 @@ pub(super) struct RequestKey {
 }
 
 impl RequestKey {
-    pub(super) fn of(line: &Line) -> RequestKey {
+    pub(super) fn of(line: &Place) -> RequestKey {
         RequestKey {
             key: release_request_key(line),
             denied: line.requests_denied.clone(),
@@ -123,7 +123,7 @@ pub(super) async fn remove_key_and_request(
 /// session ends (its lease then takes the request with it). Without it a forced release
 /// after a request left the request key for as long as the session lived, and under a
 /// nested name (`p/q.revoke/...`) it blocked every lock of the parent (issue 48).
-pub(super) fn remove_after_loss(line: &Line) {
+pub(super) fn remove_after_loss(line: &Place) {
     let request = RequestKey::of(line);
     let Some(also) = request.to_delete().map(<[u8]>::to_vec) else {
         return;
@@ -158,7 +158,7 @@ pub(super) fn remove_after_loss(line: &Line) {
 
 /// The release request of the line's key, which every release and cleanup deletes with
 /// the key (`hold/mod.rs`).
-fn release_request_key(line: &Line) -> Option<Vec<u8>> {
+fn release_request_key(line: &Place) -> Option<Vec<u8>> {
     if mutation(Mutation::ReleaseKeepsRequest) {
         return None;
     }

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use super::acquire::{hold_from, join_within, may_start, new_hold, take_local_turn, wait_in_line};
-use super::{Held, Kind, Line, Wait};
+use super::{Held, Kind, Place, Wait};
 use crate::line::queue::Position;
 use crate::support::error::operation::Operation;
 use crate::support::error::try_lock::TryLockError;
@@ -25,8 +25,8 @@ use crate::support::signal::Signal;
 /// "lost" signal. On every error both keys are removed (or their removals are running,
 /// local turns in hand).
 pub(crate) fn acquire_twin(
-    line: &Arc<Line>,
-    twin: &Arc<Line>,
+    line: &Arc<Place>,
+    twin: &Arc<Place>,
     kind: Kind,
     value: &[u8],
     wait: Wait,

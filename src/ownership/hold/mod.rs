@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedMutexGuard;
 
 use super::requests::{self, RequestKey};
-use super::{Kind, Line, Wait};
+use super::{Kind, Place, Wait};
 use crate::client::follow::Followed;
 use crate::client::lease::LeaseState;
 use crate::client::removal::Owned;
@@ -30,7 +30,7 @@ pub(crate) use together::{guarded_txn_all, release_together};
 
 /// One acquisition of a line.
 pub(crate) struct Hold {
-    pub(super) line: Arc<Line>,
+    pub(super) line: Arc<Place>,
     pub(super) rev: i64,
     pub(super) kind: Kind,
     /// When the hold began, for the hold-time metric (zero-sized without `metrics`).
@@ -448,7 +448,7 @@ async fn proclaim_once(rpc: &Rpc, hold: &Hold, value: &[u8]) -> Result<bool> {
 /// are retried until answered or the session is lost (the lease then takes the key with
 /// it).
 pub(super) fn spawn_removal(
-    line: &Line,
+    line: &Place,
     owned: Owned,
     local_turn: Option<OwnedMutexGuard<()>>,
 ) -> tokio::sync::oneshot::Receiver<Result<bool>> {

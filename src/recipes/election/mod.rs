@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::line::mode::Mode;
-use crate::ownership::{self, Held, Kind, Line, Wait};
+use crate::ownership::{self, Held, Kind, Place, Wait};
 use crate::recipes::election::observe::{Observer, observe_prefix};
 use crate::recipes::guard::{Guard, LeaderKind};
 use crate::recipes::holder::{Holder, Status};
@@ -43,7 +43,7 @@ use crate::support::kv::text;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Election {
-    line: Arc<Line>,
+    line: Arc<Place>,
 }
 
 impl Election {
@@ -418,7 +418,7 @@ impl Session {
     /// ```
     pub fn election(&self, name: impl AsRef<[u8]>) -> Result<Election> {
         Ok(Election {
-            line: Line::of(self, name.as_ref(), Mode::Exclusive)?,
+            line: Place::of(self, name.as_ref(), Mode::Exclusive)?,
         })
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support::error::Error;
 
 use crate::line::mode::Mode;
-use crate::ownership::{self, Line, Wait};
+use crate::ownership::{self, Place, Wait};
 use crate::recipes::guard::{Guard, MutexKind};
 use crate::recipes::holder::Status;
 use crate::session::Session;
@@ -50,7 +50,7 @@ use crate::support::error::try_lock::TryLockError;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Mutex {
-    line: Arc<Line>,
+    line: Arc<Place>,
     lock_delay: Duration,
 }
 
@@ -78,7 +78,7 @@ impl Session {
     /// ```
     pub fn mutex(&self, name: impl AsRef<[u8]>) -> Result<Mutex> {
         Ok(Mutex {
-            line: Line::of(self, name.as_ref(), Mode::Exclusive)?,
+            line: Place::of(self, name.as_ref(), Mode::Exclusive)?,
             lock_delay: Duration::ZERO,
         })
     }
@@ -314,7 +314,7 @@ impl Mutex {
     }
 
     /// The line and lock-delay, for a [`MultiLock`](crate::MultiLock) over this mutex.
-    pub(crate) fn line_and_delay(&self) -> (&Arc<Line>, Duration) {
+    pub(crate) fn line_and_delay(&self) -> (&Arc<Place>, Duration) {
         (&self.line, self.lock_delay)
     }
 

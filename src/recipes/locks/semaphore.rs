@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use crate::line::mode::{MAX_PERMITS, Mode};
-use crate::ownership::{self, Line, Wait};
+use crate::ownership::{self, Place, Wait};
 use crate::recipes::guard::{Guard, PermitKind};
 use crate::recipes::holder::Status;
 use crate::session::Session;
@@ -58,12 +58,12 @@ use crate::support::error::{Error, Result};
 /// ```
 #[derive(Clone, Debug)]
 pub struct Semaphore {
-    line: Arc<Line>,
+    line: Arc<Place>,
     permits: u32,
     lock_delay: Duration,
     /// The lines of `acquire_many(k)` for k > 1 used so far, kept so that their next wait
     /// finds the name's watcher running (as the one-permit line does).
-    many: Arc<StdMutex<BTreeMap<u32, Arc<Line>>>>,
+    many: Arc<StdMutex<BTreeMap<u32, Arc<Place>>>>,
 }
 
 impl Session {
@@ -93,7 +93,7 @@ impl Session {
             )));
         }
         Ok(Semaphore {
-            line: Line::of(self, name.as_ref(), Mode::Permits(permits, 1))?,
+            line: Place::of(self, name.as_ref(), Mode::Permits(permits, 1))?,
             permits,
             lock_delay: Duration::ZERO,
             many: Arc::default(),
@@ -421,7 +421,7 @@ impl Semaphore {
                 Some(line) => line.clone(),
                 None => {
                     let mode = Mode::Permits(self.permits, k);
-                    let line = Line::of(self.session(), self.name(), mode)?;
+                    let line = Place::of(self.session(), self.name(), mode)?;
                     many.insert(k, line.clone());
                     line
                 }
@@ -430,7 +430,7 @@ impl Semaphore {
         Self::acquire_on(&line, wait.with_delay(self.lock_delay))
     }
 
-    fn acquire_on(line: &Arc<Line>, wait: Wait) -> std::result::Result<Permit, TryLockError> {
+    fn acquire_on(line: &Arc<Place>, wait: Wait) -> std::result::Result<Permit, TryLockError> {
         let held = ownership::lock(line, Operation::Acquire, wait)?;
         Ok(Guard::new(held))
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::line::mode::Mode;
-use crate::ownership::{self, Held, Line, Wait};
+use crate::ownership::{self, Held, Place, Wait};
 use crate::recipes::locks::mutex::Mutex;
 use crate::recipes::locks::rwlock::RwLock;
 use crate::session::Session;
@@ -50,7 +50,7 @@ pub const MAX_MULTI_LOCK_NAMES: usize = 64;
 /// ```
 #[derive(Clone, Debug)]
 pub struct MultiLockMember {
-    line: Arc<Line>,
+    line: Arc<Place>,
     operation: Operation,
     delay: Duration,
 }
@@ -160,7 +160,7 @@ pub struct MultiLock {
     /// Their names, in the same order (shared with every guard).
     names: Arc<[Vec<u8>]>,
     /// Their lines and operations, in the same order (for the one-Txn join).
-    lines: Arc<[(Arc<Line>, Operation)]>,
+    lines: Arc<[(Arc<Place>, Operation)]>,
 }
 
 impl Session {
@@ -192,7 +192,7 @@ impl Session {
             if members.len() == MAX_MULTI_LOCK_NAMES {
                 return Err(too_many());
             }
-            let line = Line::of(self, name.as_ref(), Mode::Exclusive)?;
+            let line = Place::of(self, name.as_ref(), Mode::Exclusive)?;
             members.push(MultiLockMember {
                 line,
                 operation: Operation::Lock,

@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::support::error::Error;
 
 use crate::line::mode::Mode;
-use crate::ownership::{self, Line, Wait};
+use crate::ownership::{self, Place, Wait};
 use crate::recipes::guard::{Guard, ReadKind, WriteKind};
 use crate::recipes::holder::Status;
 use crate::session::Session;
@@ -56,8 +56,8 @@ pub use downgrade::DowngradeError;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RwLock {
-    readers: Arc<Line>,
-    writers: Arc<Line>,
+    readers: Arc<Place>,
+    writers: Arc<Place>,
     lock_delay: Duration,
 }
 
@@ -82,8 +82,8 @@ impl Session {
     /// ```
     pub fn rwlock(&self, name: impl AsRef<[u8]>) -> Result<RwLock> {
         Ok(RwLock {
-            readers: Line::of(self, name.as_ref(), Mode::Shared)?,
-            writers: Line::of(self, name.as_ref(), Mode::Exclusive)?,
+            readers: Place::of(self, name.as_ref(), Mode::Shared)?,
+            writers: Place::of(self, name.as_ref(), Mode::Exclusive)?,
             lock_delay: Duration::ZERO,
         })
     }
@@ -451,7 +451,7 @@ impl RwLock {
 
     /// The line of one side (`write`: the writers') and the lock-delay, for a
     /// [`MultiLock`](crate::MultiLock) over this lock.
-    pub(crate) fn line_and_delay(&self, write: bool) -> (&Arc<Line>, Duration) {
+    pub(crate) fn line_and_delay(&self, write: bool) -> (&Arc<Place>, Duration) {
         let line = if write { &self.writers } else { &self.readers };
         (line, self.lock_delay)
     }
