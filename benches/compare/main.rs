@@ -2,7 +2,8 @@
 //! (`scripts/bench-compare` starts one and runs this, then etcd's own Go `concurrency`
 //! package from `benches/go/main.go`, against the same server).
 //!
-//! Run: `cargo bench --bench compare -- --endpoints http://127.0.0.1:2379`
+//! Run: `cargo bench --bench compare -- --endpoints http://127.0.0.1:2379`; with
+//! `--serve-etcd` it starts the run's etcd instead ([`serve`]).
 //!
 //! Options are listed in [`args`] (unknown arguments, such as the `--bench` cargo passes,
 //! are ignored). Every figure is printed as one machine-readable line,
@@ -40,6 +41,7 @@ mod resources;
 mod revoke;
 mod rows;
 mod scaling;
+mod serve;
 mod shared;
 mod stats;
 mod stm;
@@ -156,6 +158,13 @@ fn issue_12(args: &Args, summary: &Summary) -> Vec<String> {
 // ---------------------------------------------------------------------------------------
 
 fn main() {
+    if std::env::args().any(|a| a == "--serve-etcd") {
+        if let Err(e) = serve::serve() {
+            eprintln!("compare: --serve-etcd: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let args = match Args::parse() {
         Ok(a) => a,
         Err(e) => {
