@@ -2,7 +2,9 @@
 //! paused runtime makes it virtual). As in etcd: a TTL below the minimum is raised to it,
 //! a renewal restarts the TTL from when the leader handles it, an expired lease is revoked
 //! (its keys deleted in one revision) by the leader's periodic check, and a new leader
-//! restarts every lease's TTL.
+//! restarts every lease's TTL. A lease may run on a clock of its own ([`Leases::set_rate`]):
+//! etcd's clock against its holder's, so that a holder whose clock runs slow sees its
+//! lease expire early.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,6 +29,9 @@ struct Lease {
     deadline: Instant,
     /// Its keep-alives go unanswered and renew nothing (a holder cut off one way).
     starved: bool,
+    /// How fast etcd's clock runs against its holder's: a TTL of `t` seconds lasts `t /
+    /// rate` of the run's time, and a remaining TTL is reported in etcd's seconds.
+    rate: f64,
 }
 
 /// The lease table.
@@ -44,6 +49,7 @@ pub(crate) struct Leases {
 /// out) or was revoked.
 #[derive(Debug, Clone)]
 pub(crate) struct End {
+    pub(crate) lease: i64,
     pub(crate) at: Instant,
     pub(crate) keys: Vec<String>,
     pub(crate) expired: bool,
@@ -91,6 +97,7 @@ impl Leases {
                 granted: ttl,
                 deadline: now + secs(ttl),
                 starved: false,
+                rate: 1.0,
             },
         );
         Ok((id, ttl))
@@ -102,8 +109,22 @@ impl Leases {
     }
 
     /// Notes that a lease ended at `at` with `keys`, by expiry or by a revoke.
-    pub(crate) fn ended(&mut self, at: Instant, keys: Vec<String>, expired: bool) {
-        self.ends.push(End { at, keys, expired });
+    pub(crate) fn ended(&mut self, lease: i64, at: Instant, keys: Vec<String>, expired: bool) {
+        self.ends.push(End {
+            lease,
+            at,
+            keys,
+            expired,
+        });
+    }
+
+    /// Runs `id`'s TTL on a clock `rate` times as fast as its holder's, from its next
+    /// renewal on; false if there is no such lease.
+    pub(crate) fn set_rate(&mut self, id: i64, rate: f64) -> bool {
+        self.by_id
+            .get_mut(&id)
+            .map(|lease| lease.rate = rate)
+            .is_some()
     }
 
     /// The leases that ended at or after `from`, oldest first.
@@ -133,14 +154,18 @@ impl Leases {
         if lease.deadline <= now {
             return None;
         }
-        lease.deadline = now + secs(lease.granted);
+        lease.deadline = now + lasts(lease.granted, lease.rate);
         Some(lease.granted)
     }
 
     /// Remaining whole seconds and granted TTL; `None` if it does not exist.
     pub(crate) fn time_to_live(&self, id: i64, now: Instant) -> Option<(i64, i64)> {
         let lease = self.by_id.get(&id)?;
-        let left = lease.deadline.saturating_duration_since(now).as_secs() as i64;
+        let left = lease
+            .deadline
+            .saturating_duration_since(now)
+            .mul_f64(lease.rate)
+            .as_secs() as i64;
         Some((left, lease.granted))
     }
 
@@ -156,9 +181,15 @@ impl Leases {
     /// A new leader: every lease's TTL starts again from `now`.
     pub(crate) fn restart_all(&mut self, now: Instant) {
         for lease in self.by_id.values_mut() {
-            lease.deadline = now + secs(lease.granted);
+            lease.deadline = now + lasts(lease.granted, lease.rate);
         }
     }
+}
+
+/// How much of the run's time a TTL of `ttl` etcd seconds lasts on a clock `rate` times as
+/// fast as the run's.
+fn lasts(ttl: i64, rate: f64) -> Duration {
+    secs(ttl).div_f64(rate)
 }
 
 fn secs(ttl: i64) -> Duration {

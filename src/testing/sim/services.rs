@@ -200,7 +200,7 @@ pub(crate) fn revoke(state: &mut State, id: i64, expired: bool) -> bool {
         .collect();
     state
         .leases
-        .ended(tokio::time::Instant::now(), names, expired);
+        .ended(id, tokio::time::Instant::now(), names, expired);
     let changes = state.store.delete_keys(&keys);
     state.watchers.notify(&changes, state.store.revision());
     let revision = state.store.revision();

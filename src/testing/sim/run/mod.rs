@@ -71,6 +71,11 @@ pub struct RunConfig {
     /// own widths by default, under which the simulation's short lines wait at the front;
     /// `tests/simulation_back.rs` narrows the front so that they wait at the back.
     pub line_tuning: LineTuning,
+    /// How fast etcd's lease clock runs against each process's clock, drawn per process
+    /// within this range (default 0.9 to 1.1; `(1.0, 1.0)`: one clock). A process whose
+    /// clock runs slow sees its lease expire early; its guards must still report the loss
+    /// before etcd expires the lease (the loss deadline's margin, RELIABILITY.md).
+    pub clock_rates: (f64, f64),
 }
 
 impl RunConfig {
@@ -93,9 +98,13 @@ impl RunConfig {
             leader_loops: seed % 11 == 3,
             multi_locks: matches!(seed % 7, 3 | 6),
             line_tuning: LineTuning::default(),
+            clock_rates: CLOCK_RATES,
         }
     }
 }
+
+/// [`RunConfig::clock_rates`] by default: clocks within 10 % of etcd's.
+const CLOCK_RATES: (f64, f64) = (0.9, 1.1);
 
 impl Default for RunConfig {
     fn default() -> RunConfig {
@@ -109,6 +118,7 @@ impl Default for RunConfig {
             leader_loops: true,
             multi_locks: true,
             line_tuning: LineTuning::default(),
+            clock_rates: CLOCK_RATES,
         }
     }
 }
@@ -243,6 +253,8 @@ struct World {
     multi_locks: bool,
     /// [`RunConfig::line_tuning`].
     line_tuning: LineTuning,
+    /// [`RunConfig::clock_rates`].
+    clock_rates: (f64, f64),
 }
 
 impl World {
@@ -389,6 +401,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             leader_loops: config.leader_loops,
             multi_locks: config.multi_locks,
             line_tuning: config.line_tuning,
+            clock_rates: config.clock_rates,
         });
         // A third of the runs have etcd send progress notifications (production clusters
         // that set the interval, as Kubernetes asks): a quiet watcher's resume revision

@@ -32,6 +32,10 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
         Err(e) => return world.violation(&me, format!("cannot connect: {e}")),
     };
     let mut session: Option<Session> = None;
+    // How fast etcd's lease clock runs against this process's (from a stream of its own,
+    // so the rest of the schedule draws as before).
+    let (slow, fast) = world.clock_rates;
+    let rate = slow + (fast - slow) * (Rng(seed ^ 0xc10c).below(1001) as f64 / 1000.0);
     let mut what = Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize];
     while !world.stop.load(std::sync::atomic::Ordering::SeqCst) {
         // Now and then the process restarts: it leaves its lease behind and takes it back
@@ -48,7 +52,16 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
             Some(s) if s.is_alive() => s.clone(),
             _ => match client.session_builder().ttl(Duration::from_secs(3)).start() {
                 Ok(s) => {
-                    world.note(&me, format!("session {:x}", s.lease_id()));
+                    world.note(
+                        &me,
+                        format!("session {:x}, etcd's clock {rate:.3}x ours", s.lease_id()),
+                    );
+                    world
+                        .cluster
+                        .shared
+                        .lock()
+                        .leases
+                        .set_rate(s.lease_id(), rate);
                     session = Some(s.clone());
                     s
                 }
@@ -350,6 +363,22 @@ fn watch<K: GuardKind>(
             break;
         }
         if !present(world, name, &key, token) {
+            // Rule 2 at its sharpest: etcd expired our lease (whatever our clock's rate
+            // within the margin), and the guard must have said so before, since another
+            // process may hold now.
+            if let Some(at) = expired_at(world, session.lease_id())
+                && guard.is_held()
+            {
+                world.violation(
+                    me,
+                    format!(
+                        "still held after etcd expired its lease at {} ms",
+                        at.duration_since(world.start).as_millis(),
+                    ),
+                );
+                lost = true;
+                break;
+            }
             let since = *gone_since.get_or_insert_with(Instant::now);
             // Rule 2: a guard follows its key within the bound, counted from when the
             // cluster can tell it (no fault in progress: a cluster without a leader answers
@@ -375,6 +404,16 @@ fn watch<K: GuardKind>(
         listening.settle(world, me, (&key, token));
     }
     world.log().holders.remove(&(p, name));
+}
+
+/// When etcd expired `lease` (its TTL ran out), if it did.
+fn expired_at(world: &World, lease: i64) -> Option<Instant> {
+    let state = world.cluster.shared.lock();
+    state
+        .leases
+        .ends_since(world.start)
+        .find(|end| end.lease == lease && end.expired)
+        .map(|end| end.at)
 }
 
 /// Orphans the session under a held guard (its keep-alive stops; the lease expires on the
