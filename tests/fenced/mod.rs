@@ -1,0 +1,486 @@
+//! An outside judge of lock histories (issue 52): `stateright`'s `LinearizabilityTester`
+//! against a sequential fenced lock, shared by the randomized checker (real etcd) and the
+//! deterministic simulation. Neither the tester nor its search is ours; the sequential
+//! specification below and the adapters that record histories are.
+//!
+//! **The specification.** One object per name: the keys that hold it (each with its mode,
+//! its lease and its fencing token), the tokens issued so far, and the leases that ended.
+//!
+//! - `Acquire` returns token `t` only if the name is free for its mode (nothing for an
+//!   exclusive hold, no exclusive hold for a reader, fewer than N permits taken), its lease
+//!   has not ended, and `t` is newer than every token issued before it (an exclusive hold)
+//!   or than the last exclusive one (a reader, a permit). The same token again on the same
+//!   lease is the same hold (a re-campaign, or a key adopted after a restart).
+//! - `Release(t)` deleted the key only if `t` holds (and ends it); it found the key gone
+//!   (`LockLost`) only if `t` no longer holds.
+//! - `Observe(t)` (a guarded write's outcome, or the simulation's look at the store)
+//!   finds the key only while `t` holds.
+//! - What else ends a hold: an operator delete (`RemoveAll`), the end of its lease
+//!   (`EndLease`: revoked, closed, or left to expire; a lease that ended never holds
+//!   again), a removal the client sent and never saw answered (`Remove`, usually pending:
+//!   it may apply at any time after it was sent, or never), and what a crashed process had
+//!   on its way (`LeaseKeys`: its lease's keys up to a revision).
+//!
+//! So a key may go only when something could remove it, never comes back, and a name is
+//! never held by two conflicting keys: a history passes if some order of its operations,
+//! each placed between its call and its return, satisfies all of that. A holder that lost
+//! its key without knowing is allowed (its lease ended, or an operator deleted it); what a
+//! holder *believes* is not judged here (`lost()` within the bound is the analysis's job).
+//!
+//! Linearizability is local, so each name is checked on its own (an operation on every
+//! name, as a lease's end, goes into each). The tester's search has no memo, so every check
+//! runs on a thread with a large stack under a step budget; a history it could not settle
+//! within the budget is reported as undecided, not as passed.
+
+#![allow(dead_code)]
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
+
+/// How a hold shares its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A mutex, a write lock, leadership.
+    Exclusive,
+    /// A read lock.
+    Shared,
+    /// `take` permits of a semaphore of `of`.
+    Permits { of: u32, take: u32 },
+}
+
+/// An operation on one name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Acquire {
+        mode: Mode,
+        lease: i64,
+    },
+    Release(i64),
+    Observe(i64),
+    /// A write hold that goes on as a read with no gap.
+    Downgrade(i64),
+    Remove(i64),
+    RemoveAll,
+    EndLease(i64),
+    /// The keys of `lease` created up to revision `upto` may be removed (what a crashed
+    /// process had on its way; an operator delete of a key, which names a lease).
+    LeaseKeys {
+        lease: i64,
+        upto: i64,
+    },
+}
+
+/// What it returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ret {
+    Acquired(i64),
+    Released,
+    Gone,
+    Present,
+    Absent,
+    Done,
+}
+
+/// One operation of a history: `called` and `returned` are positions on one clock shared
+/// by every caller (ties count as overlapping); `returned: None` never returned.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub name: Option<String>,
+    pub op: Op,
+    pub ret: Ret,
+    pub called: u64,
+    pub returned: Option<u64>,
+}
+
+/// The sequential fenced lock of one name.
+#[derive(Debug, Clone, Default)]
+pub struct FencedLock {
+    held: BTreeMap<i64, (Mode, i64)>,
+    ended: BTreeSet<i64>,
+    newest: i64,
+    last_exclusive: i64,
+    /// Steps the search has taken, shared by every clone: once past the budget, no step
+    /// is valid and the search ends.
+    steps: Rc<Cell<u64>>,
+    budget: u64,
+}
+
+impl FencedLock {
+    fn new(budget: u64) -> FencedLock {
+        FencedLock {
+            budget,
+            ..FencedLock::default()
+        }
+    }
+
+    fn free_for(&self, mode: Mode) -> bool {
+        let mut holders = self.held.values().map(|(m, _)| *m);
+        match mode {
+            Mode::Exclusive => self.held.is_empty(),
+            Mode::Shared => holders.all(|m| m == Mode::Shared),
+            Mode::Permits { of, take } => {
+                let mut taken = 0;
+                for m in holders {
+                    match m {
+                        Mode::Permits { of: o, take: t } if o == of => taken += t,
+                        _ => return false,
+                    }
+                }
+                taken + take <= of
+            }
+        }
+    }
+
+    fn acquire(&mut self, mode: Mode, lease: i64, token: i64) -> bool {
+        if let Some((_, l)) = self.held.get(&token) {
+            return *l == lease; // the same hold again: a re-campaign, an adopted key
+        }
+        let fresh = match mode {
+            Mode::Exclusive => token > self.newest,
+            _ => token > self.last_exclusive,
+        };
+        if self.ended.contains(&lease) || !fresh || !self.free_for(mode) {
+            return false;
+        }
+        self.held.insert(token, (mode, lease));
+        self.newest = self.newest.max(token);
+        if mode == Mode::Exclusive {
+            self.last_exclusive = token;
+        }
+        true
+    }
+
+    /// The effect of an operation that cannot fail (and of one that never returned).
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Remove(token) | Op::Release(token) => {
+                self.held.remove(token);
+            }
+            Op::RemoveAll => self.held.clear(),
+            Op::EndLease(lease) => {
+                self.held.retain(|_, (_, l)| l != lease);
+                self.ended.insert(*lease);
+            }
+            Op::LeaseKeys { lease, upto } => self.held.retain(|t, (_, l)| l != lease || t > upto),
+            Op::Downgrade(token) => {
+                if let Some((mode, _)) = self.held.get_mut(token) {
+                    *mode = Mode::Shared;
+                }
+            }
+            Op::Acquire { .. } | Op::Observe(_) => {}
+        }
+    }
+}
+
+impl SequentialSpec for FencedLock {
+    type Op = Op;
+    type Ret = Ret;
+
+    fn invoke(&mut self, op: &Op) -> Ret {
+        self.steps.set(self.steps.get() + 1);
+        self.apply(op);
+        Ret::Done
+    }
+
+    fn is_valid_step(&mut self, op: &Op, ret: &Ret) -> bool {
+        self.steps.set(self.steps.get() + 1);
+        if self.steps.get() > self.budget {
+            return false;
+        }
+        match (op, ret) {
+            (Op::Acquire { mode, lease }, Ret::Acquired(token)) => {
+                self.acquire(*mode, *lease, *token)
+            }
+            (Op::Release(token), Ret::Released) | (Op::Observe(token), Ret::Present) => {
+                let holds = self.held.contains_key(token);
+                self.apply(op);
+                holds
+            }
+            (Op::Release(token), Ret::Gone) | (Op::Observe(token), Ret::Absent) => {
+                !self.held.contains_key(token)
+            }
+            (Op::Downgrade(token), Ret::Done) => {
+                let exclusive = matches!(self.held.get(token), Some((Mode::Exclusive, _)));
+                self.apply(op);
+                exclusive
+            }
+            (Op::Remove(_) | Op::RemoveAll | Op::EndLease(_) | Op::LeaseKeys { .. }, Ret::Done) => {
+                self.apply(op);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What a check found.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// Names checked.
+    pub names: usize,
+    /// Operations given to the tester (an operation on every name counts once per name).
+    pub operations: usize,
+    /// Of those, operations that never returned.
+    pub pending: usize,
+    /// Steps of the tester's search.
+    pub steps: u64,
+    /// Time the tester took.
+    pub took: Duration,
+    /// Names whose history is not linearizable, each with the operation no order can
+    /// place (the first return of the shortest prefix that fails).
+    pub failures: Vec<String>,
+    /// Names whose search ran out of budget.
+    pub undecided: Vec<String>,
+}
+
+impl Verdict {
+    pub fn add(&mut self, other: Verdict) {
+        self.names += other.names;
+        self.operations += other.operations;
+        self.pending += other.pending;
+        self.steps += other.steps;
+        self.took += other.took;
+        self.failures.extend(other.failures);
+        self.undecided.extend(other.undecided);
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "linearizability (stateright): {} names, {} operations ({} never returned), \
+             {} search steps, {:.1} ms; {} not linearizable, {} undecided",
+            self.names,
+            self.operations,
+            self.pending,
+            self.steps,
+            self.took.as_secs_f64() * 1000.0,
+            self.failures.len(),
+            self.undecided.len()
+        )
+    }
+}
+
+/// Checks a history, name by name, on a thread of its own (a deep search needs a deep
+/// stack), with at most `budget` search steps per name.
+pub fn check(events: Vec<Event>, budget: u64) -> Verdict {
+    std::thread::Builder::new()
+        .name("linearizability".into())
+        .stack_size(1 << 30)
+        .spawn(move || check_here(events, budget))
+        .expect("a thread for the check")
+        .join()
+        .expect("the check did not panic")
+}
+
+fn check_here(events: Vec<Event>, budget: u64) -> Verdict {
+    let (every, named): (Vec<Event>, Vec<Event>) =
+        events.into_iter().partition(|e| e.name.is_none());
+    let mut by_name: BTreeMap<String, Vec<Event>> = BTreeMap::new();
+    for event in named {
+        let name = event.name.clone().unwrap_or_default();
+        by_name.entry(name).or_default().push(event);
+    }
+    let mut verdict = Verdict::default();
+    for (name, mut events) in by_name {
+        events.extend(every.iter().cloned());
+        let started = Instant::now();
+        verdict.pending += events.iter().filter(|e| e.returned.is_none()).count();
+        let events = settle(thin(events));
+        let feed = Feed::new(&events);
+        let (ok, steps) = feed.linearizable(feed.events.len(), budget);
+        verdict.names += 1;
+        verdict.operations += events.len();
+        verdict.steps += steps;
+        if !ok && steps > budget {
+            verdict
+                .undecided
+                .push(format!("{name}: {} operations", events.len()));
+        } else if !ok {
+            let (at, _) = feed.first_failure(budget);
+            if std::env::var_os("FENCED_DUMP").is_some() {
+                let mut sorted: Vec<&Event> = events.iter().collect();
+                sorted.sort_by_key(|e| e.called);
+                for e in sorted {
+                    println!(
+                        "{name} {:>6} {:>8?} {:?} -> {:?}",
+                        e.called, e.returned, e.op, e.ret
+                    );
+                }
+            }
+            verdict.failures.push(format!(
+                "{name}: {} operations; no order places {}",
+                events.len(),
+                feed.describe(at)
+            ));
+        }
+        verdict.took += started.elapsed();
+    }
+    verdict
+}
+
+/// Drops what another operation already says: the looks that found a key between the
+/// first and the last look that found it (a key that went never comes back: no token is
+/// issued twice, so it holds in between), and all but the first-called copy of a lease's
+/// end (one end ends it; the others are then no-ops).
+fn thin(events: Vec<Event>) -> Vec<Event> {
+    let mut span: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+    let mut first_end: BTreeMap<i64, u64> = BTreeMap::new();
+    for e in &events {
+        match (&e.op, &e.ret) {
+            (Op::Observe(t), Ret::Present) => {
+                let s = span.entry(*t).or_insert((e.called, e.called));
+                *s = (s.0.min(e.called), s.1.max(e.called));
+            }
+            (Op::EndLease(l), _) => {
+                let at = first_end.entry(*l).or_insert(e.called);
+                *at = (*at).min(e.called);
+            }
+            _ => {}
+        }
+    }
+    let mut kept_end = BTreeSet::new();
+    events
+        .into_iter()
+        .filter(|e| match (&e.op, &e.ret) {
+            (Op::Observe(t), Ret::Present) => span
+                .get(t)
+                .is_none_or(|(a, b)| e.called == *a || e.called == *b),
+            (Op::EndLease(l), _) => first_end[l] == e.called && kept_end.insert(*l),
+            _ => true,
+        })
+        .collect()
+}
+
+/// Gives every operation that never returned a return: the last return of an operation
+/// that names its key or its lease, or its own call if later (after that a removal changes
+/// nothing an operation can see but that the name is free, and no later acquire is of that
+/// lease, so applying at once is as good as later, or never). The same histories pass, and the
+/// tester's search, which tries every unreturned operation at every step on a thread of
+/// its own, stays small.
+fn settle(events: Vec<Event>) -> Vec<Event> {
+    let mut lease_of = BTreeMap::new();
+    for e in &events {
+        if let (Op::Acquire { lease, .. }, Ret::Acquired(token)) = (&e.op, &e.ret) {
+            lease_of.insert(*token, *lease);
+        }
+    }
+    let (mut by_token, mut by_lease) = (BTreeMap::new(), BTreeMap::new());
+    let mut last = 0;
+    for e in &events {
+        let Some(returned) = e.returned else { continue };
+        last = last.max(returned);
+        let token = match (&e.op, &e.ret) {
+            (_, Ret::Acquired(token)) => Some(*token),
+            (Op::Release(t) | Op::Observe(t) | Op::Downgrade(t) | Op::Remove(t), _) => Some(*t),
+            _ => None,
+        };
+        let lease = match &e.op {
+            Op::Acquire { lease, .. } => Some(*lease),
+            _ => token.and_then(|t| lease_of.get(&t).copied()),
+        };
+        for (key, map) in [(token, &mut by_token), (lease, &mut by_lease)] {
+            if let Some(key) = key {
+                let at: &mut u64 = map.entry(key).or_default();
+                *at = (*at).max(returned);
+            }
+        }
+    }
+    events
+        .into_iter()
+        .map(|mut e| {
+            if e.returned.is_none() {
+                let horizon = match &e.op {
+                    Op::Remove(t) => by_token.get(t).copied(),
+                    Op::EndLease(l) | Op::LeaseKeys { lease: l, .. } => by_lease.get(l).copied(),
+                    _ => Some(last),
+                };
+                // Called after it: it applies at once (it frees the name, and nothing
+                // later names its key), no different from applying later or never.
+                e.returned = Some(horizon.unwrap_or(e.called).max(e.called));
+            }
+            e
+        })
+        .collect()
+}
+
+/// A name's history as the tester takes it: calls and returns in order, each operation
+/// on a lane (a thread id: a lane runs one operation at a time, and one that never returns
+/// keeps its lane).
+struct Feed<'a> {
+    events: Vec<(u64, bool, usize)>,
+    ops: &'a [Event],
+    lanes: Vec<usize>,
+}
+
+impl<'a> Feed<'a> {
+    fn new(ops: &'a [Event]) -> Feed<'a> {
+        // Calls before returns at one position: operations that touch are concurrent.
+        let mut events: Vec<(u64, bool, usize)> = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            events.push((op.called, false, i));
+            if let Some(returned) = op.returned {
+                events.push((returned.max(op.called), true, i));
+            }
+        }
+        events.sort();
+        let mut lanes = vec![0; ops.len()];
+        let mut free: BTreeSet<usize> = BTreeSet::new();
+        let mut next = 0;
+        for &(_, returns, i) in &events {
+            if returns {
+                free.insert(lanes[i]);
+            } else {
+                lanes[i] = free.pop_first().unwrap_or_else(|| {
+                    next += 1;
+                    next - 1
+                });
+            }
+        }
+        Feed { events, ops, lanes }
+    }
+
+    /// Whether the first `upto` calls and returns are linearizable, and the steps taken.
+    fn linearizable(&self, upto: usize, budget: u64) -> (bool, u64) {
+        let spec = FencedLock::new(budget);
+        let steps = spec.steps.clone();
+        let mut tester = LinearizabilityTester::new(spec);
+        for &(_, returns, i) in &self.events[..upto] {
+            let fed = if returns {
+                tester.on_return(self.lanes[i], self.ops[i].ret.clone())
+            } else {
+                tester.on_invoke(self.lanes[i], self.ops[i].op.clone())
+            };
+            fed.expect("one operation at a time per lane");
+        }
+        let ok = tester.serialized_history().is_some();
+        (ok, steps.get())
+    }
+
+    /// The shortest failing prefix (linearizability is prefix-closed): its last event.
+    fn first_failure(&self, budget: u64) -> (usize, u64) {
+        let (mut good, mut bad) = (0, self.events.len());
+        let mut steps = 0;
+        while bad - good > 1 {
+            let mid = (good + bad) / 2;
+            let (ok, s) = self.linearizable(mid, budget);
+            steps += s;
+            if ok { good = mid } else { bad = mid }
+        }
+        (bad - 1, steps)
+    }
+
+    fn describe(&self, at: usize) -> String {
+        let (_, _, i) = self.events[at];
+        let op = &self.ops[i];
+        format!(
+            "{:?} -> {:?} (called at {}, returned at {:?})",
+            op.op, op.ret, op.called, op.returned
+        )
+    }
+}
+
+#[cfg(feature = "simulation")]
+pub mod sim;
