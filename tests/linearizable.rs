@@ -123,8 +123,13 @@ fn a_released_key_stays_gone_and_a_re_campaign_is_the_same_hold() {
         release(10, 5),
         op("m", Op::Release(10), Ret::Gone, 7, 8),
         observe(10, false, 9),
+        // A release that found its key gone: it is gone from then on.
+        acquire(1, 12, 10, 11),
+        op("m", Op::Release(12), Ret::Gone, 12, 13),
+        observe(12, true, 14),
     ];
-    assert_eq!(failures(again), 0);
+    assert_eq!(failures(again.clone()), 1);
+    assert_eq!(failures(again[..8].to_vec()), 0);
     let back = vec![acquire(1, 10, 0, 1), release(10, 2), observe(10, true, 4)];
     assert_eq!(failures(back), 1);
 }
@@ -170,39 +175,66 @@ fn shared_holds_and_permits_share_as_their_mode_allows() {
     assert_eq!(failures(three), 1);
 }
 
-/// The judge alone (not the simulation's own invariants) catches a re-introduced defect:
-/// the first seed from 1,000 whose history it refuses under the mutation, and the same
-/// schedule without the mutation passes it.
+/// The judge alone (not the simulation's own invariants) catches re-introduced defects:
+/// seeds from 1,000, until it refuses a schedule's history under the defect, for up to
+/// `ETCD_SYNC_LIN_MUTATION_SECS` (default 10 s) per defect; the same schedule without the
+/// defect must pass it. Two defects that lose a holder's key to nobody must be caught (in
+/// about a second each); with `ETCD_SYNC_LIN_MUTATION_SECS` set, every defect of the table
+/// is tried and listed (the judge does not look at timing, leftovers or liveness, so some
+/// are not its to find).
 #[cfg(feature = "simulation")]
 #[test]
 #[ignore = "seconds of schedules: scripts/test runs it optimized, with --include-ignored"]
-fn the_linearizability_check_alone_catches_a_reintroduced_defect() {
+fn the_linearizability_check_alone_catches_reintroduced_defects() {
     use etcd_sync::testing::sim::{Mutation, RunConfig, run};
-    let mutation = Mutation::ReCampaignAliases;
-    let started = std::time::Instant::now();
-    let mut caught = None;
-    for seed in 1_000..1_400 {
-        let config = RunConfig {
-            mutation: Some(mutation),
-            ..RunConfig::from_seed(seed)
-        };
-        let outcome = run(&config).expect("a run");
-        let verdict = fenced::sim::check(&outcome);
-        if let Some(failure) = verdict.failures.first() {
-            caught = Some((seed, failure.clone()));
-            break;
+    use std::time::{Duration, Instant};
+    let budget = Duration::from_secs(
+        std::env::var("ETCD_SYNC_LIN_MUTATION_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10),
+    );
+    let must = [Mutation::EnqueueWithoutCondition, Mutation::UnguardedRelease];
+    let every = std::env::var_os("ETCD_SYNC_LIN_MUTATION_SECS").is_some();
+    let mut missed = Vec::new();
+    println!("| defect | caught after | schedules | seed | first operation no order places |");
+    println!("|---|---|---|---|---|");
+    for mutation in Mutation::ALL {
+        if !every && !must.contains(&mutation) {
+            continue;
         }
+        let started = Instant::now();
+        let mut seed = 1_000;
+        let mut caught = None;
+        while started.elapsed() < budget {
+            let config = RunConfig {
+                mutation: Some(mutation),
+                ..RunConfig::from_seed(seed)
+            };
+            let outcome = run(&config).expect("a run");
+            if let Some(failure) = fenced::sim::check(&outcome).failures.first() {
+                caught = Some(failure.clone());
+                break;
+            }
+            seed += 1;
+        }
+        let Some(failure) = caught else {
+            println!("| {mutation:?} | not in {budget:?} | {} | | |", seed - 1_000);
+            if must.contains(&mutation) {
+                missed.push(mutation);
+            }
+            continue;
+        };
+        println!(
+            "| {mutation:?} | {:.2} s | {} | {seed} | {failure} |",
+            started.elapsed().as_secs_f64(),
+            seed - 1_000 + 1
+        );
+        let control = fenced::sim::check(&run(&RunConfig::from_seed(seed)).expect("a run"));
+        assert!(
+            control.failures.is_empty() && control.undecided.is_empty(),
+            "seed {seed} without {mutation:?}: {control:?}"
+        );
     }
-    let (seed, failure) = caught.unwrap_or_else(|| panic!("{mutation:?} not caught"));
-    println!(
-        "{mutation:?} caught by the linearizability check at seed {seed} after {:.2} s: \
-         {failure}",
-        started.elapsed().as_secs_f64()
-    );
-    let control = run(&RunConfig::from_seed(seed)).expect("a run");
-    let verdict = fenced::sim::check(&control);
-    assert!(
-        verdict.failures.is_empty() && verdict.undecided.is_empty(),
-        "seed {seed} without {mutation:?}: {verdict:?}"
-    );
+    assert!(missed.is_empty(), "not caught within {budget:?}: {missed:?}");
 }

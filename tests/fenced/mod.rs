@@ -11,8 +11,10 @@
 //!   has not ended, and `t` is newer than every token issued before it (an exclusive hold)
 //!   or than the last exclusive one (a reader, a permit). The same token again on the same
 //!   lease is the same hold (a re-campaign, or a key adopted after a restart).
-//! - `Release(t)` deleted the key only if `t` holds (and ends it); it found the key gone
-//!   (`LockLost`) only if `t` no longer holds.
+//! - `Release(t)` deleted the key only if `t` holds (and ends it). One that found the key
+//!   gone (`LockLost`) may have deleted it itself: a first attempt whose answer was lost,
+//!   then a retry that found nothing (the simulation's lost answers show it), so it only
+//!   says the key is gone when it returns.
 //! - `Observe(t)` (a guarded write's outcome, or the simulation's look at the store)
 //!   finds the key only while `t` holds.
 //! - What else ends a hold: an operator delete (`RemoveAll`), the end of its lease
@@ -200,8 +202,12 @@ impl SequentialSpec for FencedLock {
                 self.apply(op);
                 holds
             }
-            (Op::Release(token), Ret::Gone) | (Op::Observe(token), Ret::Absent) => {
-                !self.held.contains_key(token)
+            (Op::Observe(token), Ret::Absent) => !self.held.contains_key(token),
+            // The key is gone when the release returns, maybe by its own first attempt,
+            // whose answer was lost before a retry found nothing (`LockLost`).
+            (Op::Release(_), Ret::Gone) => {
+                self.apply(op);
+                true
             }
             (Op::Downgrade(token), Ret::Done) => {
                 let exclusive = matches!(self.held.get(token), Some((Mode::Exclusive, _)));
