@@ -194,7 +194,10 @@ fn the_linearizability_check_alone_catches_reintroduced_defects() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(10),
     );
-    let must = [Mutation::EnqueueWithoutCondition, Mutation::UnguardedRelease];
+    let must = [
+        Mutation::EnqueueWithoutCondition,
+        Mutation::UnguardedRelease,
+    ];
     let every = std::env::var_os("ETCD_SYNC_LIN_MUTATION_SECS").is_some();
     let mut missed = Vec::new();
     println!("| defect | caught after | schedules | seed | first operation no order places |");
@@ -219,7 +222,10 @@ fn the_linearizability_check_alone_catches_reintroduced_defects() {
             seed += 1;
         }
         let Some(failure) = caught else {
-            println!("| {mutation:?} | not in {budget:?} | {} | | |", seed - 1_000);
+            println!(
+                "| {mutation:?} | not in {budget:?} | {} | | |",
+                seed - 1_000
+            );
             if must.contains(&mutation) {
                 missed.push(mutation);
             }
@@ -236,5 +242,8 @@ fn the_linearizability_check_alone_catches_reintroduced_defects() {
             "seed {seed} without {mutation:?}: {control:?}"
         );
     }
-    assert!(missed.is_empty(), "not caught within {budget:?}: {missed:?}");
+    assert!(
+        missed.is_empty(),
+        "not caught within {budget:?}: {missed:?}"
+    );
 }

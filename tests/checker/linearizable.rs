@@ -237,3 +237,20 @@ pub(crate) fn check(dir: &Path, children: usize) -> Verdict {
     }
     fenced::check(events, BUDGET)
 }
+
+/// Checks the logs a run kept (`CHECKER_KEEP_LOGS=1`, or a run with violations) again:
+/// `CHECKER_LOGS=<dir> cargo test --all-features --test checker linearizability_of_kept_logs`.
+#[test]
+#[ignore = "needs CHECKER_LOGS, the logs of a checker run"]
+fn linearizability_of_kept_logs() {
+    let dir = std::path::PathBuf::from(std::env::var("CHECKER_LOGS").expect("CHECKER_LOGS"));
+    let children = (1..)
+        .take_while(|n| dir.join(format!("log-{n}")).exists())
+        .count();
+    let verdict = check(&dir, children);
+    println!("{}", verdict.summary());
+    assert!(
+        verdict.failures.is_empty() && verdict.undecided.is_empty(),
+        "{verdict:?}"
+    );
+}

@@ -109,6 +109,10 @@ pub struct FencedLock {
     /// is valid and the search ends.
     steps: Rc<Cell<u64>>,
     budget: u64,
+    /// The tokens of the completed acquires given to the tester, each with whether it is
+    /// exclusive, and those placed so far: for pruning only (see [`FencedLock::acquire`]).
+    tokens: Rc<Vec<(i64, bool)>>,
+    placed: BTreeSet<i64>,
 }
 
 impl FencedLock {
@@ -139,6 +143,7 @@ impl FencedLock {
 
     fn acquire(&mut self, mode: Mode, lease: i64, token: i64) -> bool {
         if let Some((_, l)) = self.held.get(&token) {
+            self.placed.insert(token);
             return *l == lease; // the same hold again: a re-campaign, an adopted key
         }
         let fresh = match mode {
@@ -148,6 +153,22 @@ impl FencedLock {
         if self.ended.contains(&lease) || !fresh || !self.free_for(mode) {
             return false;
         }
+        // Pruning, which accepts and refuses the same histories: after a token, no older
+        // exclusive one can be acquired (it would not be the newest), and after an
+        // exclusive token no older one at all (a reader or permit is newer than the last
+        // exclusive token). So an acquire that leaves such a completed acquire unplaced
+        // leads nowhere: refused at once instead of after trying every order of the rest.
+        let exclusive = mode == Mode::Exclusive;
+        let stranded = self.tokens.iter().any(|&(t, x)| {
+            t < token
+                && (x || exclusive)
+                && !self.placed.contains(&t)
+                && !self.held.contains_key(&t)
+        });
+        if stranded {
+            return false;
+        }
+        self.placed.insert(token);
         self.held.insert(token, (mode, lease));
         self.newest = self.newest.max(token);
         if mode == Mode::Exclusive {
@@ -232,6 +253,8 @@ pub struct Verdict {
     pub operations: usize,
     /// Of those, operations that never returned.
     pub pending: usize,
+    /// Windows the names' histories were cut into (`windows.rs`).
+    pub windows: usize,
     /// Steps of the tester's search.
     pub steps: u64,
     /// Time the tester took.
@@ -248,6 +271,7 @@ impl Verdict {
         self.names += other.names;
         self.operations += other.operations;
         self.pending += other.pending;
+        self.windows += other.windows;
         self.steps += other.steps;
         self.took += other.took;
         self.failures.extend(other.failures);
@@ -256,11 +280,12 @@ impl Verdict {
 
     pub fn summary(&self) -> String {
         format!(
-            "linearizability (stateright): {} names, {} operations ({} never returned), \
-             {} search steps, {:.1} ms; {} not linearizable, {} undecided",
+            "linearizability (stateright): {} names, {} operations ({} never returned) in {} \
+             windows, {} search steps, {:.1} ms; {} not linearizable, {} undecided",
             self.names,
             self.operations,
             self.pending,
+            self.windows,
             self.steps,
             self.took.as_secs_f64() * 1000.0,
             self.failures.len(),
@@ -294,122 +319,58 @@ fn check_here(events: Vec<Event>, budget: u64) -> Verdict {
         events.extend(every.iter().cloned());
         let started = Instant::now();
         verdict.pending += events.iter().filter(|e| e.returned.is_none()).count();
-        let events = settle(thin(events));
-        let feed = Feed::new(&events);
-        let (ok, steps) = feed.linearizable(feed.events.len(), budget);
+        let events = reduce::settle(reduce::thin(events));
         verdict.names += 1;
         verdict.operations += events.len();
-        verdict.steps += steps;
-        if !ok && steps > budget {
-            verdict
-                .undecided
-                .push(format!("{name}: {} operations", events.len()));
-        } else if !ok {
-            let (at, _) = feed.first_failure(budget);
-            if std::env::var_os("FENCED_DUMP").is_some() {
-                let mut sorted: Vec<&Event> = events.iter().collect();
-                sorted.sort_by_key(|e| e.called);
-                for e in sorted {
-                    println!(
-                        "{name} {:>6} {:>8?} {:?} -> {:?}",
-                        e.called, e.returned, e.op, e.ret
-                    );
+        let windows = windows::cut(events, FencedLock::new(budget));
+        verdict.windows += windows.len();
+        for (start, events) in windows {
+            let feed = Feed::new(&events);
+            let took = Instant::now();
+            let (ok, steps) = feed.linearizable(&start, feed.events.len());
+            verdict.steps += steps;
+            if std::env::var_os("FENCED_WINDOWS").is_some() {
+                let lanes = feed.lanes.iter().max().map_or(0, |l| l + 1);
+                let took = took.elapsed().as_secs_f64() * 1000.0;
+                println!(
+                    "{name}: {} ops, {lanes} lanes, {steps} steps, {took:.1} ms",
+                    events.len()
+                );
+                if steps > 100_000 {
+                    let base = events.first().map_or(0, |e| e.called);
+                    for (e, lane) in events.iter().zip(&feed.lanes) {
+                        let r = e.returned.map_or(0, |r| r - base) / 1_000_000;
+                        let c = (e.called - base) / 1_000_000;
+                        println!("  lane {lane} {c:>6}..{r:<6} {:?} -> {:?}", e.op, e.ret);
+                    }
                 }
             }
-            verdict.failures.push(format!(
-                "{name}: {} operations; no order places {}",
-                events.len(),
-                feed.describe(at)
-            ));
+            if !ok && steps > budget {
+                verdict
+                    .undecided
+                    .push(format!("{name}: {} operations", events.len()));
+            } else if !ok {
+                let at = feed.first_failure(&start);
+                if std::env::var_os("FENCED_DUMP").is_some() {
+                    println!("{name} from {start:?}");
+                    for e in &events {
+                        println!(
+                            "{name} {:>6} {:>8?} {:?} -> {:?}",
+                            e.called, e.returned, e.op, e.ret
+                        );
+                    }
+                }
+                verdict.failures.push(format!(
+                    "{name}: {} operations; no order places {}",
+                    events.len(),
+                    feed.describe(at)
+                ));
+                break;
+            }
         }
         verdict.took += started.elapsed();
     }
     verdict
-}
-
-/// Drops what another operation already says: the looks that found a key between the
-/// first and the last look that found it (a key that went never comes back: no token is
-/// issued twice, so it holds in between), and all but the first-called copy of a lease's
-/// end (one end ends it; the others are then no-ops).
-fn thin(events: Vec<Event>) -> Vec<Event> {
-    let mut span: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
-    let mut first_end: BTreeMap<i64, u64> = BTreeMap::new();
-    for e in &events {
-        match (&e.op, &e.ret) {
-            (Op::Observe(t), Ret::Present) => {
-                let s = span.entry(*t).or_insert((e.called, e.called));
-                *s = (s.0.min(e.called), s.1.max(e.called));
-            }
-            (Op::EndLease(l), _) => {
-                let at = first_end.entry(*l).or_insert(e.called);
-                *at = (*at).min(e.called);
-            }
-            _ => {}
-        }
-    }
-    let mut kept_end = BTreeSet::new();
-    events
-        .into_iter()
-        .filter(|e| match (&e.op, &e.ret) {
-            (Op::Observe(t), Ret::Present) => span
-                .get(t)
-                .is_none_or(|(a, b)| e.called == *a || e.called == *b),
-            (Op::EndLease(l), _) => first_end[l] == e.called && kept_end.insert(*l),
-            _ => true,
-        })
-        .collect()
-}
-
-/// Gives every operation that never returned a return: the last return of an operation
-/// that names its key or its lease, or its own call if later (after that a removal changes
-/// nothing an operation can see but that the name is free, and no later acquire is of that
-/// lease, so applying at once is as good as later, or never). The same histories pass, and the
-/// tester's search, which tries every unreturned operation at every step on a thread of
-/// its own, stays small.
-fn settle(events: Vec<Event>) -> Vec<Event> {
-    let mut lease_of = BTreeMap::new();
-    for e in &events {
-        if let (Op::Acquire { lease, .. }, Ret::Acquired(token)) = (&e.op, &e.ret) {
-            lease_of.insert(*token, *lease);
-        }
-    }
-    let (mut by_token, mut by_lease) = (BTreeMap::new(), BTreeMap::new());
-    let mut last = 0;
-    for e in &events {
-        let Some(returned) = e.returned else { continue };
-        last = last.max(returned);
-        let token = match (&e.op, &e.ret) {
-            (_, Ret::Acquired(token)) => Some(*token),
-            (Op::Release(t) | Op::Observe(t) | Op::Downgrade(t) | Op::Remove(t), _) => Some(*t),
-            _ => None,
-        };
-        let lease = match &e.op {
-            Op::Acquire { lease, .. } => Some(*lease),
-            _ => token.and_then(|t| lease_of.get(&t).copied()),
-        };
-        for (key, map) in [(token, &mut by_token), (lease, &mut by_lease)] {
-            if let Some(key) = key {
-                let at: &mut u64 = map.entry(key).or_default();
-                *at = (*at).max(returned);
-            }
-        }
-    }
-    events
-        .into_iter()
-        .map(|mut e| {
-            if e.returned.is_none() {
-                let horizon = match &e.op {
-                    Op::Remove(t) => by_token.get(t).copied(),
-                    Op::EndLease(l) | Op::LeaseKeys { lease: l, .. } => by_lease.get(l).copied(),
-                    _ => Some(last),
-                };
-                // Called after it: it applies at once (it frees the name, and nothing
-                // later names its key), no different from applying later or never.
-                e.returned = Some(horizon.unwrap_or(e.called).max(e.called));
-            }
-            e
-        })
-        .collect()
 }
 
 /// A name's history as the tester takes it: calls and returns in order, each operation
@@ -432,26 +393,55 @@ impl<'a> Feed<'a> {
             }
         }
         events.sort();
+        // The search tries lanes in order at every step, and a removal fits almost
+        // anywhere: tried first, removals went in early and the search backtracked through
+        // whole windows to find that a later look still saw the key. So removals share
+        // lanes of their own, after the callers' lanes: tried only where nothing else fits.
+        let removal = |i: usize| {
+            matches!(
+                ops[i].op,
+                Op::Remove(_) | Op::RemoveAll | Op::EndLease(_) | Op::LeaseKeys { .. }
+            )
+        };
         let mut lanes = vec![0; ops.len()];
-        let mut free: BTreeSet<usize> = BTreeSet::new();
         let mut next = 0;
-        for &(_, returns, i) in &events {
-            if returns {
-                free.insert(lanes[i]);
-            } else {
-                lanes[i] = free.pop_first().unwrap_or_else(|| {
-                    next += 1;
-                    next - 1
-                });
+        for group in [false, true] {
+            let mut free: BTreeSet<usize> = BTreeSet::new();
+            for &(_, returns, i) in events.iter().filter(|(_, _, i)| removal(*i) == group) {
+                if returns {
+                    free.insert(lanes[i]);
+                } else {
+                    lanes[i] = free.pop_first().unwrap_or_else(|| {
+                        next += 1;
+                        next - 1
+                    });
+                }
             }
         }
         Feed { events, ops, lanes }
     }
 
-    /// Whether the first `upto` calls and returns are linearizable, and the steps taken.
-    fn linearizable(&self, upto: usize, budget: u64) -> (bool, u64) {
-        let spec = FencedLock::new(budget);
+    /// Whether the first `upto` calls and returns are linearizable from `start`, and the
+    /// steps taken.
+    fn linearizable(&self, start: &FencedLock, upto: usize) -> (bool, u64) {
+        let mut spec = start.clone();
+        spec.steps = Rc::new(Cell::new(0));
         let steps = spec.steps.clone();
+        let returned: BTreeSet<usize> = (self.events[..upto].iter())
+            .filter(|(_, returns, _)| *returns)
+            .map(|(_, _, i)| *i)
+            .collect();
+        let tokens =
+            returned
+                .into_iter()
+                .filter_map(|i| match (&self.ops[i].op, &self.ops[i].ret) {
+                    (Op::Acquire { mode, .. }, Ret::Acquired(t)) => {
+                        Some((*t, *mode == Mode::Exclusive))
+                    }
+                    _ => None,
+                });
+        spec.tokens = Rc::new(tokens.collect());
+        spec.placed = BTreeSet::new();
         let mut tester = LinearizabilityTester::new(spec);
         for &(_, returns, i) in &self.events[..upto] {
             let fed = if returns {
@@ -466,16 +456,17 @@ impl<'a> Feed<'a> {
     }
 
     /// The shortest failing prefix (linearizability is prefix-closed): its last event.
-    fn first_failure(&self, budget: u64) -> (usize, u64) {
+    fn first_failure(&self, start: &FencedLock) -> usize {
         let (mut good, mut bad) = (0, self.events.len());
-        let mut steps = 0;
         while bad - good > 1 {
             let mid = (good + bad) / 2;
-            let (ok, s) = self.linearizable(mid, budget);
-            steps += s;
-            if ok { good = mid } else { bad = mid }
+            if self.linearizable(start, mid).0 {
+                good = mid;
+            } else {
+                bad = mid;
+            }
         }
-        (bad - 1, steps)
+        bad - 1
     }
 
     fn describe(&self, at: usize) -> String {
@@ -488,5 +479,7 @@ impl<'a> Feed<'a> {
     }
 }
 
+mod reduce;
 #[cfg(feature = "simulation")]
 pub mod sim;
+mod windows;
