@@ -175,6 +175,33 @@ fn shared_holds_and_permits_share_as_their_mode_allows() {
     assert_eq!(failures(three), 1);
 }
 
+#[test]
+fn windows_carry_the_state_across_their_cut() {
+    // A cut after the first acquire returned (nothing spans it): the key still holds in
+    // the next window, and a look that finds it gone there, with nothing to remove it,
+    // fails; so does a second holder.
+    let quiet = vec![acquire(1, 10, 0, 1), observe(10, false, 5)];
+    assert_eq!(failures(quiet), 1);
+    let second = vec![acquire(1, 10, 0, 1), acquire(2, 12, 5, 6)];
+    assert_eq!(failures(second), 1);
+    // A removal before the cut frees it for the next window.
+    let removed = vec![
+        acquire(1, 10, 0, 1),
+        op("m", Op::RemoveAll, Ret::Done, 2, 3),
+        acquire(2, 12, 5, 6),
+        observe(10, false, 8),
+    ];
+    assert_eq!(failures(removed), 0);
+    // A removal that overlaps the acquire of the key it may remove: no cut after it, the
+    // tester decides (here: it came after, so the name is free).
+    let overlapping = vec![
+        acquire(1, 10, 0, 4),
+        op("m", Op::Remove(10), Ret::Done, 2, 5),
+        acquire(2, 12, 7, 8),
+    ];
+    assert_eq!(failures(overlapping), 0);
+}
+
 /// The judge alone (not the simulation's own invariants) catches re-introduced defects:
 /// seeds from 1,000, until it refuses a schedule's history under the defect, for up to
 /// `ETCD_SYNC_LIN_MUTATION_SECS` (default 10 s) per defect; the same schedule without the
