@@ -54,6 +54,12 @@ fn one_seed_replays_the_same_trace() {
     }
     assert!(a.violations.is_empty(), "{:?}", a.violations);
     assert!(a.acquisitions > 0);
+    assert_eq!(a.history, b.history, "one seed, one history");
+    let verdict = fenced::sim::check(&a);
+    assert!(
+        verdict.failures.is_empty() && verdict.undecided.is_empty(),
+        "{verdict:?}"
+    );
 }
 
 /// Seeds to sweep: `ETCD_SYNC_SIM_SEED` replays one (with its full trace printed);
@@ -242,6 +248,13 @@ fn a_guard_decided_on_a_lagging_members_events_reports_its_gone_key_in_time() {
     };
     let outcome = run(&config).expect("a run");
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    // A guard returned for a key already gone is still linearizable: its acquire took
+    // effect (the keys ahead went) before the operator deleted its key.
+    let verdict = fenced::sim::check(&outcome);
+    assert!(
+        verdict.failures.is_empty() && verdict.undecided.is_empty(),
+        "{verdict:?}"
+    );
     assert!(
         outcome
             .trace
