@@ -22,9 +22,9 @@ use super::fenced::{self, Event, Mode, Op, Ret, Verdict};
 use super::workload::Guard;
 use super::{Log, log};
 
-/// Search steps per name (a run has thousands of operations per name; a correct history
-/// takes a few steps per operation).
-const BUDGET: u64 = 50_000_000;
+/// Search steps per window of a name's history (a correct window takes a few steps per
+/// operation; about 50 µs each in a debug build).
+const BUDGET: u64 = 2_000_000;
 
 /// A guard returned by a wait called at `called`.
 pub(crate) fn acquired(log_file: &Log, name: &str, guard: &Guard, lease: i64, called: u64) {

@@ -30,9 +30,15 @@
 //! holder *believes* is not judged here (`lost()` within the bound is the analysis's job).
 //!
 //! Linearizability is local, so each name is checked on its own (an operation on every
-//! name, as a lease's end, goes into each). The tester's search has no memo, so every check
-//! runs on a thread with a large stack under a step budget; a history it could not settle
-//! within the budget is reported as undecided, not as passed.
+//! name, as a lease's end, goes into each). The tester's search has no memo and copies the
+//! remaining history at every step it tries, so what it is given is made small first,
+//! keeping exactly the verdicts: looks another look implies and operations that never
+//! returned are settled (`reduce.rs`), each name's history is cut into windows where its
+//! state is known (`windows.rs`), removals are tried last, and an acquire that would leave
+//! an older token no place is refused at once. Each check runs on a thread with a large
+//! stack under a step budget per window; a window it could not settle within the budget
+//! is reported as undecided, not as passed. `FENCED_DUMP=1` prints a failing window,
+//! `FENCED_WINDOWS=1` every window's size, lanes, steps and time.
 
 #![allow(dead_code)]
 
@@ -262,7 +268,7 @@ pub struct Verdict {
     /// Names whose history is not linearizable, each with the operation no order can
     /// place (the first return of the shortest prefix that fails).
     pub failures: Vec<String>,
-    /// Names whose search ran out of budget.
+    /// Windows whose search ran out of budget.
     pub undecided: Vec<String>,
 }
 
@@ -295,7 +301,7 @@ impl Verdict {
 }
 
 /// Checks a history, name by name, on a thread of its own (a deep search needs a deep
-/// stack), with at most `budget` search steps per name.
+/// stack), with at most `budget` search steps per window.
 pub fn check(events: Vec<Event>, budget: u64) -> Verdict {
     std::thread::Builder::new()
         .name("linearizability".into())

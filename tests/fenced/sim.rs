@@ -4,7 +4,7 @@ use etcd_sync::testing::sim::{Mode as SimMode, Operation, Outcome, What};
 
 use super::{Event, Mode, Op, Ret, Verdict};
 
-/// Search steps per name: a simulated schedule has tens of operations per name.
+/// Search steps per window: a simulated schedule has tens of operations per name.
 pub const BUDGET: u64 = 2_000_000;
 
 /// One simulated operation.
