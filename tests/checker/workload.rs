@@ -17,7 +17,7 @@ use etcd_sync::{
 };
 
 use super::common::monotonic_ns;
-use super::{Log, NAMES, PERMITS, RW_NAME, Rng, SEM_NAME, TTL, log, revoke};
+use super::{Log, NAMES, PERMITS, RW_NAME, Rng, SEM_NAME, TTL, linearizable, log, revoke};
 
 const ZERO: Duration = Duration::ZERO;
 
@@ -86,7 +86,7 @@ impl Guard {
         each!(self, g => g.release_requested())
     }
     /// How the guard shares its name, for the log: exclusive, shared, or a permit.
-    fn mode(&self) -> String {
+    pub(crate) fn mode(&self) -> String {
         match self {
             Guard::Read(_) => "s".into(),
             Guard::Permit(p) if p.num_permits() > 1 => format!("p{PERMITS}x{}", p.num_permits()),
@@ -94,14 +94,16 @@ impl Guard {
             _ => "x".into(),
         }
     }
-    /// Releases and reports whether etcd confirmed it.
-    fn release(self) -> bool {
+    /// Releases and reports what etcd said: the key deleted (`Some(true)`), found gone
+    /// (`Some(false)`), or no answer (`None`: the release may still apply).
+    fn release(self) -> Option<bool> {
         match self {
-            Guard::Lock(g) => g.release().is_ok(),
-            Guard::Lead(mut l) => l.is_leader() && l.resign().is_ok(),
-            Guard::Read(g) => g.release().is_ok(),
-            Guard::Write(g) => g.release().is_ok(),
-            Guard::Permit(p) => p.release().is_ok(),
+            Guard::Lock(g) => linearizable::seen(&g.release()),
+            Guard::Lead(mut l) if l.is_leader() => linearizable::seen(&l.resign()),
+            Guard::Lead(_) => None,
+            Guard::Read(g) => linearizable::seen(&g.release()),
+            Guard::Write(g) => linearizable::seen(&g.release()),
+            Guard::Permit(p) => linearizable::seen(&p.release()),
         }
     }
 }
@@ -431,6 +433,9 @@ pub(crate) fn worker(
 ) {
     let mut rng = Rng::new(seed);
     let mut attempts = 0u64;
+    // The last session this thread used, and how long it was known alive, to log its
+    // lease's end once it is seen lost.
+    let mut previous: Option<(Session, u64)> = None;
     while monotonic_ns() < deadline_ns {
         // One attempt in ten is a short-lived process's whole life: a session of its own,
         // closed right after the release, as a process that exits normally does. Waiters
@@ -442,27 +447,56 @@ pub(crate) fn worker(
         } else {
             current_session(client, slot)
         };
+        if let Some((old, alive)) = previous.take_if(|(old, _)| !old.is_alive()) {
+            linearizable::lease_ended(log_file, old.lease_id(), alive, false);
+        }
         let Some(session) = session else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
+        let lease = session.lease_id();
+        let mut alive = match previous.take() {
+            Some((old, alive)) if old.lease_id() == lease => alive,
+            _ => 0,
+        };
         let name = NAMES[rng.below(NAMES.len() as u64) as usize];
         attempts += 1;
         let id = format!("{who}#{attempts}");
-        log(log_file, format!("BEG {id} {name} {}", monotonic_ns()));
+        let began = monotonic_ns();
+        log(log_file, format!("BEG {id} {name} {began}"));
         let (outcome, guard) = acquire(&session, name, who, &mut rng, log_file);
         log(log_file, format!("END {id} {} {outcome}", monotonic_ns()));
+        alive = alive.max(linearizable::alive_until(&session));
+        let close = |session: Session, alive: u64| {
+            // Ended by the close, or earlier (lost), after it was last known alive.
+            let called = if session.is_alive() {
+                monotonic_ns()
+            } else {
+                alive
+            };
+            let closed = session.close().is_ok();
+            linearizable::lease_ended(log_file, lease, called, closed);
+        };
+        if !private {
+            previous = Some((session.clone(), alive));
+        }
         let Some(mut guard) = guard else {
             if private {
-                let _ = session.close();
+                close(session, alive);
             }
             continue;
         };
+        linearizable::acquired(log_file, name, &guard, lease, began);
         let mut hold = Hold::new();
         let mut lost = guard.lost();
         let hold_for = hold_time(&mut rng);
         for _ in 0..1 + rng.below(3) {
-            match guard.put(&format!("{name}-data"), format!("{}:{who}", guard.token())) {
+            alive = alive.max(linearizable::alive_until(&session));
+            let called = monotonic_ns();
+            let put = guard.put(&format!("{name}-data"), format!("{}:{who}", guard.token()));
+            let seen = linearizable::seen(&put);
+            linearizable::observed(log_file, name, guard.token(), called, seen);
+            match put {
                 Ok(revision) => {
                     hold.accepted += 1;
                     if hold.first_rev == 0 {
@@ -479,6 +513,7 @@ pub(crate) fn worker(
             }
             // A re-campaign on the same session and name: the old guard is superseded
             // (its interval ends here), the new one carries the same token (same hold).
+            let called = monotonic_ns();
             if let Guard::Lead(_) = &guard
                 && rng.below(5) == 0
                 && let Ok(again) = session.election(name).and_then(|e| e.campaign(who))
@@ -486,6 +521,7 @@ pub(crate) fn worker(
                 let line = hold.line(name, &Held::of(&guard), who, monotonic_ns(), "recamp");
                 log(log_file, line);
                 guard = Guard::Lead(again);
+                linearizable::acquired(log_file, name, &guard, lease, called);
                 lost = guard.lost();
                 hold = Hold::new();
             }
@@ -507,6 +543,7 @@ pub(crate) fn worker(
             let held_until = monotonic_ns();
             match write.downgrade() {
                 Ok(read) => {
+                    linearizable::downgraded(log_file, name, held.token, held_until);
                     log(
                         log_file,
                         hold.line(name, &held, who, held_until, "downgrade"),
@@ -524,8 +561,9 @@ pub(crate) fn worker(
                             log_file,
                             hold.line(name, &held, who, held_until, "unlock_err"),
                         );
+                        linearizable::released(log_file, name, held.token, held_until, None);
                         if private {
-                            let _ = session.close();
+                            close(session, alive);
                         }
                         continue;
                     };
@@ -556,18 +594,27 @@ pub(crate) fn worker(
         // a release that timed out, may still be finishing in the background, and a
         // superseded guard's hold lives on in its successor).
         let held = Held::of(&guard);
+        alive = alive.max(linearizable::alive_until(&session));
+        if !private {
+            previous = Some((session.clone(), alive));
+        }
+        let called = monotonic_ns();
         let (how, confirmed_release) = if rng.below(3) == 0 {
             let released = guard.release();
-            (if released { "unlock" } else { "unlock_err" }, released)
+            linearizable::released(log_file, name, held.token, called, released);
+            let confirmed = released == Some(true);
+            (if confirmed { "unlock" } else { "unlock_err" }, confirmed)
         } else {
             drop(guard);
+            linearizable::released(log_file, name, held.token, called, None);
             ("drop", false)
         };
         // Written after the release, with the release's end time.
         log(log_file, hold.line(name, &held, who, held_until, how));
         if private {
-            let _ = session.close();
+            close(session, alive);
         }
+        let called = monotonic_ns();
         if confirmed_release
             && let Ok(r) = client.txn(
                 Txn::new()
@@ -575,6 +622,7 @@ pub(crate) fn worker(
                     .and_then([TxnOp::put(format!("{name}-stale"), "x")]),
             )
         {
+            linearizable::observed(log_file, name, held.token, called, Some(r.succeeded));
             log(
                 log_file,
                 format!("STALE {} {}", held.token, u8::from(r.succeeded)),

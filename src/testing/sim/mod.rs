@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex};
 use tokio::task::AbortHandle;
 
 pub use fidelity::{PROGRESS_INTERVAL, transcript};
-pub use run::{LOSS_BOUND, Mutation, Outcome, RunConfig, run, sleep};
+pub use run::{LOSS_BOUND, Mode, Mutation, Operation, Outcome, RunConfig, What, run, sleep};
 
 use crate::transport::memory;
 use serve::Connections;

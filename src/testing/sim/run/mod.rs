@@ -26,6 +26,7 @@ use crate::support::backoff;
 pub use crate::support::sim::Mutation;
 use crate::support::sim::{self as seam, Mark};
 use crate::support::tuning::LineTuning;
+pub use history::{Mode, Operation, What};
 
 /// How long a guard may go on saying it holds after its key is gone (rule 2).
 pub const LOSS_BOUND: Duration = Duration::from_secs(1);
@@ -165,6 +166,9 @@ pub struct Outcome {
     pub back_waits: u64,
     /// Of those, reads of the lookout's start gap, made when due (see `line/behind.rs`).
     pub gap_reads: u64,
+    /// Every single-name hold's operations, in the run's order, for a check from outside
+    /// (issue 52: `tests/fenced/`).
+    pub history: Vec<Operation>,
 }
 
 /// splitmix64: small, fast, and the same everywhere.
@@ -226,6 +230,10 @@ struct Log {
     restarted: BTreeMap<usize, (Instant, i64)>,
     /// Release requests asked and heard (`requests.rs`).
     requests: requests::Requests,
+    /// The last position given to a call or a return of [`Outcome::history`].
+    clock: u64,
+    /// By lease, the last position at which a guard of it held (`history.rs`).
+    alive: BTreeMap<i64, u64>,
 }
 
 struct World {
@@ -484,6 +492,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     Ok(outcome)
 }
 
+mod history;
 mod judge;
 mod kinds;
 mod leader_loop;

@@ -2,6 +2,8 @@
 
 use tokio::time::Instant;
 
+use super::history::What;
+use super::kinds::Kind;
 use super::{Rng, World};
 
 pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
@@ -128,6 +130,7 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 }
                 for name in ["m", "s", "r", "e"] {
                     world.cluster.delete_prefix(&format!("{name}/"));
+                    world.record_now("nemesis", Some(name), What::RemoveAll);
                 }
                 world.deleted();
                 if blip {
@@ -156,6 +159,9 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 let expire = rng.below(2) == 0;
                 match (lease, holder) {
                     (Some(lease), Some(key)) if expire => {
+                        // The lease ends some time from now (unanswered: it may, or not).
+                        let called = world.tick();
+                        world.record("nemesis", None, What::EndLease { lease }, (called, false));
                         world.cluster.starve(lease);
                         world.deleted();
                         // Then, once it expired (TTL 3 s, checked every 500 ms), an
@@ -164,11 +170,14 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                         tokio::time::sleep(rng.millis(3500, 5000)).await;
                         if let Some((name, _)) = key.rsplit_once('/') {
                             world.cluster.delete_prefix(&format!("{name}/"));
+                            let name = Kind::NAMES.into_iter().find(|n| *n == name);
+                            world.record_now("nemesis", name, What::RemoveAll);
                         }
                         world.deleted();
                     }
                     (Some(lease), _) => {
                         world.cluster.revoke(lease);
+                        world.record_now("nemesis", None, What::EndLease { lease });
                         world.deleted();
                     }
                     _ => {}

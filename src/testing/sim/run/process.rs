@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::history::{Mode, What, lease_of};
 use super::judge::{enters, left_behind, options, reports_gone};
 use super::kinds::{Kind, PERMITS, kind, present};
 use super::requests::{self, Listening};
@@ -36,6 +37,8 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
     // so the rest of the schedule draws as before).
     let (slow, fast) = world.clock_rates;
     let rate = slow + (fast - slow) * (Rng(seed ^ 0xc10c).below(1001) as f64 / 1000.0);
+    // The lease whose end the history has (a lost session's).
+    let mut ended = 0;
     let mut what = Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize];
     while !world.stop.load(std::sync::atomic::Ordering::SeqCst) {
         // Now and then the process restarts: it leaves its lease behind and takes it back
@@ -47,6 +50,14 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
             let revision = world.cluster.revision();
             world.log().restarted.insert(p, (Instant::now(), revision));
             session = restart(world, &me, &s, &mut client);
+        }
+        // A session seen lost: its lease may have ended on the server since a guard of it
+        // last held (the client's deadline comes before the server's expiry).
+        if let Some(lost) = session.as_ref().filter(|s| !s.is_alive())
+            && lost.lease_id() != ended
+        {
+            ended = lost.lease_id();
+            world.lease_lost(&me, ended);
         }
         let live = match &session {
             Some(s) if s.is_alive() => s.clone(),
@@ -149,6 +160,10 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
 /// `client` and replaces it, and resumes the lease with the new one.
 fn restart(world: &World, me: &str, session: &Session, client: &mut Client) -> Option<Session> {
     let id = session.lease_id();
+    // What the old process sent may still apply to the keys it created, late.
+    let called = world.tick();
+    let upto = world.cluster.revision();
+    world.record(me, None, What::Crashed { lease: id, upto }, (called, false));
     session.orphan();
     // The old process dies: nothing of it reaches etcd any more but what is on its way.
     client.kill();
@@ -175,6 +190,8 @@ fn restart(world: &World, me: &str, session: &Session, client: &mut Client) -> O
         }
         Err(e) => {
             world.note(me, format!("restarted, resume {id:x}: {}", kind(&e)));
+            let called = world.tick();
+            world.record(me, None, What::EndLease { lease: id }, (called, false));
             None
         }
     }
@@ -193,11 +210,12 @@ fn take_and_hold(
         world.log().waiting.remove(&p);
     };
     let options = options(session.client(), limit, rng);
+    let called = world.tick();
     match what {
         Kind::Mutex => {
             let guard = session.mutex(name)?.lock_delay(delay)?.lock_with(options)?;
             got(world);
-            hold(world, (me, p), (what, guard, session), rng);
+            hold(world, (me, p), (what, guard, session, called), rng);
         }
         Kind::Permit => {
             let guard = session
@@ -205,7 +223,7 @@ fn take_and_hold(
                 .lock_delay(delay)?
                 .acquire_with(options)?;
             got(world);
-            hold(world, (me, p), (what, guard, session), rng);
+            hold(world, (me, p), (what, guard, session, called), rng);
         }
         Kind::Read => {
             let guard = session
@@ -213,7 +231,7 @@ fn take_and_hold(
                 .lock_delay(delay)?
                 .read_with(options)?;
             got(world);
-            hold(world, (me, p), (what, guard, session), rng);
+            hold(world, (me, p), (what, guard, session, called), rng);
         }
         Kind::Write => {
             let guard = session
@@ -221,14 +239,31 @@ fn take_and_hold(
                 .lock_delay(delay)?
                 .write_with(options)?;
             got(world);
-            hold(world, (me, p), (what, guard, session), rng);
+            hold(world, (me, p), (what, guard, session, called), rng);
         }
         Kind::Lead if world.leader_loops && rng.below(4) == 0 => {
             got(world);
             let run_for = rng.millis(500, 4000);
             world.note(me, "leader loop".into());
+            // A term's campaign ran inside the loop, since the previous term ended.
+            let mut since = world.tick();
             let term = |leadership: &Guard<LeaderKind>| {
-                watch(world, (me, p), (what, leadership, session), rng, false);
+                watch(
+                    world,
+                    (me, p),
+                    (what, leadership, session, since),
+                    rng,
+                    false,
+                );
+                // The loop resigns after the term, out of the run's sight.
+                let token = leadership.fencing_token();
+                since = world.tick();
+                world.record(
+                    me,
+                    Some(what.name()),
+                    What::Remove { token },
+                    (since, false),
+                );
             };
             match super::leader_loop::lead(session, name, (me, run_for), term) {
                 Ok(terms) => world.note(me, format!("leader loop stopped after {terms} term(s)")),
@@ -244,7 +279,7 @@ fn take_and_hold(
                 Some(guard)
             };
             if let Some(guard) = guard {
-                hold(world, (me, p), (what, guard, session), rng);
+                hold(world, (me, p), (what, guard, session, called), rng);
             }
         }
     }
@@ -261,12 +296,19 @@ fn re_campaign(
     old: Guard<LeaderKind>,
     limit: Duration,
 ) -> Option<Guard<LeaderKind>> {
+    let called = world.tick();
     let again = session
         .election(Kind::Lead.name())
         .and_then(|election| election.campaign_timeout(format!("{me}+"), limit));
     match again {
         Ok(new) => {
             world.note(me, format!("re-campaigned, token {}", new.fencing_token()));
+            let acquired = What::Acquire {
+                mode: Mode::Exclusive,
+                lease: lease_of(&new.key_str()).unwrap_or_default(),
+                token: new.fencing_token(),
+            };
+            world.record(me, Some(Kind::Lead.name()), acquired, (called, true));
             if old.is_held() && new.is_held() {
                 world.violation(me, format!("two live guards over {}", new.key_str()));
             }
@@ -295,17 +337,40 @@ fn re_campaign(
 fn hold<K: GuardKind>(
     world: &World,
     (me, p): (&str, usize),
-    (what, guard, session): (Kind, Guard<K>, &Session),
+    (what, guard, session, called): (Kind, Guard<K>, &Session, u64),
     rng: &mut Rng,
 ) {
-    watch(world, (me, p), (what, &guard, session), rng, true);
+    watch(world, (me, p), (what, &guard, session, called), rng, true);
     let request = crate::line::request::request_key(what.name().as_bytes(), guard.key());
+    let token = guard.fencing_token();
+    let called = world.tick();
+    let name = Some(what.name());
     match guard.release() {
         Ok(()) => {
             world.note(me, "released".into());
+            let released = What::Release {
+                token,
+                deleted: true,
+            };
+            world.record(me, name, released, (called, true));
             requests::released(world, me, request.as_deref());
         }
-        Err(e) => world.note(me, format!("release: {}", kind(&e))),
+        Err(e) => {
+            world.note(me, format!("release: {}", kind(&e)));
+            // `LockLost`: the key was gone; anything else: it may go, or may have gone.
+            let (what, returned) = if e.is_lost() {
+                (
+                    What::Release {
+                        token,
+                        deleted: false,
+                    },
+                    true,
+                )
+            } else {
+                (What::Remove { token }, false)
+            };
+            world.record(me, name, what, (called, returned));
+        }
     }
 }
 
@@ -315,13 +380,21 @@ fn hold<K: GuardKind>(
 fn watch<K: GuardKind>(
     world: &World,
     (me, p): (&str, usize),
-    (what, guard, session): (Kind, &Guard<K>, &Session),
+    (what, guard, session, called): (Kind, &Guard<K>, &Session, u64),
     rng: &mut Rng,
     may_close: bool,
 ) {
     let name = what.name();
     let key = guard.key_str().into_owned();
     let token = guard.fencing_token();
+    let lease = lease_of(&key).unwrap_or_default();
+    let mode = match what {
+        Kind::Read => Mode::Shared,
+        Kind::Permit => Mode::Permit(PERMITS as u32),
+        Kind::Mutex | Kind::Write | Kind::Lead => Mode::Exclusive,
+    };
+    let acquired = What::Acquire { mode, lease, token };
+    world.record(me, Some(name), acquired, (called, true));
     if !enters(world, (me, p), what, (&key, token)) {
         reports_gone(world, me, &key, || guard.is_held());
         return;
@@ -344,15 +417,22 @@ fn watch<K: GuardKind>(
             && Instant::now() >= at
         {
             close_at = None;
+            let called = world.tick();
             if orphan {
                 orphan_under(world, me, session, guard, &key);
+                world.record(me, None, What::EndLease { lease }, (called, false));
             } else {
-                close_under(world, me, session, guard, (name, &key, token));
+                let closed = close_under(world, me, session, guard, (name, &key, token));
+                world.record(me, None, What::EndLease { lease }, (called, closed));
             }
         }
         if !guard.is_held() {
             lost = true;
             world.note(me, "lost".into());
+            // A leader loop's term may run on a session of the loop's own.
+            if !session.is_alive() || !may_close {
+                world.lease_lost(me, lease);
+            }
             // A key adopted after a restart (a campaign keeps its place) may be deleted by
             // a removal of the earlier life that applies late (the guard says so: rule 2
             // holds).
@@ -362,7 +442,17 @@ fn watch<K: GuardKind>(
             }
             break;
         }
-        if !present(world, name, &key, token) {
+        world.alive(lease);
+        let here = present(world, name, &key, token);
+        world.record_now(
+            me,
+            Some(name),
+            What::Observe {
+                token,
+                present: here,
+            },
+        );
+        if !here {
             // Rule 2 at its sharpest: etcd expired our lease (whatever our clock's rate
             // within the margin), and the guard must have said so before, since another
             // process may hold now.
@@ -443,7 +533,7 @@ fn close_under<K: GuardKind>(
     session: &Session,
     guard: &Guard<K>,
     (name, key, token): (&str, &str, i64),
-) {
+) -> bool {
     let closed = session.close();
     world.note(
         me,
@@ -461,4 +551,5 @@ fn close_under<K: GuardKind>(
             format!("{key} still in the store after its session closed"),
         );
     }
+    closed.is_ok()
 }

@@ -1,0 +1,256 @@
+//! The checker's history for the outside judge (issue 52, `tests/fenced/`): the workers
+//! log each lock operation with its call and return (CLOCK_MONOTONIC ns, shared by every
+//! process), the parent adds the operator's deletes and the SIGKILLs, and `stateright`'s
+//! linearizability tester checks every name against the sequential fenced lock.
+//!
+//! Log lines (`-` for a return that never came: the operation may apply late, or never):
+//!
+//! * `LA <name> <mode> <lease> <token> <called> <returned>`: a guard returned;
+//! * `LO <name> <token> <called> <returned> <1|0>`: a write conditional on the hold
+//!   committed (1) or found the key gone (0): a guarded put, or the stale-write probe;
+//! * `LR <name> <token> <called> <returned|-> <1|0>`: a release deleted the key (1) or found
+//!   it gone (0); a drop or an unanswered release never returns;
+//! * `LD <name> <token> <called> <returned>`: a write lock went on as a read;
+//! * `LE <lease> <called> <returned|->`: a session closed, or seen lost (never returns;
+//!   called when it was last known alive: the client's deadline precedes etcd's expiry).
+
+use std::path::Path;
+
+use etcd_sync::Error;
+
+use super::fenced::{self, Event, Mode, Op, Ret, Verdict};
+use super::workload::Guard;
+use super::{Log, log};
+
+/// Search steps per window of a name's history (a correct window takes a few steps per
+/// operation; about 50 µs each in a debug build).
+const BUDGET: u64 = 2_000_000;
+
+/// A guard returned by a wait called at `called`.
+pub(crate) fn acquired(log_file: &Log, name: &str, guard: &Guard, lease: i64, called: u64) {
+    let returned = super::common::monotonic_ns();
+    let (mode, token) = (guard.mode(), guard.token());
+    log(
+        log_file,
+        format!("LA {name} {mode} {lease} {token} {called} {returned}"),
+    );
+}
+
+/// What a conditional write called at `called` found, if etcd answered it.
+pub(crate) fn observed(log_file: &Log, name: &str, token: i64, called: u64, present: Option<bool>) {
+    if let Some(present) = present {
+        let returned = super::common::monotonic_ns();
+        let present = u8::from(present);
+        log(
+            log_file,
+            format!("LO {name} {token} {called} {returned} {present}"),
+        );
+    }
+}
+
+/// What a guarded write's outcome says of the key: `Some(false)` only when etcd compared
+/// and found it gone (`SessionLost` sends nothing; a timeout may have applied).
+pub(crate) fn seen<T>(result: &Result<T, Error>) -> Option<bool> {
+    match result {
+        Ok(_) => Some(true),
+        Err(Error::LockLost | Error::NotLeader) => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// A release called at `called` (`None`: no answer, or a drop: it may apply late).
+pub(crate) fn released(log_file: &Log, name: &str, token: i64, called: u64, deleted: Option<bool>) {
+    let line = match deleted {
+        Some(deleted) => format!(
+            "LR {name} {token} {called} {} {}",
+            super::common::monotonic_ns(),
+            u8::from(deleted)
+        ),
+        None => format!("LR {name} {token} {called} - 0"),
+    };
+    log(log_file, line);
+}
+
+/// A downgrade called at `called` went on as a read.
+pub(crate) fn downgraded(log_file: &Log, name: &str, token: i64, called: u64) {
+    let returned = super::common::monotonic_ns();
+    log(log_file, format!("LD {name} {token} {called} {returned}"));
+}
+
+/// Until when `session`'s lease is known alive (its deadline: the server cannot expire it
+/// before), in monotonic ns; 0 once lost.
+pub(crate) fn alive_until(session: &etcd_sync::Session) -> u64 {
+    let Some(until) = session.valid_until() else {
+        return 0;
+    };
+    let (now, ns) = (std::time::Instant::now(), super::common::monotonic_ns());
+    match until.checked_duration_since(now) {
+        Some(ahead) => ns + ahead.as_nanos() as u64,
+        None => ns.saturating_sub(now.duration_since(until).as_nanos() as u64),
+    }
+}
+
+/// A lease that ended (a close, `true` if confirmed) or may end (a session seen lost).
+pub(crate) fn lease_ended(log_file: &Log, lease: i64, called: u64, confirmed: bool) {
+    let returned = if confirmed {
+        super::common::monotonic_ns().to_string()
+    } else {
+        "-".into()
+    };
+    log(log_file, format!("LE {lease} {called} {returned}"));
+}
+
+fn mode(text: &str) -> Option<Mode> {
+    Some(match text {
+        "x" => Mode::Exclusive,
+        "s" => Mode::Shared,
+        permits => {
+            let (of, take) = super::analysis::permits_of(permits)?;
+            Mode::Permits {
+                of: of as u32,
+                take: take as u32,
+            }
+        }
+    })
+}
+
+/// The events of one child's log, and the leases it used.
+fn parse_child(text: &str, events: &mut Vec<Event>, leases: &mut Vec<i64>) {
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let num = |i: usize| f.get(i).and_then(|s| s.parse::<i64>().ok());
+        let at = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
+        let named = |op, ret, called: Option<u64>, returned| {
+            Some(Event {
+                name: Some(f[1].to_string()),
+                op,
+                ret,
+                called: called?,
+                returned,
+            })
+        };
+        let event = match (f[0], f.len()) {
+            ("LA", 7) => {
+                leases.extend(num(3));
+                let op = Op::Acquire {
+                    mode: mode(f[2]).unwrap_or(Mode::Exclusive),
+                    lease: num(3).unwrap_or_default(),
+                };
+                named(op, Ret::Acquired(num(4).unwrap_or_default()), at(5), at(6))
+            }
+            ("LO", 6) => {
+                let ret = if f[5] == "1" {
+                    Ret::Present
+                } else {
+                    Ret::Absent
+                };
+                named(Op::Observe(num(2).unwrap_or_default()), ret, at(3), at(4))
+            }
+            ("LR", 6) => {
+                let ret = if f[5] == "1" {
+                    Ret::Released
+                } else {
+                    Ret::Gone
+                };
+                let token = num(2).unwrap_or_default();
+                match at(4) {
+                    Some(returned) => named(Op::Release(token), ret, at(3), Some(returned)),
+                    None => named(Op::Remove(token), Ret::Done, at(3), None),
+                }
+            }
+            ("LD", 5) => named(
+                Op::Downgrade(num(2).unwrap_or_default()),
+                Ret::Done,
+                at(3),
+                at(4),
+            ),
+            ("LE", 4) => at(2).map(|called| Event {
+                name: None,
+                op: Op::EndLease(num(1).unwrap_or_default()),
+                ret: Ret::Done,
+                called,
+                returned: at(3),
+            }),
+            _ => None, // another line, or one cut by SIGKILL
+        };
+        events.extend(event);
+    }
+}
+
+/// Checks the run's history: every child's operations, the operator's deletes, and the
+/// leases of SIGKILLed children, which end some time after the kill.
+pub(crate) fn check(dir: &Path, children: usize) -> Verdict {
+    let mut events = Vec::new();
+    let nemesis = std::fs::read_to_string(dir.join("nemesis")).unwrap_or_default();
+    let mut killed = std::collections::BTreeMap::new();
+    for line in nemesis.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        match (f[0], f.len()) {
+            // DEL <key> <create revision> <before> <after>
+            ("DEL", 5) => {
+                // By key, not by revision: a key of that lease re-created since the
+                // nemesis read it goes too.
+                let lease = f[1].rsplit('/').next().and_then(|k| k.split('.').next());
+                let lease = lease.and_then(|hex| i64::from_str_radix(hex, 16).ok());
+                let (Some((name, _)), Some(lease), Ok(before), Ok(after)) = (
+                    f[1].split_once('/'),
+                    lease,
+                    f[3].parse::<u64>(),
+                    f[4].parse::<u64>(),
+                ) else {
+                    continue;
+                };
+                events.push(Event {
+                    name: Some(name.to_string()),
+                    op: Op::LeaseKeys {
+                        lease,
+                        upto: i64::MAX,
+                    },
+                    ret: Ret::Done,
+                    called: before,
+                    returned: Some(after),
+                });
+            }
+            ("KILL", 3) => {
+                if let (Ok(n), Ok(at)) = (f[1].parse::<usize>(), f[2].parse::<u64>()) {
+                    killed.insert(n, at);
+                }
+            }
+            _ => {}
+        }
+    }
+    for n in 1..=children {
+        let text = std::fs::read_to_string(dir.join(format!("log-{n}"))).unwrap_or_default();
+        let mut leases = Vec::new();
+        parse_child(&text, &mut events, &mut leases);
+        if let Some(&at) = killed.get(&n) {
+            leases.sort_unstable();
+            leases.dedup();
+            events.extend(leases.into_iter().map(|lease| Event {
+                name: None,
+                op: Op::EndLease(lease),
+                ret: Ret::Done,
+                called: at,
+                returned: None,
+            }));
+        }
+    }
+    fenced::check(events, BUDGET)
+}
+
+/// Checks the logs a run kept (`CHECKER_KEEP_LOGS=1`, or a run with violations) again:
+/// `CHECKER_LOGS=<dir> cargo test --all-features --test checker linearizability_of_kept_logs`.
+#[test]
+#[ignore = "needs CHECKER_LOGS, the logs of a checker run"]
+fn linearizability_of_kept_logs() {
+    let dir = std::path::PathBuf::from(std::env::var("CHECKER_LOGS").expect("CHECKER_LOGS"));
+    let children = (1..)
+        .take_while(|n| dir.join(format!("log-{n}")).exists())
+        .count();
+    let verdict = check(&dir, children);
+    println!("{}", verdict.summary());
+    assert!(
+        verdict.failures.is_empty() && verdict.undecided.is_empty(),
+        "{verdict:?}"
+    );
+}

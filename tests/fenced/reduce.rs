@@ -1,0 +1,91 @@
+//! What the tester need not see: operations another one already implies, and returns for
+//! the operations that never returned. Each step keeps exactly the histories that pass.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Event, Op, Ret};
+
+/// Drops what another operation already says: the looks that found a key between the
+/// first and the last look that found it (a key that went never comes back: no token is
+/// issued twice, so it holds in between), and all but the first-called copy of a lease's
+/// end (one end ends it; the others are then no-ops).
+pub(super) fn thin(events: Vec<Event>) -> Vec<Event> {
+    let mut span: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+    let mut first_end: BTreeMap<i64, u64> = BTreeMap::new();
+    for e in &events {
+        match (&e.op, &e.ret) {
+            (Op::Observe(t), Ret::Present) => {
+                let s = span.entry(*t).or_insert((e.called, e.called));
+                *s = (s.0.min(e.called), s.1.max(e.called));
+            }
+            (Op::EndLease(l), _) => {
+                let at = first_end.entry(*l).or_insert(e.called);
+                *at = (*at).min(e.called);
+            }
+            _ => {}
+        }
+    }
+    let mut kept_end = BTreeSet::new();
+    events
+        .into_iter()
+        .filter(|e| match (&e.op, &e.ret) {
+            (Op::Observe(t), Ret::Present) => span
+                .get(t)
+                .is_none_or(|(a, b)| e.called == *a || e.called == *b),
+            (Op::EndLease(l), _) => first_end[l] == e.called && kept_end.insert(*l),
+            _ => true,
+        })
+        .collect()
+}
+
+/// Gives every operation that never returned a return: the last return of an operation
+/// that names its key or its lease, or its own call if later (after that a removal changes
+/// nothing an operation can see but that the name is free, and no later acquire is of that
+/// lease, so applying at once is as good as later, or never). The same histories pass, and the
+/// tester's search, which tries every unreturned operation at every step on a thread of
+/// its own, stays small.
+pub(super) fn settle(events: Vec<Event>) -> Vec<Event> {
+    let mut lease_of = BTreeMap::new();
+    for e in &events {
+        if let (Op::Acquire { lease, .. }, Ret::Acquired(token)) = (&e.op, &e.ret) {
+            lease_of.insert(*token, *lease);
+        }
+    }
+    let (mut by_token, mut by_lease) = (BTreeMap::new(), BTreeMap::new());
+    let mut last = 0;
+    for e in &events {
+        let Some(returned) = e.returned else { continue };
+        last = last.max(returned);
+        let token = match (&e.op, &e.ret) {
+            (_, Ret::Acquired(token)) => Some(*token),
+            (Op::Release(t) | Op::Observe(t) | Op::Downgrade(t) | Op::Remove(t), _) => Some(*t),
+            _ => None,
+        };
+        let lease = match &e.op {
+            Op::Acquire { lease, .. } => Some(*lease),
+            _ => token.and_then(|t| lease_of.get(&t).copied()),
+        };
+        for (key, map) in [(token, &mut by_token), (lease, &mut by_lease)] {
+            if let Some(key) = key {
+                let at: &mut u64 = map.entry(key).or_default();
+                *at = (*at).max(returned);
+            }
+        }
+    }
+    events
+        .into_iter()
+        .map(|mut e| {
+            if e.returned.is_none() {
+                let horizon = match &e.op {
+                    Op::Remove(t) => by_token.get(t).copied(),
+                    Op::EndLease(l) | Op::LeaseKeys { lease: l, .. } => by_lease.get(l).copied(),
+                    _ => Some(last),
+                };
+                // Called after it: it applies at once (it frees the name, and nothing
+                // later names its key), no different from applying later or never.
+                e.returned = Some(horizon.unwrap_or(e.called).max(e.called));
+            }
+            e
+        })
+        .collect()
+}
