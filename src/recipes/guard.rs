@@ -471,7 +471,10 @@ impl<K: GuardKind> Guard<K> {
     /// * [`Error::LockLost`] ([`Error::NotLeader`] for a [`Leadership`](crate::Leadership)):
     ///   our key was seen deleted, or it no longer had our create revision (deleted by
     ///   someone else, or gone with the session's revoked or closed lease), or a
-    ///   re-campaign superseded this leadership. Nothing was deleted.
+    ///   re-campaign superseded this leadership. Nothing else was deleted. One exception
+    ///   cannot be told apart: when the answer to the delete was lost and etcd had applied
+    ///   it, the retry finds the key gone and also reports `LockLost`. Either way the key is
+    ///   gone when this returns.
     /// * [`Error::Timeout`] with [`Operation::Release`](crate::Operation::Release): etcd
     ///   did not answer within the request timeout; the release goes on.
     /// * [`Error::SessionLost`]: the session is lost and etcd could not be reached; the
