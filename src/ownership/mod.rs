@@ -472,3 +472,6 @@ impl Line {
         current.upgrade().filter(|hold| !hold.is_ended())
     }
 }
+
+#[cfg(test)]
+mod tests;
