@@ -202,3 +202,38 @@ async fn first_ended(rpc: &Rpc, session: &LeaseState, leases: &[i64]) -> Result<
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_alive_only_until_its_proven_instant() {
+        let readings = Readings::default();
+        let now = clock::now();
+        readings.record(7, now + Duration::from_secs(1));
+        assert!(readings.alive_at(7, now));
+        assert!(!readings.alive_at(7, now + Duration::from_secs(2)));
+        assert!(
+            !readings.alive_at(8, now),
+            "a lease never read proves nothing"
+        );
+    }
+
+    #[test]
+    fn the_leases_ahead_are_each_lock_keys_lease_once() {
+        let prefix = b"job/".to_vec();
+        let keys = [&b"job/1f"[..], b"job/a", b"job/1f.shared", b"job/nested/3"];
+        let sorted = Mode::Exclusive
+            .sort(&prefix, keys.iter().map(|k| k.to_vec()))
+            .expect("one mode");
+        let ahead = Ahead {
+            keys: sorted,
+            complete: true,
+            lookout: None,
+            last: None,
+        };
+        // Two keys of lease 0x1f, one of 0xa; the nested name's key is no lock key.
+        assert_eq!(leases_ahead(&prefix, &ahead), vec![0xa, 0x1f]);
+    }
+}

@@ -269,3 +269,6 @@ impl Wait {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
