@@ -40,7 +40,7 @@ fn observe(token: i64, present: bool, at: u64) -> Event {
 }
 
 fn failures(events: Vec<Event>) -> usize {
-    let verdict = check(events, BUDGET);
+    let verdict = check(events, BUDGET, std::time::Duration::from_secs(60));
     assert!(verdict.undecided.is_empty(), "{verdict:?}");
     verdict.failures.len()
 }

@@ -15,6 +15,7 @@
 //!   called when it was last known alive: the client's deadline precedes etcd's expiry).
 
 use std::path::Path;
+use std::time::Duration;
 
 use etcd_sync::Error;
 
@@ -23,8 +24,12 @@ use super::workload::Guard;
 use super::{Log, log};
 
 /// Search steps per window of a name's history (a correct window takes a few steps per
-/// operation; about 50 µs each in a debug build).
-const BUDGET: u64 = 2_000_000;
+/// operation; about 50 µs each in a debug build, so at most about 10 s a window).
+const BUDGET: u64 = 200_000;
+
+/// The whole check's time: past it, windows left are undecided. (With 2,000,000 steps a
+/// window and no limit, one busy run's check held the checker past its 10-minute bound.)
+const LIMIT: Duration = Duration::from_secs(60);
 
 /// A guard returned by a wait called at `called`.
 pub(crate) fn acquired(log_file: &Log, name: &str, guard: &Guard, lease: i64, called: u64) {
@@ -235,7 +240,7 @@ pub(crate) fn check(dir: &Path, children: usize) -> Verdict {
             }));
         }
     }
-    fenced::check(events, BUDGET)
+    fenced::check(events, BUDGET, LIMIT)
 }
 
 /// Checks the logs a run kept (`CHECKER_KEEP_LOGS=1`, or a run with violations) again:

@@ -115,6 +115,9 @@ pub struct FencedLock {
     /// is valid and the search ends.
     steps: Rc<Cell<u64>>,
     budget: u64,
+    /// When the whole check gives up: every window not settled by then is undecided (a
+    /// search that copies its history at each step must never hold up a run).
+    deadline: Option<Instant>,
     /// The tokens of the completed acquires given to the tester, each with whether it is
     /// exclusive, and those placed so far: for pruning only (see [`FencedLock::acquire`]).
     tokens: Rc<Vec<(i64, bool)>>,
@@ -220,6 +223,12 @@ impl SequentialSpec for FencedLock {
         if self.steps.get() > self.budget {
             return false;
         }
+        if self.steps.get().is_multiple_of(1024)
+            && self.deadline.is_some_and(|d| Instant::now() > d)
+        {
+            self.steps.set(self.budget + 1);
+            return false;
+        }
         match (op, ret) {
             (Op::Acquire { mode, lease }, Ret::Acquired(token)) => {
                 self.acquire(*mode, *lease, *token)
@@ -301,18 +310,20 @@ impl Verdict {
 }
 
 /// Checks a history, name by name, on a thread of its own (a deep search needs a deep
-/// stack), with at most `budget` search steps per window.
-pub fn check(events: Vec<Event>, budget: u64) -> Verdict {
+/// stack), with at most `budget` search steps per window and `limit` in all: what is not
+/// settled by then is undecided, never passed.
+pub fn check(events: Vec<Event>, budget: u64, limit: Duration) -> Verdict {
+    let deadline = Instant::now() + limit;
     std::thread::Builder::new()
         .name("linearizability".into())
         .stack_size(1 << 30)
-        .spawn(move || check_here(events, budget))
+        .spawn(move || check_here(events, budget, deadline))
         .expect("a thread for the check")
         .join()
         .expect("the check did not panic")
 }
 
-fn check_here(events: Vec<Event>, budget: u64) -> Verdict {
+fn check_here(events: Vec<Event>, budget: u64, deadline: Instant) -> Verdict {
     let (every, named): (Vec<Event>, Vec<Event>) =
         events.into_iter().partition(|e| e.name.is_none());
     let mut by_name: BTreeMap<String, Vec<Event>> = BTreeMap::new();
@@ -328,7 +339,13 @@ fn check_here(events: Vec<Event>, budget: u64) -> Verdict {
         let events = reduce::settle(reduce::thin(events));
         verdict.names += 1;
         verdict.operations += events.len();
-        let windows = windows::cut(events, FencedLock::new(budget));
+        let windows = windows::cut(
+            events,
+            FencedLock {
+                deadline: Some(deadline),
+                ..FencedLock::new(budget)
+            },
+        );
         verdict.windows += windows.len();
         for (start, events) in windows {
             let feed = Feed::new(&events);

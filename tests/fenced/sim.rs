@@ -7,6 +7,9 @@ use super::{Event, Mode, Op, Ret, Verdict};
 /// Search steps per window: a simulated schedule has tens of operations per name.
 pub const BUDGET: u64 = 2_000_000;
 
+/// One schedule's check in all: past it, windows left are undecided.
+pub const LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One simulated operation.
 pub fn event(operation: &Operation) -> Event {
     let (op, ret) = match operation.what {
@@ -42,5 +45,5 @@ pub fn event(operation: &Operation) -> Event {
 
 /// Checks one schedule's history.
 pub fn check(outcome: &Outcome) -> Verdict {
-    super::check(outcome.history.iter().map(event).collect(), BUDGET)
+    super::check(outcome.history.iter().map(event).collect(), BUDGET, LIMIT)
 }
