@@ -37,15 +37,7 @@ pub fn status(client: &Client, args: &StatusArgs) -> Exit {
     } else {
         human(&status)
     };
-    let mut out = io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
-        Ok(()) => EXIT_OK,
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => EXIT_OK,
-        Err(e) => {
-            eprintln!("etcd-sync: cannot write to stdout: {e}");
-            EXIT_ERROR
-        }
-    }
+    print(&text)
 }
 
 /// The human form: a summary line, then one line per key in line order.
@@ -156,6 +148,19 @@ impl KeyJson {
 /// The key's lease in hex, as in its name; `None` for a key without a lease.
 fn lease_hex(key: &Holder) -> Option<String> {
     (key.lease != 0).then(|| format!("{:x}", key.lease))
+}
+
+/// Writes `text` and a newline to stdout: a closed pipe (`| head`) is no failure.
+pub fn print(text: &str) -> Exit {
+    let mut out = io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Ok(()) => EXIT_OK,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(e) => {
+            eprintln!("etcd-sync: cannot write to stdout: {e}");
+            EXIT_ERROR
+        }
+    }
 }
 
 #[cfg(test)]

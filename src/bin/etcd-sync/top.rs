@@ -50,15 +50,7 @@ fn print_json(graph: &WaitGraph) -> Exit {
             return EXIT_ERROR;
         }
     };
-    let mut out = io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
-        Ok(()) => EXIT_OK,
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => EXIT_OK,
-        Err(e) => {
-            eprintln!("etcd-sync: cannot write to stdout: {e}");
-            EXIT_ERROR
-        }
-    }
+    crate::status::print(&text)
 }
 
 /// Redraws until `q` or a signal (both exit 0). A failed read is shown and tried again at
