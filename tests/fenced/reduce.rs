@@ -39,7 +39,8 @@ pub(super) fn thin(events: Vec<Event>) -> Vec<Event> {
 }
 
 /// Gives every operation that never returned a return: the last return of an operation
-/// that names its key or its lease, or its own call if later (after that a removal changes
+/// that names its key or its lease (for a crashed process's removal, the keys of its lease
+/// up to its revision), or its own call if later (after that a removal changes
 /// nothing an operation can see but that the name is free, and no later acquire is of that
 /// lease, so applying at once is as good as later, or never). The same histories pass, and the
 /// tester's search, which tries every unreturned operation at every step on a thread of
@@ -78,7 +79,14 @@ pub(super) fn settle(events: Vec<Event>) -> Vec<Event> {
             if e.returned.is_none() {
                 let horizon = match &e.op {
                     Op::Remove(t) => by_token.get(t).copied(),
-                    Op::EndLease(l) | Op::LeaseKeys { lease: l, .. } => by_lease.get(l).copied(),
+                    Op::EndLease(l) => by_lease.get(l).copied(),
+                    // Only the keys of its lease created up to `upto`: later keys of the
+                    // same lease (a lease lives on across many holds) are not its business.
+                    Op::LeaseKeys { lease, upto } => lease_of
+                        .iter()
+                        .filter(|(t, l)| *l == lease && *t <= upto)
+                        .filter_map(|(t, _)| by_token.get(t).copied())
+                        .max(),
                     _ => Some(last),
                 };
                 // Called after it: it applies at once (it frees the name, and nothing
