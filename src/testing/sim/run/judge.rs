@@ -48,6 +48,44 @@ pub(super) fn left_behind(world: &World, me: &str, session: &Session, what: Kind
     }
 }
 
+/// At the end of a run, with its session alive and every step ended: once the cluster has
+/// been calm for [`AT_REST`] (every removal the client owes, answered or retried, has
+/// applied by then), no key of its lease is left under any name, but for what a crashed
+/// life may have left (created up to `crashed_upto`: before its last restart, or a write
+/// of that life applied late, within [`CAUSE_WINDOW`](super::CAUSE_WINDOW) after it; no life of the client can
+/// know those). Catches a cleanup given up on a transient error that only the lease's end
+/// would have covered.
+pub(super) fn none_left_at_rest(world: &World, me: &str, session: &Session, crashed_upto: i64) {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while !world
+        .calm_since()
+        .is_some_and(|calm| calm + AT_REST <= Instant::now())
+    {
+        if Instant::now() >= give_up || !session.is_alive() {
+            return;
+        }
+        sleep(Duration::from_millis(100));
+    }
+    if !session.is_alive() {
+        return;
+    }
+    let lease = session.lease_id();
+    for name in Kind::NAMES {
+        let ours = format!("{name}/{lease:x}");
+        for (key, rev) in line(world, name) {
+            if key.starts_with(&ours) && rev > crashed_upto {
+                world.violation(
+                    me,
+                    format!("{key} (created at {rev}) left behind at rest, its session alive"),
+                );
+            }
+        }
+    }
+}
+
+/// How long the cluster is calm before [`none_left_at_rest`] looks.
+const AT_REST: Duration = Duration::from_secs(5);
+
 /// Checks a guard just returned for `what` with `key` at `token` (rules 4 and 1, fencing)
 /// and counts it among the holders; false if it was decided on a lagging member's late
 /// events and its key is gone already (see [`reports_gone`]), nothing counted then.

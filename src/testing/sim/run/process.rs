@@ -40,7 +40,14 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
     // The lease whose end the history has (a lost session's).
     let mut ended = 0;
     let mut what = Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize];
+    // Keys of its lease created up to this revision may be a crashed life's writes, late
+    // (a restart resumes the lease; no life can know what the one before had in flight).
+    let (mut crashed_upto, mut restarted_at) = (0, None);
     while !world.stop.load(std::sync::atomic::Ordering::SeqCst) {
+        if restarted_at.is_some_and(|at: Instant| Instant::now() >= at + super::CAUSE_WINDOW) {
+            crashed_upto = world.cluster.revision();
+            restarted_at = None;
+        }
         // Now and then the process restarts: it leaves its lease behind and takes it back
         // with a new client, keys and all.
         if session.as_ref().is_some_and(Session::is_alive)
@@ -49,6 +56,7 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
         {
             let revision = world.cluster.revision();
             world.log().restarted.insert(p, (Instant::now(), revision));
+            (crashed_upto, restarted_at) = (i64::MAX, Some(Instant::now()));
             session = restart(world, &me, &s, &mut client);
         }
         // A session seen lost: its lease may have ended on the server since a guard of it
@@ -148,7 +156,16 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
             sleep(rng.millis(0, 200));
         }
     }
-    // Nothing may be left once the sessions end (checked after every process ended).
+    // Nothing of a live session is left once the cluster is calm, nor anything at all once
+    // the sessions end (checked after every process ended).
+    if let Some(live) = session.as_ref().filter(|s| s.is_alive()) {
+        let crashed_upto = if restarted_at.is_some() {
+            i64::MAX
+        } else {
+            crashed_upto
+        };
+        super::judge::none_left_at_rest(world, &me, live, crashed_upto);
+    }
     if let Some(session) = session
         && let Err(e) = session.close()
     {
