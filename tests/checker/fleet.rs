@@ -5,7 +5,8 @@
 //! group, half through the gRPC proxy, session TTL as ours), restarts each one that
 //! exits, and SIGKILLs one (with its command) at every `client_sigkill` fault. The command
 //! etcdctl runs while it holds is this test binary ([`checker_go_hold`]): it logs the key
-//! and the start on the machine-wide monotonic clock, sleeps, logs the end. A thread polls
+//! and the start on the machine-wide monotonic clock, sleeps, reads its key with a client
+//! of ours (found: the key existed all along the hold), logs the end. A thread polls
 //! the names' keys every [`POLL`] (`GOKEYS`), so that the judge knows until when a Go
 //! holder's key certainly existed and from when it was certainly gone.
 //!
@@ -19,9 +20,14 @@
 //! * two Go holders at once: Go's bug (etcd-io/etcd#19597, #22082), counted as
 //!   `go_overlaps`, not failed on.
 //!
+//! `CHECKER_GO_TEETH=1` shows the judge has teeth: Go then locks `<name>/teeth`, whose keys
+//! our guards wait for but whose holders never wait for ours, so the run must fail with
+//! overlaps beside live Go keys.
+//!
 //! Log lines (parent's `go` file): `GOSPAWN <n> <name> <proxy 0|1> <ns>`, `GOEXIT <n>
 //! <ns> <code>`, `GOKILL <n> <ns> <why>`, `GOKEYS <sent> <received> <name> <key@rev,...|->`;
-//! each command's `go-<n>`: `GOHOLD <key> <rev> <ns>`, `GOEND <ns>`.
+//! each command's `go-<n>`: `GOHOLD <key> <rev> <ns>`, `GOSEEN <sent>` or `GOGONE <sent>
+//! <received>` (its key read at the end), `GOEND <ns>`.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -66,8 +72,17 @@ fn checker_go_hold() {
     };
     let (key, rev) = (var("ETCD_LOCK_KEY"), var("ETCD_LOCK_REV"));
     append(format!("GOHOLD {key} {rev} {}", monotonic_ns()));
+    // A client of ours, to read the key at the end: found, it existed all along the hold.
+    let endpoints: Vec<String> = var("GO_ENDPOINTS").split(',').map(String::from).collect();
+    let client = super::common::try_client_for(&endpoints, super::REQUEST_TIMEOUT).ok();
     let ms: u64 = var("GO_HOLD_MS").parse().unwrap_or(50);
     std::thread::sleep(Duration::from_millis(ms));
+    let sent = monotonic_ns();
+    match client.map(|c| c.get(&key)) {
+        Some(Ok(Some(_))) => append(format!("GOSEEN {sent}")),
+        Some(Ok(None)) => append(format!("GOGONE {sent} {}", monotonic_ns())),
+        _ => {}
+    }
     append(format!("GOEND {}", monotonic_ns()));
 }
 
@@ -282,17 +297,26 @@ fn spawn(
     } else {
         10 + rng.below(190)
     };
+    // Teeth: Go locks `<name>/teeth`, a line of its own whose keys ours wait for but
+    // Go's does not wait for ours: its holds overlap our guards, with live keys.
+    let teeth = std::env::var("CHECKER_GO_TEETH").is_ok_and(|v| v == "1");
+    let lock_name = if teeth {
+        format!("{name}/teeth")
+    } else {
+        name.to_string()
+    };
     let exe = std::env::current_exe().ok()?;
     let go_log = config.dir.join(format!("go-{n}"));
     let child = std::process::Command::new(etcdctl)
         .args(["--endpoints", &endpoints, "--dial-timeout", "1s", "lock"])
-        .args(["--ttl", &TTL.as_secs().to_string(), name, "--"])
+        .args(["--ttl", &TTL.as_secs().to_string(), &lock_name, "--"])
         .arg(exe)
         .args(["fleet::checker_go_hold", "--exact", "--nocapture"])
         .args(["--test-threads=1", "-q"])
         .env(CHILD_ROLE, GO_ROLE)
         .env("GO_LOG", go_log)
         .env("GO_HOLD_MS", hold_ms.to_string())
+        .env("GO_ENDPOINTS", &endpoints)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -23,6 +23,8 @@ pub(crate) struct Seen {
     pub(crate) sent: u64,
     pub(crate) received: u64,
     pub(crate) keys: Vec<String>,
+    /// The read's one key, for a command's read of its own key (a poll reads the name).
+    pub(crate) only: Option<String>,
 }
 
 #[derive(Default)]
@@ -74,6 +76,7 @@ pub(crate) fn parse(dir: &Path, end_ns: u64) -> Parsed {
                         .map(|k| k.rsplit_once('@').map_or(k, |(key, _)| key).to_string())
                         .collect(),
                 },
+                only: None,
             }),
             _ => {}
         }
@@ -98,6 +101,21 @@ pub(crate) fn parse(dir: &Path, end_ns: u64) -> Parsed {
                         start,
                         end: ended,
                     });
+                }
+                // The command's own read of its key: one more read of the name.
+                (Some(&"GOSEEN"), 2) | (Some(&"GOGONE"), 3) => {
+                    if let (Some(h), Ok(sent)) = (hold.as_ref(), f[1].parse()) {
+                        let found = f[0] == "GOSEEN";
+                        let received = f.get(2).and_then(|v| v.parse().ok()).unwrap_or(sent);
+                        let keys = if found { vec![h.key.clone()] } else { Vec::new() };
+                        let seen = parsed.seen.entry(name.clone()).or_default();
+                        seen.push(Seen {
+                            sent,
+                            received,
+                            keys,
+                            only: Some(h.key.clone()),
+                        });
+                    }
                 }
                 (Some(&"GOEND"), 2) => {
                     if let (Some(h), Ok(end)) = (hold.as_mut(), f[1].parse()) {
@@ -157,12 +175,16 @@ pub(crate) struct Judged {
     pub(crate) undecided: Vec<String>,
     /// Two Go holders at once: Go's bug.
     pub(crate) go_overlaps: Vec<String>,
+    /// Go holds whose key a read found (the others' overlaps could only be undecided).
+    pub(crate) keys_seen: usize,
 }
 
 /// Until when `hold`'s key certainly existed (sent time of the last read that found it),
 /// and from when it was certainly gone (the return of the first later read without it).
 fn key_life(hold: &GoHold, seen: &HashMap<String, Vec<Seen>>) -> (Option<u64>, Option<u64>) {
-    let reads = seen.get(&hold.name).map(Vec::as_slice).unwrap_or_default();
+    let reads: Vec<&Seen> = (seen.get(&hold.name).into_iter().flatten())
+        .filter(|r| r.only.as_ref().is_none_or(|k| *k == hold.key))
+        .collect();
     let present = reads
         .iter()
         .filter(|r| r.keys.contains(&hold.key))
@@ -185,6 +207,7 @@ pub(crate) fn judge(parsed: &Parsed, sections: &HashMap<String, Vec<Section>>) -
     let none = Vec::new();
     for h in &parsed.holds {
         let (present, gone) = key_life(h, &parsed.seen);
+        judged.keys_seen += usize::from(present.is_some());
         for s in sections.get(&h.name).unwrap_or(&none) {
             let (t0, t1) = (s.enter.max(h.start), s.confirmed.min(h.end));
             if t1 <= t0 {
@@ -249,11 +272,12 @@ pub(crate) fn judge_and_report(
     }
     println!(
         "CHECKER go fleet: children={} through_proxy={} ends={:?} go_holds={} by_name={by_name:?} \
-         overlaps: ours={} go_lost_key={} undecided={} go_go={}",
+         keys_seen={} overlaps: ours={} go_lost_key={} undecided={} go_go={}",
         parsed.spawned,
         parsed.through_proxy,
         parsed.ends,
         parsed.holds.len(),
+        judged.keys_seen,
         judged.ours.len(),
         judged.go_lost.len(),
         judged.undecided.len(),
@@ -314,6 +338,7 @@ mod tests {
             sent,
             received: sent + 1,
             keys: keys.iter().map(|k| k.to_string()).collect(),
+            only: None,
         }
     }
 
@@ -346,6 +371,35 @@ mod tests {
         // In turn: nothing.
         let j = judged(vec![go(1, 10, 14)], vec![], ours(15, 20));
         assert_eq!(j.ours.len() + j.go_lost.len() + j.undecided.len(), 0);
+    }
+
+    #[test]
+    fn logs_are_read_back_into_holds_and_judged() {
+        let dir = std::env::temp_dir().join(format!("fleet-judge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let go = "GOSPAWN 1 n 1 5\nGOKEYS 12 13 n n/go1@40,n/ours@41\nGOKEYS 25 26 n n/go1@40\n\
+                  GOKEYS 40 41 n -\nGOEXIT 1 35 0\nGOSPAWN 2 n 0 36\nGOKILL 2 50 sigkill\n";
+        std::fs::write(dir.join("go"), go).expect("write go");
+        std::fs::write(dir.join("go-1"), "GOHOLD n/go1 44 10\nGOSEEN 29\nGOEND 30\n").expect("write go-1");
+        std::fs::write(dir.join("go-2"), "GOHOLD n/go2 47 45\n").expect("write go-2");
+        let parsed = parse(&dir, 100);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!((parsed.spawned, parsed.through_proxy), (2, 1));
+        let holds: Vec<_> = parsed.holds.iter().map(|h| (h.n, h.start, h.end)).collect();
+        // The killed one's hold ends at the kill; its life blocks the name a TTL more.
+        assert_eq!(holds, vec![(1, 10, 30), (2, 45, 50)]);
+        let ttl = TTL.as_nanos() as u64;
+        assert_eq!(parsed.lives[1], ("n".to_string(), 36, 50 + ttl));
+        // Our guard entered at 27, after the poller's last sight (25): the command's own
+        // read at 29 decides it.
+        let sections = HashMap::from([("n".to_string(), vec![ours(27, 28)])]);
+        let j = judge(&parsed, &sections);
+        assert_eq!((j.ours.len(), j.keys_seen), (1, 1), "{j:?}");
+        let mut with_covers = sections;
+        add_covers(&mut with_covers, &parsed);
+        assert_eq!(with_covers["n"].len(), 3);
+        remove_covers(&mut with_covers);
+        assert_eq!(with_covers["n"].len(), 1);
     }
 
     #[test]
