@@ -178,7 +178,10 @@ impl Fleet {
     }
 
     fn join(&mut self) {
-        for thread in [self.spawner.take(), self.poller.take()].into_iter().flatten() {
+        for thread in [self.spawner.take(), self.poller.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = thread.join();
         }
     }
@@ -213,13 +216,7 @@ fn poll_keys(client: &Client, events: &Log, done: &AtomicBool) {
     }
 }
 
-fn run(
-    etcdctl: &Path,
-    config: &Config,
-    events: &Log,
-    stop: &AtomicBool,
-    kills: &AtomicUsize,
-) {
+fn run(etcdctl: &Path, config: &Config, events: &Log, stop: &AtomicBool, kills: &AtomicUsize) {
     let mut rng = Rng::new(config.seed ^ 0x474f_0000);
     let mut running: Vec<GoChild> = Vec::new();
     let mut spawned = 0;

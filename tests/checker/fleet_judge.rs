@@ -107,7 +107,11 @@ pub(crate) fn parse(dir: &Path, end_ns: u64) -> Parsed {
                     if let (Some(h), Ok(sent)) = (hold.as_ref(), f[1].parse()) {
                         let found = f[0] == "GOSEEN";
                         let received = f.get(2).and_then(|v| v.parse().ok()).unwrap_or(sent);
-                        let keys = if found { vec![h.key.clone()] } else { Vec::new() };
+                        let keys = if found {
+                            vec![h.key.clone()]
+                        } else {
+                            Vec::new()
+                        };
                         let seen = parsed.seen.entry(name.clone()).or_default();
                         seen.push(Seen {
                             sent,
@@ -285,8 +289,14 @@ pub(crate) fn judge_and_report(
     );
     println!("CHECKER go_overlaps={}", judged.go_overlaps.len());
     for (kind, lines) in [
-        ("Go-Go overlap (Go's bug, not failed on)", &judged.go_overlaps),
-        ("beside a Go holder whose key was gone (Go's)", &judged.go_lost),
+        (
+            "Go-Go overlap (Go's bug, not failed on)",
+            &judged.go_overlaps,
+        ),
+        (
+            "beside a Go holder whose key was gone (Go's)",
+            &judged.go_lost,
+        ),
         ("beside a Go holder, undecided", &judged.undecided),
     ] {
         for line in lines.iter().take(5) {
@@ -354,7 +364,11 @@ mod tests {
     #[test]
     fn our_guard_beside_a_live_go_key_is_ours() {
         // The Go key is seen at 25, after our guard entered (15) beside its holder.
-        let j = judged(vec![go(1, 10, 30)], vec![seen(25, &["n/go1"])], ours(15, 20));
+        let j = judged(
+            vec![go(1, 10, 30)],
+            vec![seen(25, &["n/go1"])],
+            ours(15, 20),
+        );
         assert_eq!((j.ours.len(), j.go_lost.len()), (1, 0), "{j:?}");
     }
 
@@ -380,7 +394,11 @@ mod tests {
         let go = "GOSPAWN 1 n 1 5\nGOKEYS 12 13 n n/go1@40,n/ours@41\nGOKEYS 25 26 n n/go1@40\n\
                   GOKEYS 40 41 n -\nGOEXIT 1 35 0\nGOSPAWN 2 n 0 36\nGOKILL 2 50 sigkill\n";
         std::fs::write(dir.join("go"), go).expect("write go");
-        std::fs::write(dir.join("go-1"), "GOHOLD n/go1 44 10\nGOSEEN 29\nGOEND 30\n").expect("write go-1");
+        std::fs::write(
+            dir.join("go-1"),
+            "GOHOLD n/go1 44 10\nGOSEEN 29\nGOEND 30\n",
+        )
+        .expect("write go-1");
         std::fs::write(dir.join("go-2"), "GOHOLD n/go2 47 45\n").expect("write go-2");
         let parsed = parse(&dir, 100);
         let _ = std::fs::remove_dir_all(&dir);

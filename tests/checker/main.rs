@@ -12,7 +12,10 @@
 //! waiting keys, and etcd's gRPC proxy (in front of the cluster, half the children talk to
 //! it) killed and restarted. One more thread per child runs software transactions (`stm.rs`), one
 //! takes several of the workers' names at once (`multi.rs`), and two run a double barrier,
-//! a barrier and a count-down latch (`barriers.rs`, checked in `barrier_check.rs`).
+//! a barrier and a count-down latch (`barriers.rs`, checked in `barrier_check.rs`). Beside
+//! the children, Go's `concurrency` takes the same exclusive names as `etcdctl lock`
+//! children under the same faults (`fleet.rs`): an overlap of one of our guards with a Go
+//! holder whose key still existed is a violation; Go's own overlaps are counted.
 //!
 //! Every guard logs its interval: from acquisition returning to the last instant
 //! `is_held()` / `is_leader()` confirmed it (on the machine-wide monotonic clock), its
@@ -48,9 +51,9 @@ mod barriers;
 #[path = "../common/mod.rs"]
 mod common;
 mod deletion;
-mod fleet;
 #[path = "../fenced/mod.rs"]
 mod fenced;
+mod fleet;
 mod hashes;
 mod linearizable;
 mod liveness;
