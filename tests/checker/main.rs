@@ -12,7 +12,10 @@
 //! waiting keys, and etcd's gRPC proxy (in front of the cluster, half the children talk to
 //! it) killed and restarted. One more thread per child runs software transactions (`stm.rs`), one
 //! takes several of the workers' names at once (`multi.rs`), and two run a double barrier,
-//! a barrier and a count-down latch (`barriers.rs`, checked in `barrier_check.rs`).
+//! a barrier and a count-down latch (`barriers.rs`, checked in `barrier_check.rs`). Beside
+//! the children, Go's `concurrency` takes the same exclusive names as `etcdctl lock`
+//! children under the same faults (`fleet.rs`): an overlap of one of our guards with a Go
+//! holder whose key still existed is a violation; Go's own overlaps are counted.
 //!
 //! Every guard logs its interval: from acquisition returning to the last instant
 //! `is_held()` / `is_leader()` confirmed it (on the machine-wide monotonic clock), its
@@ -50,6 +53,7 @@ mod common;
 mod deletion;
 #[path = "../fenced/mod.rs"]
 mod fenced;
+mod fleet;
 mod hashes;
 mod linearizable;
 mod liveness;
@@ -439,6 +443,15 @@ fn randomized_checker() {
         children.running.push(child);
     }
     let c = client_for(&endpoints).unwrap();
+    // Go's `concurrency` beside ours on the same names (`fleet.rs`, issue 52 item 3).
+    let fleet_config = fleet::Config {
+        endpoints: endpoints.clone(),
+        proxy: proxy.endpoint(),
+        dir: dir.clone(),
+        deadline,
+        seed,
+    };
+    let go_fleet = fleet::Fleet::start(fleet_config, c.clone());
     let mut nemesis = nemesis::Nemesis {
         cluster: &mut cluster,
         proxy: &proxy,
@@ -452,11 +465,16 @@ fn randomized_checker() {
         deletes: 0,
     };
     let observer = observe_keys(c.clone(), nemesis.log.clone());
-    nemesis.run(&mut rng, deadline, &mut |rng| children.sigkill(rng));
+    nemesis.run(&mut rng, deadline, &mut |rng| {
+        children.sigkill(rng);
+        go_fleet.iter().for_each(fleet::Fleet::sigkill);
+    });
     let (faults, fault_errors) = (nemesis.counts, nemesis.errors);
     let snapshots_received = nemesis.snapshots_received;
     // Children stop by themselves at the deadline (closing their sessions); bound it.
     let (clean_exits, hung) = children.finish(deadline + Duration::from_secs(20));
+    let go_ran = go_fleet.is_some();
+    go_fleet.into_iter().for_each(fleet::Fleet::finish);
     let end_ns = monotonic_ns();
     observer.stop();
     cluster.wait_healthy(Duration::from_secs(30)).unwrap();
@@ -474,6 +492,8 @@ fn randomized_checker() {
         children.through_proxy
     );
     let mut totals = parse_logs(&dir, spawned);
+    let go = fleet::parse(&dir, end_ns);
+    fleet::add_covers(&mut totals.sections, &go);
     let events = liveness::parse_events(&dir.join("nemesis"));
     let multi_totals = multi::parse(&dir, spawned, &events, end_ns);
     let covers = multi_totals.covers();
@@ -520,8 +540,9 @@ fn randomized_checker() {
             "liveness: child log-{n} still running 20 s after the deadline: {what} hung"
         ));
     }
+    fleet::remove_covers(&mut totals.sections);
     liveness::clip_deleted(&mut totals.sections, &events);
-    let mut violations = Vec::new();
+    let mut violations = fleet::judge_and_report(&go, &totals.sections);
     for (name, sections) in &mut totals.sections {
         check_name(name, sections, &mut violations);
     }
@@ -697,6 +718,10 @@ fn randomized_checker() {
             && b.latch_waits_ok > 0
             && b.latch_waits_judged > 0,
         "seed {seed}: too little barrier or latch work: {b:?}"
+    );
+    assert!(
+        !go_ran || !go.holds.is_empty(),
+        "seed {seed}: the Go fleet never held a lock"
     );
     assert!(
         totals.stale_attempts > 0,
