@@ -57,9 +57,9 @@ pub(super) fn left_behind(world: &World, me: &str, session: &Session, what: Kind
 /// would have covered.
 pub(super) fn none_left_at_rest(world: &World, me: &str, session: &Session, crashed_upto: i64) {
     let give_up = Instant::now() + Duration::from_secs(30);
-    while !world
+    while world
         .calm_since()
-        .is_some_and(|calm| calm + AT_REST <= Instant::now())
+        .is_none_or(|calm| calm + AT_REST > Instant::now())
     {
         if Instant::now() >= give_up || !session.is_alive() {
             return;
