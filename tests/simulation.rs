@@ -285,3 +285,17 @@ fn a_crashed_processs_removals_do_not_hold_a_window_open() {
     );
     assert!(verdict.steps < 200_000, "{verdict:?}");
 }
+
+/// 1795784949148490 (a sweep): a leader loop's term runs on a session of the loop's own;
+/// the judge of rule 2 against etcd's expiry looked up the process's session, whose lease
+/// had expired, not the term's, whose key an operator had just deleted: "still held after
+/// etcd expired its lease". It now judges the lease of the guard's key.
+#[test]
+fn a_leader_loops_term_is_judged_by_the_lease_of_its_own_key() {
+    let outcome = run(&RunConfig::from_seed(1_795_784_949_148_490)).expect("a run");
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert!(
+        outcome.trace.iter().any(|l| l.contains("leader loop stopped")),
+        "the schedule no longer meets the case"
+    );
+}

@@ -150,6 +150,22 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
             if (e.is_wait_timeout() || e.is_cancelled()) && live.is_alive() {
                 left_behind(world, &me, &live, what, since);
             }
+            // A wait is patient: with its session alive and time left, a failed request
+            // (an answer lost, a member down or slow) is retried, never returned (rule 5;
+            // issue 48 item 1).
+            let waited = Instant::now().duration_since(since);
+            if matches!(kind(&e), "unavailable" | "connect" | "request timeout")
+                && live.is_alive()
+                && waited + Duration::from_secs(1) < limit
+            {
+                world.violation(
+                    &me,
+                    format!(
+                        "{what:?} wait ended with {} after {waited:?} of its {limit:?}: {e}",
+                        kind(&e)
+                    ),
+                );
+            }
             if kind(&e) == "lock lost" && live.is_alive() && !world.deletion_explained() {
                 world.violation(&me, "a wait lost its key, and nobody deleted it".into());
             }
@@ -472,8 +488,11 @@ fn watch<K: GuardKind>(
         if !here {
             // Rule 2 at its sharpest: etcd expired our lease (whatever our clock's rate
             // within the margin), and the guard must have said so before, since another
-            // process may hold now.
-            if let Some(at) = expired_at(world, session.lease_id())
+            // process may hold now. The lease of the guard's key: a leader loop's terms run
+            // on a session of the loop's own, not on `session` (seed 1795784949148490: the
+            // process's own lease had expired, the term's had not, and an operator deleted
+            // the term's key).
+            if let Some(at) = expired_at(world, lease)
                 && guard.is_held()
             {
                 world.violation(
