@@ -295,7 +295,10 @@ fn a_leader_loops_term_is_judged_by_the_lease_of_its_own_key() {
     let outcome = run(&RunConfig::from_seed(1_795_784_949_148_490)).expect("a run");
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     assert!(
-        outcome.trace.iter().any(|l| l.contains("leader loop stopped")),
+        outcome
+            .trace
+            .iter()
+            .any(|l| l.contains("leader loop stopped")),
         "the schedule no longer meets the case"
     );
 }

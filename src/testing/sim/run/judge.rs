@@ -83,6 +83,23 @@ pub(super) fn none_left_at_rest(world: &World, me: &str, session: &Session, cras
     }
 }
 
+/// Rule 2 as a caller that `select!`s on it sees it: once `is_held()` says a hold ended,
+/// its `lost()` channel (taken when the hold began) has fired too, within [`LOSS_BOUND`].
+pub(super) fn lost_fires(world: &World, me: &str, lost: &crossbeam_channel::Receiver<()>) {
+    let by = Instant::now() + LOSS_BOUND;
+    while !matches!(
+        lost.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    ) {
+        if Instant::now() >= by {
+            let what =
+                format!("is_held() says the hold ended; lost() did not fire in {LOSS_BOUND:?}");
+            return world.violation(me, what);
+        }
+        sleep(Duration::from_millis(50));
+    }
+}
+
 /// How long the cluster is calm before [`none_left_at_rest`] looks.
 const AT_REST: Duration = Duration::from_secs(5);
 

@@ -91,9 +91,11 @@ pub(super) fn take_and_hold(
     }
     let until = Instant::now() + rng.millis(0, 500);
     let mut gone_since: Option<Instant> = None;
+    let lost_signal = guard.lost();
     loop {
         if !guard.is_held() {
             world.note(me, "multi lost".into());
+            super::judge::lost_fires(world, me, &lost_signal);
             if session.is_alive() && !world.deletion_explained() {
                 world.violation(me, format!("lost one of {held:?}, and nobody deleted it"));
             }

@@ -445,6 +445,7 @@ fn watch<K: GuardKind>(
     let mut close_at = (may_close && rng.below(5) == 0)
         .then(|| (Instant::now() + rng.millis(0, 400), rng.below(4) != 0));
     let mut gone_since: Option<Instant> = None;
+    let lost_signal = guard.lost();
     loop {
         if let Some((at, orphan)) = close_at
             && Instant::now() >= at
@@ -462,6 +463,7 @@ fn watch<K: GuardKind>(
         if !guard.is_held() {
             lost = true;
             world.note(me, "lost".into());
+            super::judge::lost_fires(world, me, &lost_signal);
             // A leader loop's term may run on a session of the loop's own.
             if !session.is_alive() || !may_close {
                 world.lease_lost(me, lease);
