@@ -312,10 +312,6 @@ fn take_and_hold(
                 Some(guard)
             };
             if let Some(guard) = guard {
-                // A third of the leaders proclaim (drawn apart, so schedules stay as they were).
-                if Rng(guard.fencing_token() as u64 ^ 0x9c1a).below(3) == 0 {
-                    super::judge::proclaims(world, me, &guard);
-                }
                 hold(world, (me, p), (what, guard, session, called), rng);
             }
         }
@@ -359,7 +355,6 @@ fn re_campaign(
                     ),
                 );
             }
-            super::judge::re_campaigned_value(world, me, &new, &format!("{me}+"));
             // The old guard is superseded: dropping it must leave the key alone.
             drop(old);
             Some(new)
