@@ -1,0 +1,247 @@
+//! The opt-in deadlock check of a wait (`ClientBuilder::deadlock_detection`): beside a
+//! wait for a name under the client's prefix, read the prefix's wait graph (one Range,
+//! keys only: `line/names.rs`), find its cycles (`line/cycles.rs`) and end the wait with
+//! `Deadlock` if it is the one wait of a cycle chosen to end: the one whose key is
+//! youngest (highest create revision). Every waiter applies the same rule to what it
+//! reads, so of the waits on one cycle only that one ends; the others wait on, and go on
+//! once it has let go. Checked at once (the read follows our enqueue, so its revision is
+//! past our key's) and then every [`RECHECK`]: a cycle can also be closed after we joined,
+//! by another session's wait or by an acquisition on another thread of a waiting session.
+//!
+//! Never a false alarm about the cycle: a cycle found in a read at revision R existed at
+//! R (each session on it waited, at R, for a name the next one held, or was ahead of it
+//! in once every session that can go on has let go). What the check cannot see is
+//! threads: a session is one party (see `Cycle`).
+
+use std::time::Duration;
+
+use crate::line::cycles::{self, Line};
+use crate::line::names;
+use crate::line::queue::Ours;
+use crate::support::error::cycle::{Cycle, CycleStep};
+use crate::support::error::{Error, Result};
+use crate::support::kv::{KeyValue, Range, text};
+use crate::transport::Rpc;
+
+/// How often a wait checks again while it waits: one Range of the prefix each time.
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+
+/// The check for the wait of `ours` (a key of `lease`), if the client has it on and the
+/// name lies under its prefix (the graph holds a name whose `<name>/` starts with it).
+pub(super) fn watch_if_on<'a>(
+    rpc: &'a Rpc,
+    lease: i64,
+    ours: Ours<'a>,
+) -> Option<impl Future<Output = Error> + 'a> {
+    let prefix = rpc.deadlock_prefix()?;
+    ours.prefix
+        .starts_with(prefix)
+        .then(|| watch(rpc, prefix, lease, ours))
+}
+
+/// Checks now, then every [`RECHECK`]: ends only with the `Deadlock` of a cycle this wait
+/// is chosen to end. A read that fails for a passing reason is skipped; any other failure
+/// (a refusal of the prefix) turns the check off for this wait, with a warning: the wait
+/// itself goes on, as without the option.
+async fn watch(rpc: &Rpc, prefix: &[u8], lease: i64, ours: Ours<'_>) -> Error {
+    loop {
+        match check(rpc, prefix, lease, ours).await {
+            Ok(Some((cycle, revision))) => {
+                tracing::info!(key = %text(ours.key), revision, %cycle, "deadlock: this wait ends");
+                return Error::Deadlock { cycle, revision };
+            }
+            Ok(None) => {}
+            Err(e) if e.is_transient() => {
+                tracing::debug!(error = %e, "deadlock check: read failed; reading again later");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, prefix = %text(prefix), "deadlock check off for this wait: the prefix cannot be read");
+                return std::future::pending().await;
+            }
+        }
+        tokio::time::sleep(RECHECK).await;
+    }
+}
+
+/// One check: the cycle this wait must end, and the revision it was read at; `None` when
+/// no cycle has it as the one to end.
+async fn check(
+    rpc: &Rpc,
+    prefix: &[u8],
+    lease: i64,
+    ours: Ours<'_>,
+) -> Result<Option<(Cycle, i64)>> {
+    let read = rpc
+        .read(&Range {
+            keys_only: true,
+            ..names::read_of(prefix)
+        })
+        .await?;
+    let Some((mut cycle, keys)) = chosen(prefix, read.kvs, lease, ours) else {
+        return Ok(None);
+    };
+    // Who waits: each waiting key's value (a session's identity), read only now.
+    for (step, key) in cycle.steps.iter_mut().zip(keys) {
+        if let Ok(read) = rpc.read(&Range::key(&key)).await {
+            step.identity = read
+                .kvs
+                .first()
+                .filter(|kv| !kv.value.is_empty())
+                .and_then(|kv| String::from_utf8(kv.value.clone()).ok());
+        }
+    }
+    Ok(Some((cycle, read.revision)))
+}
+
+/// Of the cycles in `kvs` (every key under `prefix`, oldest first), one whose wait to end
+/// is ours (`ours`, a key of `lease`): with each step's waiting key. A step's waiting key
+/// is its session's youngest key in the name that does not hold; the wait to end is the
+/// step whose waiting key is youngest (ties, which one Txn's keys of two names of one
+/// session could make, go to the higher lease; two steps are two sessions).
+fn chosen(
+    prefix: &[u8],
+    kvs: Vec<KeyValue>,
+    lease: i64,
+    ours: Ours<'_>,
+) -> Option<(Cycle, Vec<Vec<u8>>)> {
+    let lines = names::lines(prefix, kvs);
+    let found = cycles::search(
+        lines
+            .iter()
+            .map(|(name_prefix, kvs, _)| Line {
+                prefix: name_prefix.clone(),
+                keys: kvs.iter().map(|kv| (kv.key.clone(), kv.lease)).collect(),
+            })
+            .collect(),
+    );
+    for ring in found.cycles {
+        if !ring.iter().any(|&(l, _, _)| l == lease) {
+            continue;
+        }
+        let waiting: Option<Vec<&KeyValue>> = ring
+            .iter()
+            .map(|&(l, i, _)| {
+                let (_, kvs, holding) = &lines[i];
+                kvs[(*holding).min(kvs.len())..]
+                    .iter()
+                    .filter(|kv| kv.lease == l)
+                    .max_by_key(|kv| kv.create_revision)
+            })
+            .collect();
+        let Some(waiting) = waiting else { continue };
+        let youngest = waiting
+            .iter()
+            .zip(&ring)
+            .max_by_key(|(kv, (l, _, _))| (kv.create_revision, *l))
+            .map(|(kv, _)| *kv);
+        if youngest.is_some_and(|kv| kv.key == ours.key && kv.create_revision == ours.rev) {
+            let cycle = Cycle {
+                steps: ring
+                    .iter()
+                    .map(|&(l, i, holder)| CycleStep {
+                        lease: l,
+                        name: lines[i].0[..lines[i].0.len() - 1].to_vec(),
+                        holder,
+                        identity: None,
+                    })
+                    .collect(),
+            };
+            let keys = waiting.into_iter().map(|kv| kv.key.clone()).collect();
+            return Some((cycle, keys));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::line::mode::Mode;
+
+    /// A key `<name>/<lease hex>` created at `rev`.
+    fn kv(name: &str, lease: i64, rev: i64) -> KeyValue {
+        KeyValue {
+            key: format!("{name}/{lease:x}").into_bytes(),
+            lease,
+            create_revision: rev,
+            mod_revision: rev,
+            ..KeyValue::default()
+        }
+    }
+
+    fn ours(key: &[u8], rev: i64) -> Ours<'_> {
+        let slash = key.iter().rposition(|&b| b == b'/').unwrap_or(0);
+        Ours {
+            prefix: &key[..=slash],
+            key,
+            mode: Mode::Exclusive,
+            rev,
+        }
+    }
+
+    fn by_rev(mut kvs: Vec<KeyValue>) -> Vec<KeyValue> {
+        kvs.sort_by_key(|kv| kv.create_revision);
+        kvs
+    }
+
+    #[test]
+    fn only_the_youngest_wait_of_a_cycle_ends() {
+        // a holds x (2), b holds y (3); b waits for x (4), a waits for y (5): a's is youngest.
+        let kvs = by_rev(vec![
+            kv("x", 0xa, 2),
+            kv("y", 0xb, 3),
+            kv("x", 0xb, 4),
+            kv("y", 0xa, 5),
+        ]);
+        let a = chosen("".as_bytes(), kvs.clone(), 0xa, ours(b"y/a", 5));
+        let (cycle, keys) = a.expect("a's wait closes the cycle");
+        assert_eq!(
+            cycle.to_string(),
+            "a waits for y held by b; b waits for x held by a"
+        );
+        assert_eq!(keys, [b"y/a".to_vec(), b"x/b".to_vec()]);
+        assert!(chosen(b"", kvs.clone(), 0xb, ours(b"x/b", 4)).is_none());
+        // A stale revision of our key is not ours.
+        assert!(chosen(b"", kvs, 0xa, ours(b"y/a", 9)).is_none());
+    }
+
+    #[test]
+    fn a_chain_or_a_name_outside_the_prefix_is_no_deadlock() {
+        // c holds z; b holds y, waits for z; a holds x, waits for y.
+        let kvs = by_rev(vec![
+            kv("z", 0xc, 2),
+            kv("y", 0xb, 3),
+            kv("x", 0xa, 4),
+            kv("z", 0xb, 5),
+            kv("y", 0xa, 6),
+        ]);
+        for (lease, key, rev) in [(0xa, &b"y/a"[..], 6), (0xb, b"z/b", 5)] {
+            assert!(chosen(b"", kvs.clone(), lease, ours(key, rev)).is_none());
+        }
+        // The cycle of x and y, read under "p/" only: no name in it.
+        let kvs = by_rev(vec![
+            kv("x", 0xa, 2),
+            kv("y", 0xb, 3),
+            kv("x", 0xb, 4),
+            kv("y", 0xa, 5),
+        ]);
+        assert!(chosen(b"p/", kvs, 0xa, ours(b"y/a", 5)).is_none());
+    }
+
+    #[test]
+    fn three_in_a_ring_end_the_youngest() {
+        // a holds x, b holds y, c holds z; a waits y, b waits z, c waits x (youngest).
+        let kvs = by_rev(vec![
+            kv("x", 0xa, 2),
+            kv("y", 0xb, 3),
+            kv("z", 0xc, 4),
+            kv("y", 0xa, 5),
+            kv("z", 0xb, 6),
+            kv("x", 0xc, 7),
+        ]);
+        let (cycle, _) = chosen(b"", kvs.clone(), 0xc, ours(b"x/c", 7)).expect("c ends");
+        assert_eq!(cycle.leases().collect::<Vec<_>>(), [0xa, 0xb, 0xc]);
+        assert!(chosen(b"", kvs.clone(), 0xa, ours(b"y/a", 5)).is_none());
+        assert!(chosen(b"", kvs, 0xb, ours(b"z/b", 6)).is_none());
+    }
+}
