@@ -263,12 +263,15 @@ impl ClientBuilder {
     /// **How.** The check is [`Client::wait_graph`]'s read without the lease lookups: one
     /// linearizable Range of `prefix`, keys only, and the cycle search on it. A wait that
     /// does not own at once checks once right after its key joined the line (the read is
-    /// at a revision after its key's), then once a second while it waits (a cycle can
-    /// also be closed later, by another session's wait or by a session that acquires on
-    /// another thread). **Cost:** one Range of the whole prefix per check, so 1 + one per
-    /// second waited for each waiting wait; nothing for a wait that owns at once, or for
-    /// a name outside `prefix`. Keep the prefix narrow (the names that can deadlock with
-    /// each other): a Range of 1,000 sessions' keys takes milliseconds (BENCHMARKS.md).
+    /// at a revision after its key's: the wait that closes a cycle sees it there), then
+    /// again once a second while it waits (a cycle can also close later: a stuck session
+    /// that gives up, a session that acquires on another thread), or once every 10 ms a
+    /// key read when that is longer, up to 10 s (1,000 keys: every 10 s).
+    /// **Cost:** one Range of the whole prefix per check: 1 for a wait, plus one per
+    /// second waited (fewer for a long prefix); nothing for a wait that owns at once, or
+    /// for a name outside `prefix`. Keep the prefix narrow (the names that can deadlock
+    /// with each other): a Range of 1,000 sessions' keys takes 5-10 ms on one local etcd
+    /// (BENCHMARKS.md).
     ///
     /// **Who ends.** A cycle read at revision R existed at R (every session on it waited,
     /// at R, for a name the next one held or was ahead of it in). Only one wait of the

@@ -5,8 +5,11 @@
 //! youngest (highest create revision). Every waiter applies the same rule to what it
 //! reads, so of the waits on one cycle only that one ends; the others wait on, and go on
 //! once it has let go. Checked at once (the read follows our enqueue, so its revision is
-//! past our key's) and then every [`RECHECK`]: a cycle can also be closed after we joined,
-//! by another session's wait or by an acquisition on another thread of a waiting session.
+//! past our key's), which is when most cycles are seen: the youngest key of a cycle is a
+//! wait (every key a wait waits behind is older), so the cycle was complete once it joined.
+//! Then checked again after a pause ([`recheck_after`]: 1 s, longer for a long prefix):
+//! a cycle can also close later, when a stuck session gives up and a wait behind it now
+//! waits for the next, or by an acquisition on another thread of a waiting session.
 //!
 //! Never a false alarm about the cycle: a cycle found in a read at revision R existed at
 //! R (each session on it waited, at R, for a name the next one held, or was ahead of it
@@ -23,8 +26,20 @@ use crate::support::error::{Error, Result};
 use crate::support::kv::{KeyValue, Range, text};
 use crate::transport::Rpc;
 
-/// How often a wait checks again while it waits: one Range of the prefix each time.
+/// How often a wait checks again while it waits, at most: one Range of the prefix each
+/// time. A prefix with many keys is read less often ([`recheck_after`]).
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+
+/// The longest pause between two checks of one wait.
+pub(crate) const MAX_RECHECK: Duration = Duration::from_secs(10);
+
+/// The pause before a wait's next check after a read of `keys` keys: [`RECHECK`], or 10 ms
+/// a key when that is longer (so each waiter reads at most about 100 keys a second), up
+/// to [`MAX_RECHECK`]: 1 s up to 100 keys, 10 s from 1,000.
+pub(crate) fn recheck_after(keys: usize) -> Duration {
+    let per_key = Duration::from_millis(10).saturating_mul(u32::try_from(keys).unwrap_or(u32::MAX));
+    per_key.clamp(RECHECK, MAX_RECHECK)
+}
 
 /// The check for the wait of `ours` (a key of `lease`), if the client has it on and the
 /// name lies under its prefix (the graph holds a name whose `<name>/` starts with it).
@@ -45,12 +60,13 @@ pub(super) fn watch_if_on<'a>(
 /// itself goes on, as without the option.
 async fn watch(rpc: &Rpc, prefix: &[u8], lease: i64, ours: Ours<'_>) -> Error {
     loop {
+        let mut pause = RECHECK;
         match check(rpc, prefix, lease, ours).await {
-            Ok(Some((cycle, revision))) => {
+            Ok((Some((cycle, revision)), _)) => {
                 tracing::info!(key = %text(ours.key), revision, %cycle, "deadlock: this wait ends");
                 return Error::Deadlock { cycle, revision };
             }
-            Ok(None) => {}
+            Ok((None, keys)) => pause = recheck_after(keys),
             Err(e) if e.is_transient() => {
                 tracing::debug!(error = %e, "deadlock check: read failed; reading again later");
             }
@@ -59,26 +75,27 @@ async fn watch(rpc: &Rpc, prefix: &[u8], lease: i64, ours: Ours<'_>) -> Error {
                 return std::future::pending().await;
             }
         }
-        tokio::time::sleep(RECHECK).await;
+        tokio::time::sleep(pause).await;
     }
 }
 
-/// One check: the cycle this wait must end, and the revision it was read at; `None` when
-/// no cycle has it as the one to end.
+/// One check: the cycle this wait must end, and the revision it was read at (`None` when
+/// no cycle has it as the one to end); with how many keys were read.
 async fn check(
     rpc: &Rpc,
     prefix: &[u8],
     lease: i64,
     ours: Ours<'_>,
-) -> Result<Option<(Cycle, i64)>> {
+) -> Result<(Option<(Cycle, i64)>, usize)> {
     let read = rpc
         .read(&Range {
             keys_only: true,
             ..names::read_of(prefix)
         })
         .await?;
+    let read_keys = read.kvs.len();
     let Some((mut cycle, keys)) = chosen(prefix, read.kvs, lease, ours) else {
-        return Ok(None);
+        return Ok((None, read_keys));
     };
     // Who waits: each waiting key's value (a session's identity), read only now.
     for (step, key) in cycle.steps.iter_mut().zip(keys) {
@@ -90,7 +107,7 @@ async fn check(
                 .and_then(|kv| String::from_utf8(kv.value.clone()).ok());
         }
     }
-    Ok(Some((cycle, read.revision)))
+    Ok((Some((cycle, read.revision)), read_keys))
 }
 
 /// Of the cycles in `kvs` (every key under `prefix`, oldest first), one whose wait to end
@@ -226,6 +243,15 @@ mod tests {
             kv("y", 0xa, 5),
         ]);
         assert!(chosen(b"p/", kvs, 0xa, ours(b"y/a", 5)).is_none());
+    }
+
+    #[test]
+    fn a_long_prefix_is_read_less_often() {
+        assert_eq!(recheck_after(0), RECHECK);
+        assert_eq!(recheck_after(100), RECHECK);
+        assert_eq!(recheck_after(250), Duration::from_millis(2500));
+        assert_eq!(recheck_after(1000), MAX_RECHECK);
+        assert_eq!(recheck_after(usize::MAX), MAX_RECHECK);
     }
 
     #[test]
