@@ -16,9 +16,11 @@
 //! in once every session that can go on has let go). What the check cannot see is
 //! threads: a session is one party (see `Cycle`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::line::cycles::{self, Line};
+use crate::line::mode;
 use crate::line::names;
 use crate::line::queue::Ours;
 use crate::support::error::cycle::{Cycle, CycleStep};
@@ -54,19 +56,42 @@ pub(super) fn watch_if_on<'a>(
         .then(|| watch(rpc, prefix, lease, ours))
 }
 
-/// Checks now, then every [`RECHECK`]: ends only with the `Deadlock` of a cycle this wait
-/// is chosen to end. A read that fails for a passing reason is skipped; any other failure
-/// (a refusal of the prefix) turns the check off for this wait, with a warning: the wait
-/// itself goes on, as without the option.
+/// How long after a first sight of a cycle it is read again: only a cycle seen in two
+/// reads (the same sessions, names and waiting keys) ends a wait. What the library undoes
+/// by itself (a cleanup of a wait that already ended, running in the background) is gone
+/// by then.
+pub(crate) const CONFIRM: Duration = Duration::from_millis(250);
+
+/// A cycle as one check saw it: its steps, each step's waiting key, the revision read.
+type Seen = (Cycle, Vec<Vec<u8>>, i64);
+
+/// Checks now, then after every pause ([`recheck_after`]): ends only with the `Deadlock`
+/// of a cycle this wait is chosen to end, seen in two reads [`CONFIRM`] apart. A read that
+/// fails for a passing reason is skipped; any other failure (a refusal of the prefix)
+/// turns the check off for this wait, with a warning: the wait itself goes on, as without
+/// the option.
 async fn watch(rpc: &Rpc, prefix: &[u8], lease: i64, ours: Ours<'_>) -> Error {
+    let mut first: Option<Seen> = None;
     loop {
         let mut pause = RECHECK;
         match check(rpc, prefix, lease, ours).await {
-            Ok((Some((cycle, revision)), _)) => {
-                tracing::info!(key = %text(ours.key), revision, %cycle, "deadlock: this wait ends");
-                return Error::Deadlock { cycle, revision };
+            Ok((Some(seen), _)) => match first.take() {
+                Some((cycle, keys, _)) if cycle == seen.0 && keys == seen.1 => {
+                    let (mut cycle, keys, revision) = seen;
+                    name_waiters(rpc, &mut cycle, keys).await;
+                    tracing::info!(key = %text(ours.key), revision, %cycle, "deadlock: this wait ends");
+                    return Error::Deadlock { cycle, revision };
+                }
+                _ => {
+                    tracing::debug!(key = %text(ours.key), cycle = %seen.0, "a cycle: reading again");
+                    first = Some(seen);
+                    pause = CONFIRM;
+                }
+            },
+            Ok((None, keys)) => {
+                first = None;
+                pause = recheck_after(keys);
             }
-            Ok((None, keys)) => pause = recheck_after(keys),
             Err(e) if e.is_transient() => {
                 tracing::debug!(error = %e, "deadlock check: read failed; reading again later");
             }
@@ -79,14 +104,14 @@ async fn watch(rpc: &Rpc, prefix: &[u8], lease: i64, ours: Ours<'_>) -> Error {
     }
 }
 
-/// One check: the cycle this wait must end, and the revision it was read at (`None` when
-/// no cycle has it as the one to end); with how many keys were read.
+/// One check: the cycle this wait must end, with its waiting keys and the revision it was
+/// read at (`None` when no cycle has it as the one to end); with how many keys were read.
 async fn check(
     rpc: &Rpc,
     prefix: &[u8],
     lease: i64,
     ours: Ours<'_>,
-) -> Result<(Option<(Cycle, i64)>, usize)> {
+) -> Result<(Option<Seen>, usize)> {
     let read = rpc
         .read(&Range {
             keys_only: true,
@@ -94,10 +119,14 @@ async fn check(
         })
         .await?;
     let read_keys = read.kvs.len();
-    let Some((mut cycle, keys)) = chosen(prefix, read.kvs, lease, ours) else {
-        return Ok((None, read_keys));
-    };
-    // Who waits: each waiting key's value (a session's identity), read only now.
+    let seen =
+        chosen(prefix, read.kvs, lease, ours).map(|(cycle, keys)| (cycle, keys, read.revision));
+    Ok((seen, read_keys))
+}
+
+/// Who waits: each waiting key's value (a session's identity), read only now; one read a
+/// step, and a step whose read fails keeps no identity.
+async fn name_waiters(rpc: &Rpc, cycle: &mut Cycle, keys: Vec<Vec<u8>>) {
     for (step, key) in cycle.steps.iter_mut().zip(keys) {
         if let Ok(read) = rpc.read(&Range::key(&key)).await {
             step.identity = read
@@ -107,7 +136,6 @@ async fn check(
                 .and_then(|kv| String::from_utf8(kv.value.clone()).ok());
         }
     }
-    Ok((Some((cycle, read.revision)), read_keys))
 }
 
 /// Of the cycles in `kvs` (every key under `prefix`, oldest first), one whose wait to end
@@ -115,13 +143,20 @@ async fn check(
 /// is its session's youngest key in the name that does not hold; the wait to end is the
 /// step whose waiting key is youngest (ties, which one Txn's keys of two names of one
 /// session could make, go to the higher lease; two steps are two sessions).
+///
+/// Left out, as what the library undoes by itself without any wait ending: a session
+/// behind its own key (a leftover of an earlier life of its lease, removed in the
+/// background: `leftover.rs`; the same thread waiting on its own hold is `WouldDeadlock`),
+/// and the keys a multi-lock put on the names after the first one it waits for (`many.rs`:
+/// removed before its wait starts), known by their create revision, the one of its
+/// waiting key.
 fn chosen(
     prefix: &[u8],
     kvs: Vec<KeyValue>,
     lease: i64,
     ours: Ours<'_>,
 ) -> Option<(Cycle, Vec<Vec<u8>>)> {
-    let lines = names::lines(prefix, kvs);
+    let lines = without_passing_keys(names::lines(prefix, kvs));
     let found = cycles::search(
         lines
             .iter()
@@ -132,7 +167,7 @@ fn chosen(
             .collect(),
     );
     for ring in found.cycles {
-        if !ring.iter().any(|&(l, _, _)| l == lease) {
+        if ring.len() < 2 || !ring.iter().any(|&(l, _, _)| l == lease) {
             continue;
         }
         let waiting: Option<Vec<&KeyValue>> = ring
@@ -168,6 +203,44 @@ fn chosen(
         }
     }
     None
+}
+
+/// `lines` without the keys a multi-lock put on names after the first one it waits for
+/// (same lease, same create revision, a later name), each line's holders counted again.
+fn without_passing_keys(
+    lines: Vec<(Vec<u8>, Vec<KeyValue>, usize)>,
+) -> Vec<(Vec<u8>, Vec<KeyValue>, usize)> {
+    // The first name (bytewise, as a multi-lock takes them) each (lease, revision) waits in.
+    let name = |prefix: &[u8]| prefix[..prefix.len().saturating_sub(1)].to_vec();
+    let mut first_wait: HashMap<(i64, i64), Vec<u8>> = HashMap::new();
+    for (prefix, kvs, holding) in &lines {
+        for kv in kvs.iter().skip(*holding).filter(|kv| kv.lease != 0) {
+            let at = first_wait
+                .entry((kv.lease, kv.create_revision))
+                .or_insert_with(|| name(prefix));
+            if name(prefix) < *at {
+                *at = name(prefix);
+            }
+        }
+    }
+    lines
+        .into_iter()
+        .map(|(prefix, kvs, holding)| {
+            let here = name(&prefix);
+            let passing = |kv: &KeyValue| {
+                first_wait
+                    .get(&(kv.lease, kv.create_revision))
+                    .is_some_and(|first| here > *first)
+            };
+            if !kvs.iter().any(passing) {
+                return (prefix, kvs, holding);
+            }
+            let kvs: Vec<KeyValue> = kvs.into_iter().filter(|kv| !passing(kv)).collect();
+            let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key.clone()).collect();
+            let holding = mode::holding(&prefix, &keys);
+            (prefix, kvs, holding)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -243,6 +316,33 @@ mod tests {
             kv("y", 0xa, 5),
         ]);
         assert!(chosen(b"p/", kvs, 0xa, ours(b"y/a", 5)).is_none());
+    }
+
+    #[test]
+    fn a_session_behind_its_own_key_or_a_multi_locks_passing_key_is_no_deadlock() {
+        // a's leftover writer key in r, ahead of its own reader: removed in the background.
+        let mut shared = kv("r", 0xa, 3);
+        shared.key = b"r/a.shared".to_vec();
+        let kvs = vec![kv("r", 0xa, 2), shared];
+        assert!(chosen(b"", kvs, 0xa, ours(b"r/a.shared", 3)).is_none());
+        // b holds m and waits for r; a's multi-lock of {m, r} put both keys at 4: it waits
+        // in m and its key in r (ahead of b's) is removed before its wait starts.
+        let kvs = by_rev(vec![
+            kv("m", 0xb, 2),
+            kv("m", 0xa, 4),
+            kv("r", 0xa, 4),
+            kv("r", 0xb, 5),
+        ]);
+        assert!(chosen(b"", kvs.clone(), 0xb, ours(b"r/b", 5)).is_none());
+        assert!(chosen(b"", kvs, 0xa, ours(b"m/a", 4)).is_none());
+        // The same keys from two Txns are a deadlock: a holds r, and waits for m.
+        let kvs = by_rev(vec![
+            kv("m", 0xb, 2),
+            kv("r", 0xa, 3),
+            kv("m", 0xa, 4),
+            kv("r", 0xb, 5),
+        ]);
+        assert!(chosen(b"", kvs, 0xb, ours(b"r/b", 5)).is_some());
     }
 
     #[test]
