@@ -270,7 +270,8 @@ fn a_guard_decided_on_a_lagging_members_events_reports_its_gone_key_in_time() {
 /// is in the store at its revision, apart from the search that found it), and the rest of
 /// the judges hold as before: no key left behind, linearizable. The workload rarely makes
 /// a real cycle (a restarted process's leftover keys, multi-locks), so most runs must not
-/// see one at all. `ETCD_SYNC_SIM_SECS` of seeds (default 20).
+/// see one at all. `ETCD_SYNC_SIM_SECS` of seeds (default 20); with `ETCD_SYNC_SIM_SEED`
+/// and `ETCD_SYNC_SIM_SECS=0`, that one seed with its full trace.
 #[test]
 #[ignore = "schedules for a while: run optimized, with --include-ignored"]
 fn with_deadlock_detection_no_wait_ends_without_a_cycle() {
@@ -298,6 +299,11 @@ fn with_deadlock_detection_no_wait_ends_without_a_cycle() {
         .expect("a run");
         schedules += 1;
         acquisitions += outcome.acquisitions;
+        if std::env::var_os("ETCD_SYNC_SIM_SEED").is_some() && secs == 0 {
+            for line in &outcome.trace {
+                println!("{line}");
+            }
+        }
         let fired: Vec<&String> = outcome
             .trace
             .iter()

@@ -165,8 +165,7 @@ async fn wait_behind(
             );
             // With deadlock detection on, a cycle this wait is chosen to end ends it
             // (deadlock.rs), and its key is removed below as a timed-out wait's is.
-            let lease = line.session.lease_id();
-            let deadlock = deadlock::watch_if_on(rpc, lease, line.ours(enqueued.rev));
+            let deadlock = deadlock::watch_if_on(rpc, line, enqueued.rev);
             let mut deadlock = deadlock.map(Box::pin);
             let turn_came = wait.bound(kind.operation(), async {
                 let our_turn = async {

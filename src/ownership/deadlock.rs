@@ -17,10 +17,13 @@
 //! threads: a session is one party (see `Cycle`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::Place;
+
 use crate::line::cycles::{self, Line};
-use crate::line::mode;
+use crate::line::mode::{self, Mode};
 use crate::line::names;
 use crate::line::queue::Ours;
 use crate::support::error::cycle::{Cycle, CycleStep};
@@ -43,17 +46,32 @@ pub(crate) fn recheck_after(keys: usize) -> Duration {
     per_key.clamp(RECHECK, MAX_RECHECK)
 }
 
-/// The check for the wait of `ours` (a key of `lease`), if the client has it on and the
-/// name lies under its prefix (the graph holds a name whose `<name>/` starts with it).
-pub(super) fn watch_if_on<'a>(
-    rpc: &'a Rpc,
-    lease: i64,
-    ours: Ours<'a>,
-) -> Option<impl Future<Output = Error> + 'a> {
+/// The check for the wait of `line`'s key created at `rev`, if the client has it on and
+/// the name lies under its prefix (the graph holds a name whose `<name>/` starts with it).
+pub(super) fn watch_if_on(
+    rpc: &Rpc,
+    line: &Arc<Place>,
+    rev: i64,
+) -> Option<impl Future<Output = Error>> {
     let prefix = rpc.deadlock_prefix()?;
-    ours.prefix
+    line.prefix()
         .starts_with(prefix)
-        .then(|| watch(rpc, prefix, lease, ours))
+        .then(|| watch(rpc, prefix, line, line.ours(rev)))
+}
+
+/// Whether this process uses our key `key` (created at `rev`) in the line of `name`: a
+/// live hold of our session has it. A key of ours that nobody here holds is on its way
+/// out (a release or cleanup whose answer is still due, a leftover of an earlier life of
+/// the lease), and a cycle through it is undone without any wait ending.
+fn held_here(line: &Place, name: &[u8], key: &[u8], rev: i64) -> bool {
+    let prefix = [name, b"/"].concat();
+    let Some(mode) = Mode::of_key(&prefix, key) else {
+        return false;
+    };
+    Place::of(line.session(), name, mode)
+        .ok()
+        .and_then(|place| place.live_hold())
+        .is_some_and(|hold| hold.rev == rev)
 }
 
 /// How long after a first sight of a cycle it is read again: only a cycle seen in two
@@ -65,26 +83,42 @@ pub(crate) const CONFIRM: Duration = Duration::from_millis(250);
 /// A cycle as one check saw it: its steps, each step's waiting key, the revision read.
 type Seen = (Cycle, Vec<Vec<u8>>, i64);
 
+/// Our keys that a wait of the cycle waits behind: (name, key, create revision).
+type Ahead = Vec<(Vec<u8>, Vec<u8>, i64)>;
+
 /// Checks now, then after every pause ([`recheck_after`]): ends only with the `Deadlock`
 /// of a cycle this wait is chosen to end, seen in two reads [`CONFIRM`] apart. A read that
 /// fails for a passing reason is skipped; any other failure (a refusal of the prefix)
 /// turns the check off for this wait, with a warning: the wait itself goes on, as without
 /// the option.
-async fn watch(rpc: &Rpc, prefix: &[u8], lease: i64, ours: Ours<'_>) -> Error {
+async fn watch(rpc: &Rpc, prefix: &[u8], line: &Place, ours: Ours<'_>) -> Error {
+    let lease = line.session().lease_id();
     let mut first: Option<Seen> = None;
     loop {
         let mut pause = RECHECK;
         match check(rpc, prefix, lease, ours).await {
-            Ok((Some(seen), _)) => match first.take() {
-                Some((cycle, keys, _)) if cycle == seen.0 && keys == seen.1 => {
-                    let (mut cycle, keys, revision) = seen;
+            // A key of ours the others wait behind that nobody here holds: on its way out.
+            Ok((Some((_, _, _, ahead)), _))
+                if !ahead
+                    .iter()
+                    .all(|(name, key, rev)| held_here(line, name, key, *rev)) =>
+            {
+                tracing::debug!(key = %text(ours.key), "a cycle through a key of ours on its way out");
+                first = None;
+                pause = CONFIRM;
+            }
+            Ok((Some((cycle, keys, revision, _)), _)) => match first.take() {
+                Some((first_cycle, first_keys, _))
+                    if first_cycle == cycle && first_keys == keys =>
+                {
+                    let mut cycle = cycle;
                     name_waiters(rpc, &mut cycle, keys).await;
                     tracing::info!(key = %text(ours.key), revision, %cycle, "deadlock: this wait ends");
                     return Error::Deadlock { cycle, revision };
                 }
                 _ => {
-                    tracing::debug!(key = %text(ours.key), cycle = %seen.0, "a cycle: reading again");
-                    first = Some(seen);
+                    tracing::debug!(key = %text(ours.key), %cycle, "a cycle: reading again");
+                    first = Some((cycle, keys, revision));
                     pause = CONFIRM;
                 }
             },
@@ -111,7 +145,7 @@ async fn check(
     prefix: &[u8],
     lease: i64,
     ours: Ours<'_>,
-) -> Result<(Option<Seen>, usize)> {
+) -> Result<(Option<(Cycle, Vec<Vec<u8>>, i64, Ahead)>, usize)> {
     let read = rpc
         .read(&Range {
             keys_only: true,
@@ -119,8 +153,8 @@ async fn check(
         })
         .await?;
     let read_keys = read.kvs.len();
-    let seen =
-        chosen(prefix, read.kvs, lease, ours).map(|(cycle, keys)| (cycle, keys, read.revision));
+    let seen = chosen(prefix, read.kvs, lease, ours)
+        .map(|(cycle, keys, ahead)| (cycle, keys, read.revision, ahead));
     Ok((seen, read_keys))
 }
 
@@ -155,7 +189,7 @@ fn chosen(
     kvs: Vec<KeyValue>,
     lease: i64,
     ours: Ours<'_>,
-) -> Option<(Cycle, Vec<Vec<u8>>)> {
+) -> Option<(Cycle, Vec<Vec<u8>>, Ahead)> {
     let lines = without_passing_keys(names::lines(prefix, kvs));
     let found = cycles::search(
         lines
@@ -198,8 +232,22 @@ fn chosen(
                     })
                     .collect(),
             };
+            // Our keys ahead of each wait that waits for us.
+            let mut ahead = Ahead::new();
+            for (&(_, i, holder), kv) in ring.iter().zip(&waiting) {
+                if holder != lease {
+                    continue;
+                }
+                let (name_prefix, kvs, holding) = &lines[i];
+                let name = &name_prefix[..name_prefix.len() - 1];
+                for mine in kvs[..(*holding).min(kvs.len())].iter() {
+                    if mine.lease == lease && mine.create_revision < kv.create_revision {
+                        ahead.push((name.to_vec(), mine.key.clone(), mine.create_revision));
+                    }
+                }
+            }
             let keys = waiting.into_iter().map(|kv| kv.key.clone()).collect();
-            return Some((cycle, keys));
+            return Some((cycle, keys, ahead));
         }
     }
     None
@@ -284,7 +332,8 @@ mod tests {
             kv("y", 0xa, 5),
         ]);
         let a = chosen("".as_bytes(), kvs.clone(), 0xa, ours(b"y/a", 5));
-        let (cycle, keys) = a.expect("a's wait closes the cycle");
+        let (cycle, keys, ahead) = a.expect("a's wait closes the cycle");
+        assert_eq!(ahead, [(b"x".to_vec(), b"x/a".to_vec(), 2)]);
         assert_eq!(
             cycle.to_string(),
             "a waits for y held by b; b waits for x held by a"
@@ -365,7 +414,7 @@ mod tests {
             kv("z", 0xb, 6),
             kv("x", 0xc, 7),
         ]);
-        let (cycle, _) = chosen(b"", kvs.clone(), 0xc, ours(b"x/c", 7)).expect("c ends");
+        let (cycle, _, _) = chosen(b"", kvs.clone(), 0xc, ours(b"x/c", 7)).expect("c ends");
         assert_eq!(cycle.leases().collect::<Vec<_>>(), [0xa, 0xb, 0xc]);
         assert!(chosen(b"", kvs.clone(), 0xa, ours(b"y/a", 5)).is_none());
         assert!(chosen(b"", kvs, 0xb, ours(b"z/b", 6)).is_none());
