@@ -268,20 +268,25 @@ impl ClientBuilder {
     /// that gives up, a session that acquires on another thread), or once every 10 ms a
     /// key read when that is longer, up to 10 s (1,000 keys: every 10 s).
     /// **Cost:** one Range of the whole prefix per check: 1 for a wait, plus one per
-    /// second waited (fewer for a long prefix); nothing for a wait that owns at once, or
-    /// for a name outside `prefix`. Keep the prefix narrow (the names that can deadlock
+    /// second waited (fewer for a long prefix), plus one when a cycle is seen and one
+    /// single-key read per session of a cycle that ends the wait (for the identities);
+    /// nothing for a wait that owns at once, or for a name outside `prefix`. Keep the prefix narrow (the names that can deadlock
     /// with each other): a Range of 1,000 sessions' keys takes 5-10 ms on one local etcd
     /// (BENCHMARKS.md).
     ///
     /// **Who ends.** A cycle read at revision R existed at R (every session on it waited,
-    /// at R, for a name the next one held or was ahead of it in). Only one wait of the
-    /// cycle ends: the one whose key is youngest (highest create revision); the others
-    /// keep waiting, and go on once it has let go of what it holds. Its key is removed
-    /// as a timed-out wait's is. The graph's parties are sessions: a session that holds a
-    /// name on one thread and waits on another counts as holding while it waits, so use
-    /// a session per thread for work that may take names in different orders. A read
-    /// that fails is skipped (the next second's check reads again); a refusal
-    /// (`PermissionDenied` on the prefix) turns the check off for that wait, with a warning.
+    /// at R, for a name the next one held or was ahead of it in). It ends a wait only if
+    /// a second read 250 ms later shows it again. Only one wait of the cycle ends: the
+    /// one whose key is youngest (highest create revision); the others keep waiting, and
+    /// go on once it has let go of what it holds. Its key is removed as a timed-out
+    /// wait's is. Cycles the library undoes by itself end no wait: a session behind its
+    /// own key, a multi-lock's keys on the names after the one it waits for, a key of the
+    /// waiter's own session that no guard in this process holds (a release still due).
+    /// The graph's parties are sessions: a session that holds a name on one thread and
+    /// waits on another counts as holding while it waits, so use a session per thread
+    /// for work that may take names in different orders. A read that fails is skipped
+    /// (the next check reads again); a refusal (`PermissionDenied` on the prefix) turns
+    /// the check off for that wait, with a warning.
     ///
     /// Every process whose sessions take names under the prefix should opt in: a wait
     /// chosen to end in a process without the option keeps waiting.

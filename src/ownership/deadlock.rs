@@ -13,8 +13,12 @@
 //!
 //! Never a false alarm about the cycle: a cycle found in a read at revision R existed at
 //! R (each session on it waited, at R, for a name the next one held, or was ahead of it
-//! in once every session that can go on has let go). What the check cannot see is
-//! threads: a session is one party (see `Cycle`).
+//! in once every session that can go on has let go). It ends a wait only if a second
+//! read [`CONFIRM`] later shows it again, and not if it runs through what the library
+//! undoes by itself: a session behind its own key, a multi-lock's keys past the name it
+//! waits for, a key of our own session that no live hold here uses (a release or cleanup
+//! still due). What the check cannot see is threads (a session is one party: see `Cycle`)
+//! and another process's keys on their way out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
