@@ -320,7 +320,7 @@ fn the_graph_of_a_thousand_sessions() {
         assert!(graph.cycles.is_empty());
     }
     eprintln!("wait_graph of {SESSIONS} sessions: {times:?}");
-    // What a deadlock check reads (keys only; this read has the values too): one Range.
+    // What a deadlock check reads: one Range of the prefix.
     let mut reads = Vec::new();
     for _ in 0..5 {
         let at = std::time::Instant::now();

@@ -261,18 +261,18 @@ impl ClientBuilder {
     /// [`Error::Deadlock`], naming the cycle, instead of waiting forever. Off by default.
     ///
     /// **How.** The check is [`Client::wait_graph`]'s read without the lease lookups: one
-    /// linearizable Range of `prefix`, keys only, and the cycle search on it. A wait that
-    /// does not own at once checks once right after its key joined the line (the read is
-    /// at a revision after its key's: the wait that closes a cycle sees it there), then
-    /// again once a second while it waits (a cycle can also close later: a stuck session
-    /// that gives up, a session that acquires on another thread), or once every 10 ms a
-    /// key read when that is longer, up to 10 s (1,000 keys: every 10 s).
+    /// linearizable Range of `prefix` (with the values: etcd 3.7 leaves leases out of a
+    /// keys-only answer) and the cycle search on it. A wait that does not own at once
+    /// checks once right after its key joined the line (the read is at a revision after
+    /// its key's: the wait that closes a cycle sees it there), then again once a second
+    /// while it waits (a cycle can also close later: a stuck session that gives up, a
+    /// session that acquires on another thread), or once every 10 ms a key read when that
+    /// is longer, up to 10 s (1,000 keys: every 10 s).
     /// **Cost:** one Range of the whole prefix per check: 1 for a wait, plus one per
-    /// second waited (fewer for a long prefix), plus one when a cycle is seen and one
-    /// single-key read per session of a cycle that ends the wait (for the identities);
-    /// nothing for a wait that owns at once, or for a name outside `prefix`. Keep the prefix narrow (the names that can deadlock
-    /// with each other): a Range of 1,000 sessions' keys takes 5-10 ms on one local etcd
-    /// (BENCHMARKS.md).
+    /// second waited (fewer for a long prefix), plus one when a cycle is seen; nothing for
+    /// a wait that owns at once, or for a name outside `prefix`. Keep the prefix narrow
+    /// (the names that can deadlock with each other): a Range of 1,000 sessions' keys
+    /// takes 5-10 ms on one local etcd (BENCHMARKS.md).
     ///
     /// **Who ends.** A cycle read at revision R existed at R (every session on it waited,
     /// at R, for a name the next one held or was ahead of it in). It ends a wait only if

@@ -1,6 +1,6 @@
 //! The opt-in deadlock check of a wait (`ClientBuilder::deadlock_detection`): beside a
-//! wait for a name under the client's prefix, read the prefix's wait graph (one Range,
-//! keys only: `line/names.rs`), find its cycles (`line/cycles.rs`) and end the wait with
+//! wait for a name under the client's prefix, read the prefix's wait graph (one Range:
+//! `line/names.rs`), find its cycles (`line/cycles.rs`) and end the wait with
 //! `Deadlock` if it is the one wait of a cycle chosen to end: the one whose key is
 //! youngest (highest create revision). Every waiter applies the same rule to what it
 //! reads, so of the waits on one cycle only that one ends; the others wait on, and go on
@@ -32,7 +32,7 @@ use crate::line::names;
 use crate::line::queue::Ours;
 use crate::support::error::cycle::{Cycle, CycleStep};
 use crate::support::error::{Error, Result};
-use crate::support::kv::{KeyValue, Range, text};
+use crate::support::kv::{KeyValue, text};
 use crate::transport::Rpc;
 
 /// How often a wait checks again while it waits, at most: one Range of the prefix each
@@ -115,8 +115,6 @@ async fn watch(rpc: &Rpc, prefix: &[u8], line: &Place, ours: Ours<'_>) -> Error 
                 Some((first_cycle, first_keys, _))
                     if first_cycle == cycle && first_keys == keys =>
                 {
-                    let mut cycle = cycle;
-                    name_waiters(rpc, &mut cycle, keys).await;
                     tracing::info!(key = %text(ours.key), revision, %cycle, "deadlock: this wait ends");
                     return Error::Deadlock { cycle, revision };
                 }
@@ -150,30 +148,12 @@ async fn check(
     lease: i64,
     ours: Ours<'_>,
 ) -> Result<(Option<(Cycle, Vec<Vec<u8>>, i64, Ahead)>, usize)> {
-    let read = rpc
-        .read(&Range {
-            keys_only: true,
-            ..names::read_of(prefix)
-        })
-        .await?;
+    // With the values: etcd 3.7 leaves the lease out of a keys-only answer.
+    let read = rpc.read(&names::read_of(prefix)).await?;
     let read_keys = read.kvs.len();
     let seen = chosen(prefix, read.kvs, lease, ours)
         .map(|(cycle, keys, ahead)| (cycle, keys, read.revision, ahead));
     Ok((seen, read_keys))
-}
-
-/// Who waits: each waiting key's value (a session's identity), read only now; one read a
-/// step, and a step whose read fails keeps no identity.
-async fn name_waiters(rpc: &Rpc, cycle: &mut Cycle, keys: Vec<Vec<u8>>) {
-    for (step, key) in cycle.steps.iter_mut().zip(keys) {
-        if let Ok(read) = rpc.read(&Range::key(&key)).await {
-            step.identity = read
-                .kvs
-                .first()
-                .filter(|kv| !kv.value.is_empty())
-                .and_then(|kv| String::from_utf8(kv.value.clone()).ok());
-        }
-    }
 }
 
 /// Of the cycles in `kvs` (every key under `prefix`, oldest first), one whose wait to end
@@ -249,6 +229,13 @@ fn chosen(
                         ahead.push((name.to_vec(), mine.key.clone(), mine.create_revision));
                     }
                 }
+            }
+            // Who waits: the value of its waiting key (a session's identity).
+            let mut cycle = cycle;
+            for (step, kv) in cycle.steps.iter_mut().zip(&waiting) {
+                step.identity = (!kv.value.is_empty())
+                    .then(|| String::from_utf8(kv.value.clone()).ok())
+                    .flatten();
             }
             let keys = waiting.into_iter().map(|kv| kv.key.clone()).collect();
             return Some((cycle, keys, ahead));
