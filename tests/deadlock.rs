@@ -238,3 +238,41 @@ fn names_outside_the_prefix_are_not_checked() {
         assert!(e.is_wait_timeout(), "{e}");
     }
 }
+
+#[test]
+fn a_read_write_lock_and_a_semaphore_close_cycles_too() {
+    let server = etcd();
+    let (ca, cb) = (
+        detecting(&server.endpoints()),
+        detecting(&server.endpoints()),
+    );
+    let (a, b) = (named(&ca, "a"), named(&cb, "b"));
+    // a reads d/r and holds d/s's only permit; b holds d/x.
+    let read = a.rwlock("d/r").unwrap().read().unwrap();
+    let permit = a.semaphore("d/s", 1).unwrap().acquire().unwrap();
+    let x = b.mutex("d/x").unwrap().lock().unwrap();
+    let a_waits = wait_for(&a, "d/x");
+    assert!(eventually(WAIT, || keys(&ca, "d/x/").len() == 2));
+    // b waits to write d/r behind a's read: a cycle, b's wait the youngest.
+    let write = b.rwlock("d/r").unwrap();
+    let at = Instant::now();
+    let e = write
+        .write_timeout(WAIT_LIMIT)
+        .map(drop)
+        .expect_err("a cycle");
+    assert!(e.is_deadlock(), "{e}");
+    assert!(at.elapsed() < Duration::from_secs(2), "{:?}", at.elapsed());
+    assert_eq!(keys(&cb, "d/r/").len(), 1, "b's writer key is gone");
+    // And for d/s's permit: the same.
+    let sem = b.semaphore("d/s", 1).unwrap();
+    let e = sem
+        .acquire_timeout(WAIT_LIMIT)
+        .map(drop)
+        .expect_err("a cycle");
+    assert!(e.is_deadlock(), "{e}");
+    assert_eq!(keys(&cb, "d/s/").len(), 1, "b's permit key is gone");
+    // b lets go of x: a gets it.
+    drop(x);
+    a_waits.join().unwrap().0.expect("a gets d/x");
+    drop((read, permit));
+}
