@@ -101,15 +101,16 @@ async fn watch(rpc: &Rpc, prefix: &[u8], line: &Place, ours: Ours<'_>) -> Error 
     loop {
         let mut pause = RECHECK;
         match check(rpc, prefix, lease, ours).await {
-            // A key of ours the others wait behind that nobody here holds: on its way out.
-            Ok((Some((_, _, _, ahead)), _))
+            // A key of ours the others wait behind that nobody here holds: on its way out
+            // (or a leftover nobody here will remove: then read at the usual pace).
+            Ok((Some((_, _, _, ahead)), read))
                 if !ahead
                     .iter()
                     .all(|(name, key, rev)| held_here(line, name, key, *rev)) =>
             {
                 tracing::debug!(key = %text(ours.key), "a cycle through a key of ours on its way out");
                 first = None;
-                pause = CONFIRM;
+                pause = recheck_after(read);
             }
             Ok((Some((cycle, keys, revision, _)), _)) => match first.take() {
                 Some((first_cycle, first_keys, _))
@@ -205,14 +206,21 @@ fn chosen(
             .max_by_key(|(kv, (l, _, _))| (kv.create_revision, *l))
             .map(|(kv, _)| *kv);
         if youngest.is_some_and(|kv| kv.key == ours.key && kv.create_revision == ours.rev) {
+            // Who waits: the value of its waiting key (a session's identity).
+            let identity = |kv: &KeyValue| {
+                (!kv.value.is_empty())
+                    .then(|| String::from_utf8(kv.value.clone()).ok())
+                    .flatten()
+            };
             let cycle = Cycle {
                 steps: ring
                     .iter()
-                    .map(|&(l, i, holder)| CycleStep {
+                    .zip(&waiting)
+                    .map(|(&(l, i, holder), kv)| CycleStep {
                         lease: l,
                         name: lines[i].0[..lines[i].0.len() - 1].to_vec(),
                         holder,
-                        identity: None,
+                        identity: identity(kv),
                     })
                     .collect(),
             };
@@ -229,13 +237,6 @@ fn chosen(
                         ahead.push((name.to_vec(), mine.key.clone(), mine.create_revision));
                     }
                 }
-            }
-            // Who waits: the value of its waiting key (a session's identity).
-            let mut cycle = cycle;
-            for (step, kv) in cycle.steps.iter_mut().zip(&waiting) {
-                step.identity = (!kv.value.is_empty())
-                    .then(|| String::from_utf8(kv.value.clone()).ok())
-                    .flatten();
             }
             let keys = waiting.into_iter().map(|kv| kv.key.clone()).collect();
             return Some((cycle, keys, ahead));
