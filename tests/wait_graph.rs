@@ -184,14 +184,23 @@ fn two_sessions_waiting_for_each_other_are_a_cycle_naming_both() {
     assert_eq!(cycle.steps[1].lease, high.0.lease_id());
     assert_eq!(cycle.steps[1].name_str(), high.1);
     assert_eq!(cycle.steps[1].holder, low.0.lease_id());
+    let identity = |s: &Session| {
+        if s.lease_id() == a.lease_id() {
+            "proc-a"
+        } else {
+            "proc-b"
+        }
+    };
+    assert_eq!(cycle.steps[0].identity.as_deref(), Some(identity(low.0)));
+    assert_eq!(cycle.steps[1].identity.as_deref(), Some(identity(high.0)));
     let text = cycle.to_string();
     assert!(
         text.contains(&format!(
-            "{:x} waits for d/y held by {:x}",
+            "{:x} (proc-a) waits for d/y held by {:x}",
             a.lease_id(),
             b.lease_id()
         )) && text.contains(&format!(
-            "{:x} waits for d/x held by {:x}",
+            "{:x} (proc-b) waits for d/x held by {:x}",
             b.lease_id(),
             a.lease_id()
         )),
@@ -311,6 +320,14 @@ fn the_graph_of_a_thousand_sessions() {
         assert!(graph.cycles.is_empty());
     }
     eprintln!("wait_graph of {SESSIONS} sessions: {times:?}");
+    // What a deadlock check reads: one Range of the prefix.
+    let mut reads = Vec::new();
+    for _ in 0..5 {
+        let at = std::time::Instant::now();
+        assert_eq!(c.get_prefix("k/").unwrap().len(), SESSIONS);
+        reads.push(at.elapsed());
+    }
+    eprintln!("one Range of the {SESSIONS} keys: {reads:?}");
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     for s in &sessions {
         let _ = s.close();

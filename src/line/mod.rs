@@ -5,7 +5,9 @@
 
 pub(crate) mod behind;
 pub(crate) mod crossing;
+pub(crate) mod cycles;
 pub(crate) mod mode;
+pub(crate) mod names;
 pub(crate) mod queue;
 pub(crate) mod request;
 pub(crate) mod wait;

@@ -9,7 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::hold::{HoldState, spawn_removal};
 use super::{Held, Hold, Kind, Place, Wait};
-use super::{delay, proof};
+use super::{deadlock, delay, proof};
 use crate::client::follow::{Follow, Followed};
 use crate::client::lease::LeaseState;
 use crate::client::removal::{self, Owned};
@@ -163,14 +163,28 @@ async fn wait_behind(
                 line.ours(enqueued.rev),
                 (position.clone(), enqueued.seen_at),
             );
+            // With deadlock detection on, a cycle this wait is chosen to end ends it
+            // (deadlock.rs), and its key is removed below as a timed-out wait's is.
+            let deadlock = deadlock::watch_if_on(rpc, line, enqueued.rev);
+            let mut deadlock = deadlock.map(Box::pin);
             let turn_came = wait.bound(kind.operation(), async {
-                let Some(reading) = reading else {
+                let our_turn = async {
+                    let Some(reading) = reading else {
+                        return our_turn.await;
+                    };
+                    tokio::select! {
+                        biased;
+                        granted = our_turn => granted,
+                        never = reading => match never {},
+                    }
+                };
+                let Some(deadlock) = deadlock.as_mut() else {
                     return our_turn.await;
                 };
                 tokio::select! {
                     biased;
                     granted = our_turn => granted,
-                    never = reading => match never {},
+                    e = deadlock => Err(e),
                 }
             });
             let turn_came = turn_came.await;

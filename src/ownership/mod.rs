@@ -31,6 +31,7 @@ use crate::support::error::{Error, Result};
 use crate::support::kv::text;
 
 mod acquire;
+mod deadlock;
 mod delay;
 mod hold;
 mod leftover;

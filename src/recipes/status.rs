@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::line::mode;
+use crate::line::names::split;
 use crate::line::queue;
 use crate::recipes::holder::{Holder, Status};
 use crate::support::error::code::Code;
@@ -100,39 +100,6 @@ pub(super) async fn read_line(rpc: &Rpc, prefix: &[u8]) -> Result<(Vec<KeyValue>
     let read = rpc.read(&range).await?;
     let (kvs, holding) = split(prefix, read.kvs);
     Ok((kvs, holding, read.revision))
-}
-
-/// The line of every key under `prefix`, oldest create revision first (`kvs`, in that
-/// order), without the twins of downgradable writes, and how many of its keys hold: what
-/// [`read_line`] makes of one read, and the wait graph of each name in a wider one.
-pub(crate) fn split(prefix: &[u8], kvs: Vec<KeyValue>) -> (Vec<KeyValue>, usize) {
-    let kvs = without_twins(prefix, kvs);
-    let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key.clone()).collect();
-    let holding = mode::holding(prefix, &keys);
-    (kvs, holding)
-}
-
-/// `kvs` without the shared twin of a downgradable write (`<hex>.shared` created at the
-/// same revision as the writer key `<hex>` beside it): it is part of that writer's hold,
-/// not a reader. Everyone who waits for the twin waits for the writer key too, which has
-/// its place, so the line's holders and waiters are the same without it; and etcd sorts
-/// the two in no fixed order, which would otherwise show the twin as a reader ahead of
-/// its own writer.
-fn without_twins(prefix: &[u8], kvs: Vec<KeyValue>) -> Vec<KeyValue> {
-    let shared = mode::Mode::Shared.suffix();
-    let created: HashMap<Vec<u8>, i64> = kvs
-        .iter()
-        .map(|kv| (kv.key.clone(), kv.create_revision))
-        .collect();
-    kvs.into_iter()
-        .filter(|kv| {
-            let twin_of = kv
-                .key
-                .strip_suffix(shared.as_slice())
-                .filter(|_| mode::Mode::of_key(prefix, &kv.key) == Some(mode::Mode::Shared));
-            twin_of.is_none_or(|writer| created.get(writer) != Some(&kv.create_revision))
-        })
-        .collect()
 }
 
 /// How many lease lookups are in flight at once: a long line costs round trips in

@@ -54,6 +54,9 @@ pub(crate) struct RpcConfig {
     pub(crate) tls: Option<crate::support::tls::TlsConfig>,
     /// Test tuning of how this client's waiters wait (`line/behind.rs`).
     pub(crate) line_tuning: LineTuning,
+    /// The prefix whose wait graph this client's waits check for a cycle they would
+    /// complete (`ownership/deadlock.rs`); `None`: no check.
+    pub(crate) deadlock_prefix: Option<Arc<[u8]>>,
 }
 
 impl std::fmt::Debug for RpcConfig {
@@ -95,6 +98,8 @@ struct RpcInner {
     endpoints: Vec<String>,
     /// See [`RpcConfig::line_tuning`].
     line_tuning: LineTuning,
+    /// See [`RpcConfig::deadlock_prefix`].
+    deadlock_prefix: Option<Arc<[u8]>>,
     channels: Vec<Channel>,
     /// Index of the endpoint requests go to; moved on when that endpoint fails.
     current: AtomicUsize,
@@ -216,6 +221,7 @@ impl Rpc {
             inner: Arc::new(RpcInner {
                 endpoints: config.endpoints.clone(),
                 line_tuning: config.line_tuning,
+                deadlock_prefix: config.deadlock_prefix.clone(),
                 channels,
                 current: AtomicUsize::new(current),
                 moves: tokio::sync::watch::Sender::new(0),
@@ -380,6 +386,11 @@ impl Rpc {
     /// Test tuning of how this client's waiters wait (see [`RpcConfig::line_tuning`]).
     pub(crate) fn line_tuning(&self) -> LineTuning {
         self.inner.line_tuning
+    }
+
+    /// The prefix of the deadlock check, if it is on (see [`RpcConfig::deadlock_prefix`]).
+    pub(crate) fn deadlock_prefix(&self) -> Option<&Arc<[u8]>> {
+        self.inner.deadlock_prefix.as_ref()
     }
 
     /// The simulated process this client belongs to (see `RpcInner::process`).

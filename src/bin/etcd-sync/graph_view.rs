@@ -279,11 +279,13 @@ mod tests {
                         lease: 0xa,
                         name: b"d/y".to_vec(),
                         holder: 0xb,
+                        identity: None,
                     },
                     CycleStep {
                         lease: 0xb,
                         name: b"d/x".to_vec(),
                         holder: 0xa,
+                        identity: None,
                     },
                 ],
             }],

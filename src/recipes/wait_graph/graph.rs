@@ -8,6 +8,7 @@ use std::time::Duration;
 #[cfg(doc)]
 use crate::client::Client;
 use crate::recipes::holder::{Holder, Status};
+use crate::support::error::cycle::Cycle;
 use crate::support::kv::text;
 
 /// Which session (lease) holds which names under a prefix and which names it waits for,
@@ -177,106 +178,6 @@ impl Place {
     /// let key = Holder { key: b"jobs/694d".to_vec(), value: vec![], lease: 0x694d, create_revision: 7, mod_revision: 7, mode: KeyMode::Exclusive, ttl: None };
     /// let place = Place { name: b"jobs".to_vec(), key, position: 0, blocked_by: vec![] };
     /// assert_eq!(place.name_str(), "jobs");
-    /// ```
-    pub fn name_str(&self) -> Cow<'_, str> {
-        text(&self.name)
-    }
-}
-
-/// Sessions that wait for each other: each step's session waits for a name that the next
-/// step's session (the first after the last) is ahead of it in, so none of them can go
-/// on while each keeps what it holds until its waits end. A cross-process deadlock: A
-/// holds x and waits for y, B holds y and waits for x.
-///
-/// Found in the line as it will be once every session that can go on has done so and let
-/// go of all it holds; in the simplest case, the line as it is: the next session holds the
-/// name. A session that waits on two threads, one of which holds a name the other does
-/// not need, may still let go of it: the graph cannot tell threads apart, only sessions.
-///
-/// ```no_run
-/// # fn main() -> etcd_sync::Result<()> {
-/// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
-/// let graph = client.wait_graph("")?;
-/// for cycle in &graph.cycles {
-///     for step in &cycle.steps {
-///         let who = graph.participant(step.lease).and_then(|p| p.identity.as_deref());
-///         println!("{:x} ({}) waits for {} held by {:x}", step.lease, who.unwrap_or("?"), step.name_str(), step.holder);
-///     }
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cycle {
-    /// The ring, starting with its lowest lease; one step per session.
-    pub steps: Vec<CycleStep>,
-}
-
-impl Cycle {
-    /// The leases of the ring, in its order.
-    ///
-    /// ```
-    /// # use etcd_sync::{Cycle, CycleStep};
-    /// let cycle = Cycle { steps: vec![
-    ///     CycleStep { lease: 1, name: b"x".to_vec(), holder: 2 },
-    ///     CycleStep { lease: 2, name: b"y".to_vec(), holder: 1 },
-    /// ] };
-    /// assert_eq!(cycle.leases().collect::<Vec<_>>(), [1, 2]);
-    /// ```
-    pub fn leases(&self) -> impl Iterator<Item = i64> + '_ {
-        self.steps.iter().map(|step| step.lease)
-    }
-}
-
-impl std::fmt::Display for Cycle {
-    /// `1 waits for x held by 2; 2 waits for y held by 1` (leases in hex).
-    ///
-    /// ```
-    /// # use etcd_sync::{Cycle, CycleStep};
-    /// let cycle = Cycle { steps: vec![
-    ///     CycleStep { lease: 0x1a, name: b"x".to_vec(), holder: 0x2b },
-    ///     CycleStep { lease: 0x2b, name: b"y".to_vec(), holder: 0x1a },
-    /// ] };
-    /// assert_eq!(cycle.to_string(), "1a waits for x held by 2b; 2b waits for y held by 1a");
-    /// ```
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, step) in self.steps.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            write!(
-                f,
-                "{:x} waits for {} held by {:x}",
-                step.lease,
-                step.name_str(),
-                step.holder
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// One session of a [`Cycle`] and the name it waits for.
-///
-/// ```
-/// let step = etcd_sync::CycleStep { lease: 0x694d, name: b"x".to_vec(), holder: 0x694e };
-/// assert_eq!(step.name_str(), "x");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CycleStep {
-    /// The waiting session's lease.
-    pub lease: i64,
-    /// The name it waits for.
-    pub name: Vec<u8>,
-    /// The lease of the next session of the ring, ahead of it in `name`.
-    pub holder: i64,
-}
-
-impl CycleStep {
-    /// The name as text (invalid UTF-8 replaced).
-    ///
-    /// ```
-    /// let step = etcd_sync::CycleStep { lease: 1, name: b"jobs".to_vec(), holder: 2 };
-    /// assert_eq!(step.name_str(), "jobs");
     /// ```
     pub fn name_str(&self) -> Cow<'_, str> {
         text(&self.name)

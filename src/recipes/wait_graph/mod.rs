@@ -1,22 +1,22 @@
 //! Who waits for whom under a prefix, across processes: one linearizable Range of the
 //! prefix, split into the lines of the names in it by the rule `status()` applies
-//! ([`split`]), one LeaseTimeToLive per distinct lease ([`lease_ttls`]), then the
-//! sessions that can never go on and the cycles among them ([`cycles`]).
+//! ([`names::split`](crate::line::names::split)), one LeaseTimeToLive per distinct lease ([`lease_ttls`]), then the
+//! sessions that can never go on and the cycles among them (`line/cycles.rs`).
 
-pub(crate) mod cycles;
 pub(crate) mod graph;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::client::Client;
-use crate::line::mode::Mode;
+use crate::line::cycles;
+use crate::line::names::{self, lines};
 use crate::line::queue::MAX_NAME_LEN;
-use crate::line::request;
 use crate::recipes::holder::{Holder, KeyMode, Status};
-use crate::recipes::status::{LeaseTtl, lease_ttls, split};
+use crate::recipes::status::{LeaseTtl, lease_ttls};
+use crate::support::error::cycle::{Cycle, CycleStep};
 use crate::support::error::{Error, Result};
-use crate::support::kv::{KeyValue, Range, prefix_end};
-use graph::{Cycle, CycleStep, Participant, Place, WaitGraph};
+use crate::support::kv::KeyValue;
+use graph::{Participant, Place, WaitGraph};
 
 impl Client {
     /// Which session (lease) holds which names under `prefix` and which names it waits
@@ -64,22 +64,7 @@ impl Client {
         }
         let rpc = self.rpc().clone();
         self.block_on(async move {
-            // An empty key is no key to etcd: the whole keyspace starts at "\0".
-            let range = if prefix.is_empty() {
-                Range {
-                    key: vec![0],
-                    range_end: vec![0],
-                    ..Range::default()
-                }
-            } else {
-                Range::prefix(&prefix)
-            };
-            let read = rpc
-                .read(&Range {
-                    by_create_revision: Some(true),
-                    ..range
-                })
-                .await?;
+            let read = rpc.read(&names::read_of(&prefix)).await?;
             let lines = lines(&prefix, read.kvs);
             let leases: Vec<i64> = lines
                 .iter()
@@ -89,39 +74,6 @@ impl Client {
             Ok(build(prefix, read.revision, lines, &ttls))
         })
     }
-}
-
-/// Each name's line in `kvs` (every key under `prefix`, oldest first): its prefix
-/// `<name>/`, its keys (oldest first, twins left out) and how many hold, by name.
-fn lines(prefix: &[u8], kvs: Vec<KeyValue>) -> Vec<(Vec<u8>, Vec<KeyValue>, usize)> {
-    let names: BTreeSet<&[u8]> = kvs
-        .iter()
-        .filter_map(|kv| {
-            let slash = kv.key.iter().rposition(|&b| b == b'/')?;
-            let name_prefix = &kv.key[..=slash];
-            let whole = name_prefix.starts_with(prefix) && slash > 0;
-            (whole
-                && !request::is_requests_prefix(name_prefix)
-                && Mode::of_key(name_prefix, &kv.key).is_some())
-            .then_some(name_prefix)
-        })
-        .collect();
-    // The keys in key order, to find each name's keys by two binary searches.
-    let mut by_key: Vec<usize> = (0..kvs.len()).collect();
-    by_key.sort_by(|&a, &b| kvs[a].key.cmp(&kvs[b].key));
-    names
-        .into_iter()
-        .map(|name_prefix| {
-            let end = prefix_end(name_prefix);
-            let from = by_key.partition_point(|&i| kvs[i].key.as_slice() < name_prefix);
-            let to = by_key.partition_point(|&i| kvs[i].key < end);
-            let mut mine: Vec<usize> = by_key[from..to].to_vec();
-            mine.sort_unstable(); // back to create order
-            let line = mine.into_iter().map(|i| kvs[i].clone()).collect();
-            let (line, holding) = split(name_prefix, line);
-            (name_prefix.to_vec(), line, holding)
-        })
-        .collect()
 }
 
 /// The graph of `lines`, read at `revision`, with the leases' TTLs.
@@ -227,6 +179,7 @@ fn build(
                     lease,
                     name: name_of(line),
                     holder,
+                    identity: participants.get(&lease).and_then(|p| p.identity.clone()),
                 })
                 .collect(),
         })

@@ -11,11 +11,13 @@
 //! | `loss.rs`       | [`LossReason`]: why a session ended                             |
 //! | `code.rs`       | [`Code`]: gRPC status codes of [`Error::Server`]                |
 //! | `try_lock.rs`   | [`TryLockError`]: the error of `try_*` calls                    |
+//! | `cycle.rs`      | [`Cycle`]: what a [`Error::Deadlock`] names                     |
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) mod code;
+pub(crate) mod cycle;
 pub(crate) mod loss;
 pub(crate) mod operation;
 mod predicates;
@@ -24,6 +26,7 @@ mod tests;
 pub(crate) mod try_lock;
 
 use code::Code;
+use cycle::Cycle;
 use loss::LossReason;
 use operation::Operation;
 #[cfg(doc)]
@@ -181,6 +184,26 @@ pub enum Error {
          (locks are not re-entrant)"
     )]
     WouldDeadlock(String),
+
+    /// This wait would have completed a cycle of waits across sessions (a deadlock: this
+    /// session holds x and waits for y, another holds y and waits for x), and it was the
+    /// one chosen to end so that the others can go on: of the cycle's waits, the one whose
+    /// key is youngest (highest create revision). Only with
+    /// [`ClientBuilder::deadlock_detection`](crate::ClientBuilder::deadlock_detection) on,
+    /// for a name under its prefix. The wait left no key behind, as a timed-out wait;
+    /// what this session already holds it still holds: release something (typically
+    /// everything) and try again. [`is_deadlock`](Error::is_deadlock) asks for it,
+    /// [`deadlock_cycle`](Error::deadlock_cycle) gives the cycle.
+    #[error(
+        "deadlock: this wait would complete a cycle of waits (as of revision {revision}: \
+         {cycle}); it was ended and its key removed so that the others can go on"
+    )]
+    Deadlock {
+        /// The cycle, as the wait graph read at `revision` showed it.
+        cycle: Cycle,
+        /// The store revision of that read: the cycle existed there.
+        revision: i64,
+    },
 
     /// A caller passed a value this crate or etcd does not accept.
     #[error("invalid argument: {0}")]

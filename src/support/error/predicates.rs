@@ -3,6 +3,7 @@
 
 use super::Error;
 use super::code::Code;
+use super::cycle::Cycle;
 use super::loss::LossReason;
 #[cfg(doc)]
 use super::operation::Operation;
@@ -217,6 +218,55 @@ impl Error {
     /// ```
     pub fn is_conflict(&self) -> bool {
         matches!(self, Error::Conflict { .. })
+    }
+
+    /// True for [`Deadlock`](Error::Deadlock): the wait would have completed a cycle of
+    /// waits across sessions and was ended, its key removed, so that the others can go on
+    /// (only with [`ClientBuilder::deadlock_detection`](crate::ClientBuilder::deadlock_detection)).
+    /// Not [`is_retryable`](Error::is_retryable) as it is: the same wait would complete
+    /// the same cycle; release what this session holds first.
+    ///
+    /// ```
+    /// use etcd_sync::{Cycle, CycleStep, Error};
+    /// let cycle = Cycle { steps: vec![
+    ///     CycleStep { lease: 1, name: b"x".to_vec(), holder: 2, identity: None },
+    ///     CycleStep { lease: 2, name: b"y".to_vec(), holder: 1, identity: None },
+    /// ] };
+    /// let e = Error::Deadlock { cycle, revision: 9 };
+    /// assert!(e.is_deadlock() && !e.is_retryable() && !e.is_lost());
+    /// assert!(!Error::LockLost.is_deadlock());
+    /// ```
+    pub fn is_deadlock(&self) -> bool {
+        matches!(self, Error::Deadlock { .. })
+    }
+
+    /// The cycle a [`Deadlock`](Error::Deadlock) names: the sessions (leases, identities)
+    /// and the names each waits for; `None` for any other error.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// let client = etcd_sync::Client::builder()
+    ///     .endpoints(["http://127.0.0.1:2379"])
+    ///     .deadlock_detection("jobs/")
+    ///     .connect()?;
+    /// let session = client.session()?;
+    /// let _x = session.mutex("jobs/x")?.lock()?;
+    /// match session.mutex("jobs/y")?.lock() {
+    ///     Ok(_y) => { /* both held */ }
+    ///     Err(e) if e.is_deadlock() => {
+    ///         for step in &e.deadlock_cycle().expect("a deadlock names its cycle").steps {
+    ///             eprintln!("{:x} waits for {}", step.lease, step.name_str());
+    ///         }
+    ///     }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn deadlock_cycle(&self) -> Option<&Cycle> {
+        match self {
+            Error::Deadlock { cycle, .. } => Some(cycle),
+            _ => None,
+        }
     }
 
     /// The etcd endpoint the error belongs to, when it belongs to one: the member that

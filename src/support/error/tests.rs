@@ -51,6 +51,7 @@ fn every_error() -> Vec<Error> {
         Error::Authentication("etcdserver: authentication failed".into()),
         Error::Closed,
         Error::Conflict { attempts: 3 },
+        a_deadlock(),
     ];
     errors.extend(
         [
@@ -76,6 +77,23 @@ fn every_error() -> Vec<Error> {
         .map(server),
     );
     errors
+}
+
+/// Two sessions waiting for each other, as a wait's `Deadlock` names them.
+fn a_deadlock() -> Error {
+    use super::cycle::{Cycle, CycleStep};
+    let step = |lease, name: &str, holder| CycleStep {
+        lease,
+        name: name.as_bytes().to_vec(),
+        holder,
+        identity: Some(format!("host-{lease}")),
+    };
+    Error::Deadlock {
+        cycle: Cycle {
+            steps: vec![step(1, "x", 2), step(2, "y", 1)],
+        },
+        revision: 9,
+    }
 }
 
 /// The errors for which `predicate` holds, by their `Debug` text.
@@ -128,6 +146,25 @@ fn conflict_is_only_a_transaction_giving_up() {
     assert_eq!(
         which(Error::is_conflict),
         debug(&[Error::Conflict { attempts: 3 }])
+    );
+}
+
+#[test]
+fn deadlock_is_only_a_wait_that_closed_a_cycle() {
+    assert_eq!(which(Error::is_deadlock), debug(&[a_deadlock()]));
+    let e = a_deadlock();
+    let cycle = e.deadlock_cycle().map(|c| c.leases().collect::<Vec<_>>());
+    assert_eq!(cycle, Some(vec![1, 2]));
+    assert_eq!(
+        e.to_string(),
+        "deadlock: this wait would complete a cycle of waits (as of revision 9: 1 (host-1) \
+         waits for x held by 2; 2 (host-2) waits for y held by 1); it was ended and its key \
+         removed so that the others can go on"
+    );
+    assert!(
+        every_error()
+            .iter()
+            .all(|e| e.deadlock_cycle().is_some() == e.is_deadlock())
     );
 }
 

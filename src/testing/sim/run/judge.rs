@@ -192,3 +192,70 @@ pub(super) fn reports_gone(world: &World, me: &str, key: &str, is_held: impl Fn(
         sleep(Duration::from_millis(50));
     }
 }
+
+/// A wait that ended with `Deadlock` (runs with [`deadlock_detection`]): the cycle it
+/// names must be in the store at the revision it names, judged apart from the search that
+/// found it. Each step's session has a key in its name's line there that does not hold,
+/// and the next session of the ring has a key ahead of it in that line; and the ring
+/// closes. A revision compacted since cannot be judged (noted).
+///
+/// [`deadlock_detection`]: super::RunConfig::deadlock_detection
+pub(super) fn judge_deadlock(world: &World, me: &str, e: &crate::support::error::Error) {
+    let Some(cycle) = e.deadlock_cycle() else {
+        return;
+    };
+    let crate::support::error::Error::Deadlock { revision, .. } = e else {
+        return;
+    };
+    world.note(me, format!("DEADLOCK at {revision}: {cycle}"));
+    let kvs = {
+        let state = world.cluster.shared.lock();
+        let everything = crate::transport::generated::etcdserverpb::RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            revision: *revision,
+            keys_only: true,
+            ..Default::default()
+        };
+        match state.store.range_at(&everything, state.store.revision()) {
+            Ok(read) => read.kvs,
+            Err(_) => {
+                return world.note(me, format!("deadlock at {revision}: compacted, not judged"));
+            }
+        }
+    };
+    let steps = &cycle.steps;
+    let ring = !steps.is_empty()
+        && steps
+            .iter()
+            .zip(steps.iter().cycle().skip(1))
+            .all(|(step, next)| step.holder == next.lease);
+    if !ring {
+        return world.violation(me, format!("Deadlock named no ring: {cycle}"));
+    }
+    for step in steps {
+        let prefix = [step.name.as_slice(), b"/"].concat();
+        let mut line: Vec<_> = kvs
+            .iter()
+            .filter(|kv| kv.key.starts_with(&prefix))
+            .collect();
+        line.sort_by_key(|kv| kv.create_revision);
+        let keys: Vec<Vec<u8>> = line.iter().map(|kv| kv.key.clone()).collect();
+        let holding = crate::line::mode::holding(&prefix, &keys);
+        let waits = line[holding.min(line.len())..]
+            .iter()
+            .filter(|kv| kv.lease == step.lease)
+            .map(|kv| kv.create_revision)
+            .max();
+        let ahead = waits.is_some_and(|w| {
+            line.iter()
+                .any(|kv| kv.lease == step.holder && kv.create_revision < w)
+        });
+        if !ahead {
+            return world.violation(
+                me,
+                format!("Deadlock named a cycle the store did not have at {revision}: {cycle}"),
+            );
+        }
+    }
+}

@@ -80,6 +80,8 @@ pub(super) fn kind(e: &Error) -> &'static str {
         "wait timeout"
     } else if e.is_cancelled() {
         "cancelled"
+    } else if e.is_deadlock() {
+        "deadlock"
     } else if e.is_session_lost() {
         "session lost"
     } else if e.is_lost() {

@@ -77,6 +77,12 @@ pub struct RunConfig {
     /// clock runs slow sees its lease expire early; its guards must still report the loss
     /// before etcd expires the lease (the loss deadline's margin, RELIABILITY.md).
     pub clock_rates: (f64, f64),
+    /// Every process's client checks for deadlocks under every name
+    /// ([`deadlock_detection`](crate::client::builder::ClientBuilder::deadlock_detection)``("")``),
+    /// and every `Deadlock` a wait ends with is judged: the cycle it names must be in the
+    /// store at the revision it names (off by default and in [`from_seed`](Self::from_seed):
+    /// `tests/simulation.rs` sweeps seeds with it on).
+    pub deadlock_detection: bool,
 }
 
 impl RunConfig {
@@ -100,6 +106,7 @@ impl RunConfig {
             multi_locks: matches!(seed % 7, 3 | 6),
             line_tuning: LineTuning::default(),
             clock_rates: CLOCK_RATES,
+            deadlock_detection: false,
         }
     }
 }
@@ -120,6 +127,7 @@ impl Default for RunConfig {
             multi_locks: true,
             line_tuning: LineTuning::default(),
             clock_rates: CLOCK_RATES,
+            deadlock_detection: false,
         }
     }
 }
@@ -263,6 +271,8 @@ struct World {
     line_tuning: LineTuning,
     /// [`RunConfig::clock_rates`].
     clock_rates: (f64, f64),
+    /// [`RunConfig::deadlock_detection`].
+    deadlock_detection: bool,
 }
 
 impl World {
@@ -410,6 +420,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             multi_locks: config.multi_locks,
             line_tuning: config.line_tuning,
             clock_rates: config.clock_rates,
+            deadlock_detection: config.deadlock_detection,
         });
         // A third of the runs have etcd send progress notifications (production clusters
         // that set the interval, as Kubernetes asks): a quiet watcher's resume revision

@@ -45,8 +45,9 @@ pub(super) fn take_and_hold(
         Ok(guard) => guard,
         Err(e) => {
             world.note(me, format!("multi {side:?}: {}", kind(&e)));
+            super::judge::judge_deadlock(world, me, &e);
             ends_in_time(world, me, since, limit);
-            if (e.is_wait_timeout() || e.is_cancelled()) && session.is_alive() {
+            if (e.is_wait_timeout() || e.is_cancelled() || e.is_deadlock()) && session.is_alive() {
                 for what in kinds {
                     left_behind(world, me, session, what, since);
                 }

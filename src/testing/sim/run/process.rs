@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::history::{Mode, What, lease_of};
-use super::judge::{enters, left_behind, options, reports_gone};
+use super::judge::{enters, judge_deadlock, left_behind, options, reports_gone};
 use super::kinds::{Kind, PERMITS, kind, present};
 use super::requests::{self, Listening};
 use super::{LOSS_BOUND, Rng, Waiting, World, sleep};
@@ -18,11 +18,15 @@ use crate::support::error::Result;
 
 /// A client of the simulated cluster, as every process makes one.
 fn connect(world: &World) -> Result<Client> {
-    Client::builder()
+    let builder = Client::builder()
         .endpoints(world.cluster.endpoints())
         .request_timeout(Duration::from_secs(1))
-        .line_tuning(world.line_tuning)
-        .connect()
+        .line_tuning(world.line_tuning);
+    if world.deadlock_detection {
+        builder.deadlock_detection("").connect()
+    } else {
+        builder.connect()
+    }
 }
 
 pub(super) fn process(world: &World, p: usize, seed: u64) {
@@ -147,7 +151,8 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
         if let Err(e) = attempt {
             world.log().waiting.remove(&p);
             world.note(&me, format!("{what:?}: {}", kind(&e)));
-            if (e.is_wait_timeout() || e.is_cancelled()) && live.is_alive() {
+            judge_deadlock(world, &me, &e);
+            if (e.is_wait_timeout() || e.is_cancelled() || e.is_deadlock()) && live.is_alive() {
                 left_behind(world, &me, &live, what, since);
             }
             // A wait is patient: with its session alive and time left, a failed request

@@ -15,19 +15,19 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use crate::line::mode::{self, Mode};
 
 /// One name's line: its prefix (`<name>/`) and its keys, oldest first, with their leases.
-pub(super) struct Line {
-    pub(super) prefix: Vec<u8>,
-    pub(super) keys: Vec<(Vec<u8>, i64)>,
+pub(crate) struct Line {
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) keys: Vec<(Vec<u8>, i64)>,
 }
 
 /// What [`search`] found.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Found {
+pub(crate) struct Found {
     /// The sessions that can never go on.
-    pub(super) stuck: BTreeSet<i64>,
+    pub(crate) stuck: BTreeSet<i64>,
     /// Each cycle as its steps: (waiting lease, index of the line it waits in, the next
     /// lease), starting at its lowest lease.
-    pub(super) cycles: Vec<Vec<(i64, usize, i64)>>,
+    pub(crate) cycles: Vec<Vec<(i64, usize, i64)>>,
 }
 
 /// Whether a key of `lease` in line `prefix` can wait: a lock key of a lease.
@@ -41,7 +41,7 @@ fn holding(line: &Line) -> usize {
 }
 
 /// The stuck sessions of `lines` and the cycles among them.
-pub(super) fn search(mut lines: Vec<Line>) -> Found {
+pub(crate) fn search(mut lines: Vec<Line>) -> Found {
     // Each lease's waits, as (line, key), and the lines each lease has keys in.
     let mut waiting: HashMap<i64, HashSet<(usize, Vec<u8>)>> = HashMap::new();
     let mut lines_of: HashMap<i64, BTreeSet<usize>> = HashMap::new();

@@ -1,0 +1,94 @@
+//! The lines of the names under a prefix, from one read of it: each name's keys, oldest
+//! first, without the twins of downgradable writes, and how many of them hold (the rule
+//! every waiter applies, [`mode::holding`]). What `status()`, the wait graph and the
+//! deadlock check (`ownership/deadlock.rs`) make of their reads.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::line::mode::{self, Mode};
+use crate::line::request;
+use crate::support::kv::{KeyValue, Range, prefix_end};
+
+/// The read of every key under `prefix`, oldest create revision first; `""` reads the
+/// whole keyspace (an empty key is no key to etcd: it starts at `"\0"`).
+pub(crate) fn read_of(prefix: &[u8]) -> Range {
+    let range = if prefix.is_empty() {
+        Range {
+            key: vec![0],
+            range_end: vec![0],
+            ..Range::default()
+        }
+    } else {
+        Range::prefix(prefix)
+    };
+    Range {
+        by_create_revision: Some(true),
+        ..range
+    }
+}
+
+/// Each name's line in `kvs` (every key under `prefix`, oldest first): its prefix
+/// `<name>/`, its keys (oldest first, twins left out) and how many hold, by name.
+pub(crate) fn lines(prefix: &[u8], kvs: Vec<KeyValue>) -> Vec<(Vec<u8>, Vec<KeyValue>, usize)> {
+    let names: BTreeSet<&[u8]> = kvs
+        .iter()
+        .filter_map(|kv| {
+            let slash = kv.key.iter().rposition(|&b| b == b'/')?;
+            let name_prefix = &kv.key[..=slash];
+            let whole = name_prefix.starts_with(prefix) && slash > 0;
+            (whole
+                && !request::is_requests_prefix(name_prefix)
+                && Mode::of_key(name_prefix, &kv.key).is_some())
+            .then_some(name_prefix)
+        })
+        .collect();
+    // The keys in key order, to find each name's keys by two binary searches.
+    let mut by_key: Vec<usize> = (0..kvs.len()).collect();
+    by_key.sort_by(|&a, &b| kvs[a].key.cmp(&kvs[b].key));
+    names
+        .into_iter()
+        .map(|name_prefix| {
+            let end = prefix_end(name_prefix);
+            let from = by_key.partition_point(|&i| kvs[i].key.as_slice() < name_prefix);
+            let to = by_key.partition_point(|&i| kvs[i].key < end);
+            let mut mine: Vec<usize> = by_key[from..to].to_vec();
+            mine.sort_unstable(); // back to create order
+            let line = mine.into_iter().map(|i| kvs[i].clone()).collect();
+            let (line, holding) = split(name_prefix, line);
+            (name_prefix.to_vec(), line, holding)
+        })
+        .collect()
+}
+
+/// The line of every key under `prefix`, oldest create revision first (`kvs`, in that
+/// order), without the twins of downgradable writes, and how many of its keys hold: what
+/// `status()` makes of one read, and the wait graph of each name in a wider one.
+pub(crate) fn split(prefix: &[u8], kvs: Vec<KeyValue>) -> (Vec<KeyValue>, usize) {
+    let kvs = without_twins(prefix, kvs);
+    let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key.clone()).collect();
+    let holding = mode::holding(prefix, &keys);
+    (kvs, holding)
+}
+
+/// `kvs` without the shared twin of a downgradable write (`<hex>.shared` created at the
+/// same revision as the writer key `<hex>` beside it): it is part of that writer's hold,
+/// not a reader. Everyone who waits for the twin waits for the writer key too, which has
+/// its place, so the line's holders and waiters are the same without it; and etcd sorts
+/// the two in no fixed order, which would otherwise show the twin as a reader ahead of
+/// its own writer.
+fn without_twins(prefix: &[u8], kvs: Vec<KeyValue>) -> Vec<KeyValue> {
+    let shared = mode::Mode::Shared.suffix();
+    let created: HashMap<Vec<u8>, i64> = kvs
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.create_revision))
+        .collect();
+    kvs.into_iter()
+        .filter(|kv| {
+            let twin_of = kv
+                .key
+                .strip_suffix(shared.as_slice())
+                .filter(|_| mode::Mode::of_key(prefix, &kv.key) == Some(mode::Mode::Shared));
+            twin_of.is_none_or(|writer| created.get(writer) != Some(&kv.create_revision))
+        })
+        .collect()
+}
