@@ -376,3 +376,19 @@ fn with_deadlock_detection_no_wait_ends_without_a_cycle() {
     );
     assert!(acquisitions > schedules, "the schedules did acquire");
 }
+
+/// 1795789661116000 (a CI sweep): a campaign cancelled, its removal on its way when the
+/// process crashed; the next life resumed the lease, and its campaign adopted the key that
+/// removal then deleted, late: the wait ended with `LockLost` (the documented limit of an
+/// adopted key, RELIABILITY "What it cannot guarantee"), which the judge took for a key
+/// lost to nobody. A campaign's wait within 3 s of its process's restart is now excused
+/// as its guard already was.
+#[test]
+fn a_campaign_that_adopted_an_earlier_lifes_key_may_lose_it_to_that_lifes_removal() {
+    let outcome = run(&RunConfig::from_seed(1_795_789_661_116_000)).expect("a run");
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert!(
+        outcome.trace.iter().any(|l| l.contains("Lead: lock lost")),
+        "the schedule no longer meets the case"
+    );
+}

@@ -342,6 +342,21 @@ impl World {
             .is_some_and(|at| Instant::now().duration_since(at) <= CAUSE_WINDOW)
     }
 
+    /// Whether a wait of process `p` for `what` losing its key has a cause outside it: the
+    /// nemesis deleted keys, or (a campaign's) `p` restarted within [`CAUSE_WINDOW`]: its
+    /// campaign adopts the key an earlier life left under its lease, which that life's
+    /// removal, on its way when it crashed, may delete late (the documented limit of
+    /// [`World::inherited`], for a wait; seed 1795789661116000).
+    fn wait_loss_explained(&self, p: usize, what: kinds::Kind) -> bool {
+        self.deletion_explained()
+            || (what == kinds::Kind::Lead
+                && self
+                    .log()
+                    .restarted
+                    .get(&p)
+                    .is_some_and(|(at, _)| Instant::now().duration_since(*at) <= CAUSE_WINDOW))
+    }
+
     /// Whether `token` is a key of an earlier life of process `p` (created before its
     /// last restart, within [`CAUSE_WINDOW`]) that it adopted: a removal or resignation
     /// of that life still on its way when it crashed may apply to it, late.

@@ -171,7 +171,7 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
                     ),
                 );
             }
-            if kind(&e) == "lock lost" && live.is_alive() && !world.deletion_explained() {
+            if kind(&e) == "lock lost" && live.is_alive() && !world.wait_loss_explained(p, what) {
                 world.violation(&me, "a wait lost its key, and nobody deleted it".into());
             }
             sleep(rng.millis(0, 200));
