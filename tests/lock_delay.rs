@@ -196,6 +196,103 @@ fn a_holder_whose_session_is_closed_hands_over_at_once() {
     );
 }
 
+/// A lease that ends long after its key was released owes nothing: A releases to C, then
+/// closes its session; C holds past the end of every reading of A's lease, then releases.
+/// The waiter behind both saw A's key go while A's lease was proven alive, so it takes
+/// over at once (found by the simulation, seed 1795794799848384: before the fix the
+/// waiter judged A's lease at its own turn, when no reading covered it, and waited the
+/// whole delay).
+#[test]
+fn a_lease_that_ends_after_its_key_was_released_owes_no_delay() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (a, next, last) = (session(&c, 3), session(&c, 30), session(&c, 30));
+    let held = a.mutex("ld-later").unwrap().lock().unwrap();
+    let second = next.mutex("ld-later").unwrap();
+    let second = thread::spawn(move || second.lock_timeout(Duration::from_secs(20)));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-later/")
+        .len()
+        == 2));
+    let mutex = last
+        .mutex("ld-later")
+        .unwrap()
+        .lock_delay(Duration::from_secs(4))
+        .unwrap();
+    let waiter = thread::spawn(move || {
+        let guard = mutex.lock_timeout(Duration::from_secs(30));
+        (Instant::now(), guard.map(|g| g.is_held()))
+    });
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-later/")
+        .len()
+        == 3));
+    thread::sleep(Duration::from_millis(100));
+    held.release().unwrap();
+    let second = second.join().unwrap().unwrap();
+    a.close().unwrap();
+    // Past every proof the waiter's readings gave of A's lease (TTL 3 s).
+    thread::sleep(Duration::from_secs(5));
+    let released = Instant::now();
+    second.release().unwrap();
+    let (acquired, held_now) = waiter.join().unwrap();
+    assert!(held_now.unwrap(), "the waiter holds");
+    assert!(
+        acquired.duration_since(released) < Duration::from_secs(1),
+        "took over {:?} after a clean release: the lock-delay for a lease that ended after \
+         its key was released",
+        acquired.duration_since(released)
+    );
+}
+
+/// A holder whose lease has under a second left when it releases (its keep-alives stopped
+/// reaching etcd; it deletes its key before giving up): etcd still has the lease when the
+/// waiter's turn comes, so the key went by a release, not with its lease, and the waiter
+/// takes over at once. Before the fix a lookup answering TTL 0 (under a second left)
+/// counted as an ended lease, and the waiter waited the delay (found by the simulation,
+/// seed 1795795367634572, where the holder's lease ended soon after).
+#[test]
+fn a_release_in_the_last_second_of_the_holders_lease_owes_no_delay() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    // A lease with no keep-alive: 2 s, etcd's least.
+    let granted = etcdctl_command(&server.endpoint(), &["lease", "grant", "2"])
+        .output()
+        .unwrap();
+    let granted_at = Instant::now();
+    let out = String::from_utf8_lossy(&granted.stdout).into_owned();
+    let hex = out
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("etcdctl lease grant said {out:?}"));
+    let lease = i64::from_str_radix(hex, 16).unwrap();
+    c.put_with_lease(format!("ld-last/{hex}"), "", lease)
+        .unwrap();
+    // The waiter joins with under a second of the lease left: every lookup says TTL 0.
+    thread::sleep(Duration::from_millis(1150).saturating_sub(granted_at.elapsed()));
+    let s = session(&c, 30);
+    let mutex = s
+        .mutex("ld-last")
+        .unwrap()
+        .lock_delay(Duration::from_secs(4))
+        .unwrap();
+    let waiter = thread::spawn(move || {
+        let guard = mutex.lock_timeout(Duration::from_secs(20));
+        (Instant::now(), guard.map(|g| g.is_held()))
+    });
+    assert!(eventually(Duration::from_secs(1), || keys(&c, "ld-last/")
+        .len()
+        == 2));
+    thread::sleep(Duration::from_millis(1500).saturating_sub(granted_at.elapsed()));
+    let released = Instant::now();
+    assert_eq!(c.delete(format!("ld-last/{hex}")).unwrap(), 1);
+    let (acquired, held_now) = waiter.join().unwrap();
+    assert!(held_now.unwrap(), "the waiter holds");
+    assert!(
+        acquired.duration_since(released) < Duration::from_secs(1),
+        "took over {:?} after a release in the last second of the holder's lease",
+        acquired.duration_since(released)
+    );
+}
+
 #[test]
 fn a_cancel_during_the_delay_ends_the_wait_and_leaves_no_key() {
     let server = etcd();

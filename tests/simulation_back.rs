@@ -7,6 +7,8 @@
 //! switched on process-wide.
 #![cfg(feature = "simulation")]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use etcd_sync::testing::LineTuning;
@@ -71,9 +73,7 @@ fn waiters_at_the_back_break_no_invariant_and_an_unread_lookout_gap_is_found() {
     }
 
     let budget = secs("ETCD_SYNC_SIM_BACK_SECS", 20);
-    let base = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_micros() as u64);
+    let base = common::sweep_base();
     println!("sweeping from seed {base} for {budget:?} (replay one: ETCD_SYNC_SIM_SEED=<seed>)");
     let started = Instant::now();
     let (mut schedules, mut acquisitions, mut back_waits, mut gap_reads) = (0u64, 0, 0, 0);

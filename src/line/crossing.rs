@@ -4,7 +4,12 @@
 //! wakes the one waiter it concerns. Why the last delete is proof of ownership:
 //! docs/design/handoff.md.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
 use crate::line::mode::Sorted;
+use crate::support::clock;
 use crate::transport::watch::{Event, EventKind};
 use crate::transport::watches::waiting::Condition;
 
@@ -19,6 +24,37 @@ pub(crate) struct Awaited {
     /// Passed back in [`Crossed::Cleared`]: whether `keys` were all the keys ahead.
     pub(crate) complete: bool,
     pub(crate) known: i64,
+    /// Where to note when each key ahead was seen to go, for a wait that asks.
+    pub(crate) departures: Option<Departures>,
+}
+
+/// When each key ahead of a wait was seen to go, on this client's clock: a lock-delay
+/// asks whether a key's lease was still alive when the key went (then the key was
+/// released, and a later end of its lease owes nothing).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Departures {
+    went: Arc<Mutex<HashMap<Vec<u8>, Instant>>>,
+    news: Arc<tokio::sync::Notify>,
+}
+
+impl Departures {
+    fn record(&self, key: &[u8]) {
+        if let Ok(mut map) = self.went.lock() {
+            map.entry(key.to_vec()).or_insert_with(clock::now);
+        }
+        self.news.notify_one();
+    }
+
+    /// Resolves once a key went since the last call (a key that went before the first
+    /// call counts).
+    pub(crate) async fn one_went(&self) {
+        self.news.notified().await;
+    }
+
+    /// When `key` was seen to go, if a delete of it crossed it off.
+    pub(crate) fn of(&self, key: &[u8]) -> Option<Instant> {
+        self.went.lock().ok().and_then(|map| map.get(key).copied())
+    }
 }
 
 /// The outcome of waiting for [`Awaited`] keys.
@@ -45,8 +81,10 @@ impl Condition for Awaited {
             }
             if event.kv.key == self.own {
                 own_deleted = true;
-            } else {
-                self.keys.remove(&event.kv.key);
+            } else if self.keys.remove(&event.kv.key)
+                && let Some(departures) = &self.departures
+            {
+                departures.record(&event.kv.key);
             }
         }
         self.known = through;
@@ -90,6 +128,7 @@ mod tests {
             keys,
             complete: true,
             known,
+            departures: None,
         }
     }
 
@@ -108,6 +147,7 @@ mod tests {
             keys,
             complete: true,
             known: 10,
+            departures: None,
         };
         // The reader ahead blocks; one permit may remain.
         assert!(a.apply(&[delete(b"l/1.permits-2", 11)]).is_none());
@@ -133,6 +173,7 @@ mod tests {
             keys,
             complete: true,
             known: 10,
+            departures: None,
         };
         // Two single permits go: 3 remain, one too many.
         assert!(a.apply(&[delete(b"l/1.permits-4", 11)]).is_none());
@@ -159,6 +200,22 @@ mod tests {
             }) => {}
             other => panic!("expected Cleared at 14, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn departures_note_only_the_keys_ahead_when_they_go() {
+        let departures = Departures::default();
+        let mut a = Awaited {
+            departures: Some(departures.clone()),
+            ..awaiting(&[b"l/a", b"l/b"], 10)
+        };
+        assert!(
+            a.apply(&[delete(b"l/newer", 11), delete(b"l/a", 12)])
+                .is_none()
+        );
+        assert!(departures.of(b"l/a").is_some(), "a key ahead that went");
+        assert!(departures.of(b"l/b").is_none(), "still there");
+        assert!(departures.of(b"l/newer").is_none(), "never ahead");
     }
 
     #[test]

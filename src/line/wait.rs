@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::client::lease::LeaseState;
 use crate::line::behind::{self, UNSYNCED_POLL, Woken, still_there};
-use crate::line::crossing::{Awaited, Crossed};
+use crate::line::crossing::{Awaited, Crossed, Departures};
 use crate::line::queue::{
     Ahead, Ours, Position, key_gone_error, read_position_at, warn_of_foreign_keys,
 };
@@ -56,6 +56,7 @@ pub(crate) async fn wait_turn(
     session: &LeaseState,
     ours: Ours<'_>,
     (position, seen_at): (Position, i64),
+    departures: Option<&Departures>,
 ) -> Result<Granted> {
     let key = ours.key;
     let (mut position, mut seen_at) = (position, seen_at);
@@ -78,7 +79,7 @@ pub(crate) async fn wait_turn(
                 return Err(key_gone_error(rpc, session).await);
             }
         }
-        match wait_at_front(rpc, watches, session, ours, ahead, seen_at).await? {
+        match wait_at_front(rpc, watches, session, ours, (ahead, seen_at), departures).await? {
             Front::Owner(granted) => return Ok(granted),
             Front::Far(ahead, at) => (position, seen_at) = (Position::Behind(ahead), at),
         }
@@ -116,8 +117,8 @@ async fn wait_at_front(
     watches: &Watches,
     session: &LeaseState,
     ours: Ours<'_>,
-    ahead: Ahead,
-    seen_at: i64,
+    (ahead, seen_at): (Ahead, i64),
+    departures: Option<&Departures>,
 ) -> Result<Front> {
     let key = ours.key;
     tracing::debug!(key = %text(key), ahead = ahead.len(), complete = ahead.complete, "waiting");
@@ -131,7 +132,11 @@ async fn wait_at_front(
             keep: Some(watches.pin(spec.clone())),
         })
     };
-    let mut deletes = watches.wait_for(spec.clone(), seen_at, awaited(key, ahead, seen_at));
+    let mut deletes = watches.wait_for(
+        spec.clone(),
+        seen_at,
+        awaited(key, ahead, seen_at, departures),
+    );
     let mut known = seen_at;
     // Until then, etcd may have registered a just-created watcher as unsynced: read now and
     // then, so a handoff in that window does not wait for etcd's 100 ms sync loop. Not once
@@ -155,7 +160,7 @@ async fn wait_at_front(
                 {
                     continue;
                 }
-                match reread(rpc, session, ours, &deletes).await? {
+                match reread(rpc, session, (ours, departures), &deletes).await? {
                     Reread::Owner(at) => return Ok(owner(at)),
                     Reread::Far(ahead, at) => return Ok(Front::Far(ahead, at)),
                     Reread::Waiting(at, newest) => (known, last) = (at, newest),
@@ -172,7 +177,7 @@ async fn wait_at_front(
                 if after <= known && !fresh {
                     continue;
                 }
-                match reread(rpc, session, ours, &deletes).await? {
+                match reread(rpc, session, (ours, departures), &deletes).await? {
                     Reread::Owner(at) => return Ok(owner(at)),
                     Reread::Far(ahead, at) => return Ok(Front::Far(ahead, at)),
                     Reread::Waiting(at, newest) => {
@@ -189,7 +194,7 @@ async fn wait_at_front(
             }
             // Only part of a long line was tracked: find the rest.
             Wake::Verdict(Crossed::Cleared { .. }) => {
-                match reread(rpc, session, ours, &deletes).await? {
+                match reread(rpc, session, (ours, departures), &deletes).await? {
                     Reread::Owner(at) => return Ok(owner(at)),
                     Reread::Far(ahead, at) => return Ok(Front::Far(ahead, at)),
                     Reread::Waiting(at, newest) => (known, last) = (at, newest),
@@ -202,8 +207,9 @@ async fn wait_at_front(
 }
 
 /// What a waiter awaits: the keys `ahead` of `own`, exact at revision `known`.
-fn awaited(own: &[u8], ahead: Ahead, known: i64) -> Awaited {
+fn awaited(own: &[u8], ahead: Ahead, known: i64, departures: Option<&Departures>) -> Awaited {
     Awaited {
+        departures: departures.cloned(),
         own: own.to_vec(),
         keys: ahead.keys,
         complete: ahead.complete,
@@ -230,7 +236,7 @@ enum Reread {
 async fn reread(
     rpc: &Rpc,
     session: &LeaseState,
-    ours: Ours<'_>,
+    (ours, departures): (Ours<'_>, Option<&Departures>),
     deletes: &Waiting<Awaited>,
 ) -> Result<Reread> {
     let position = session
@@ -245,7 +251,7 @@ async fn reread(
         }
         (Position::Behind(ahead), at) => {
             let last = ahead.last.clone();
-            deletes.wait_again(at, awaited(ours.key, ahead, at));
+            deletes.wait_again(at, awaited(ours.key, ahead, at, departures));
             Ok(Reread::Waiting(at, last))
         }
     }

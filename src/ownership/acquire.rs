@@ -149,10 +149,13 @@ async fn wait_behind(
             // With a lock-delay, the leases ahead are read while we wait: a lease proven
             // alive when our turn came did not expire (delay.rs).
             let readings = delay::Readings::default();
+            let departures = crate::line::crossing::Departures::default();
             let reading = match position {
                 Position::Behind(ahead) if !wait.delay.is_zero() => {
                     let leases = delay::leases_ahead(&line.prefix, ahead);
-                    Some(Box::pin(delay::keep_reading(rpc, leases, readings.clone())))
+                    let reading =
+                        delay::keep_reading(rpc, leases, readings.clone(), departures.clone());
+                    Some(Box::pin(reading))
                 }
                 _ => None,
             };
@@ -162,6 +165,7 @@ async fn wait_behind(
                 session,
                 line.ours(enqueued.rev),
                 (position.clone(), enqueued.seen_at),
+                reading.is_some().then_some(&departures),
             );
             // With deadlock detection on, a cycle this wait is chosen to end ends it
             // (deadlock.rs), and its key is removed below as a timed-out wait's is.
@@ -203,7 +207,11 @@ async fn wait_behind(
                         op,
                         (&line.prefix, ahead),
                         delay,
-                        (&readings, turn_at),
+                        delay::Seen {
+                            readings: &readings,
+                            departures: &departures,
+                            turn_at,
+                        },
                     );
                     let watches = line.session.client().watches();
                     let ours = line.ours(enqueued.rev);

@@ -12,8 +12,13 @@
 //! often before the waiter's lookup (issue 48, item 4). So while it waits, a wait with a
 //! delay keeps [`Readings`] of the leases ahead: a TTL answer proves the lease cannot
 //! expire before `sent + ttl - safety margin` (etcd only ever extends a deadline: a new
-//! leader renews every lease). A lease that ended while such a proof still held when our
-//! turn came was revoked or its key released, not expired: no delay. Only an expiry, the
+//! leader renews every lease). A key ahead that went while such a proof of its lease still
+//! held was released (or deleted), not taken by an expiry, whatever became of its lease
+//! later; the wait notes when each key went (`line/crossing.rs`, `Departures`; a key whose
+//! going it did not see counts as gone when the turn came). So is a key ahead whose lease
+//! a lookup sent after the key went still found (even at TTL 0, under a second left): a
+//! lease's end deletes its keys as it goes, so the key did not go with it. Each key ahead
+//! that goes is therefore followed by a lookup of its lease at once. Only an expiry, the
 //! loss a paused or cut-off holder cannot see, costs the delay.
 //!
 //! Covered: a wait whose key was in the line behind the ended holder's key. Not covered:
@@ -28,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use super::Wait;
 use crate::client::lease::{LeaseState, safety_margin};
+use crate::line::crossing::Departures;
 use crate::line::mode::Mode;
 use crate::line::queue::Ahead;
 use crate::support::clock;
@@ -70,23 +76,44 @@ pub(crate) fn leases_ahead(prefix: &[u8], ahead: &Ahead) -> Vec<i64> {
     leases
 }
 
-/// Until when each lease ahead is known not to expire, from the last TTL etcd reported.
+/// What the lookups of each lease ahead showed: until when it cannot expire (from the
+/// last TTL etcd reported), and the last instant a lookup was sent that found it.
 #[derive(Clone, Default)]
-pub(crate) struct Readings(Arc<StdMutex<HashMap<i64, Instant>>>);
+pub(crate) struct Readings(Arc<StdMutex<HashMap<i64, Reading>>>);
+
+#[derive(Clone, Copy, Default)]
+struct Reading {
+    alive_until: Option<Instant>,
+    found_at: Option<Instant>,
+}
 
 impl Readings {
-    fn record(&self, lease: i64, alive_until: Instant) {
+    fn record(&self, lease: i64, reading: Reading) {
         if let Ok(mut map) = self.0.lock() {
-            map.insert(lease, alive_until);
+            let r = map.entry(lease).or_default();
+            r.alive_until = r.alive_until.max(reading.alive_until);
+            r.found_at = r.found_at.max(reading.found_at);
         }
     }
 
     /// Whether `lease` was proven unable to expire before `at`.
     fn alive_at(&self, lease: i64, at: Instant) -> bool {
+        self.get(lease).alive_until.is_some_and(|until| until > at)
+    }
+
+    /// Whether a lookup sent at or after `at` found `lease`: it was not revoked (nor
+    /// expired, which revokes) by then, so a key of it that went before `at` did not go
+    /// with it.
+    fn found_after(&self, lease: i64, at: Instant) -> bool {
+        self.get(lease).found_at.is_some_and(|found| found >= at)
+    }
+
+    fn get(&self, lease: i64) -> Reading {
         self.0
             .lock()
-            .map(|map| map.get(&lease).is_some_and(|until| *until > at))
-            .unwrap_or(false)
+            .ok()
+            .and_then(|map| map.get(&lease).copied())
+            .unwrap_or_default()
     }
 }
 
@@ -94,10 +121,17 @@ impl Readings {
 const RETRY: Duration = Duration::from_millis(200);
 
 /// Looks up `leases` while the wait runs, each again when half of its proven life is
-/// used, recording into `readings`; stops looking at a lease that ended. Never returns:
-/// the wait drops it when its turn comes. A failed lookup only leaves a proof missing,
-/// which costs a delay, never a wrong handover.
-pub(crate) async fn keep_reading(rpc: &Rpc, leases: Vec<i64>, readings: Readings) -> Infallible {
+/// used, and each at once when a key ahead went (`departures`): a lookup after the key
+/// went that finds its lease proves the key went by a release, not with its lease.
+/// Records into `readings`; stops looking at a lease that ended. Never returns: the wait
+/// drops it when its turn comes. A failed lookup only leaves a proof missing, which costs
+/// a delay, never a wrong handover.
+pub(crate) async fn keep_reading(
+    rpc: &Rpc,
+    leases: Vec<i64>,
+    readings: Readings,
+    departures: Departures,
+) -> Infallible {
     let mut due: HashMap<i64, Instant> = leases.into_iter().map(|l| (l, clock::now())).collect();
     loop {
         let now = clock::now();
@@ -109,11 +143,19 @@ pub(crate) async fn keep_reading(rpc: &Rpc, leases: Vec<i64>, readings: Readings
         for lease in ready {
             let sent = clock::now();
             match rpc.lease_time_to_live(lease).await {
-                Ok(info) if info.ttl > 0 => {
+                // A lease etcd still has: TTL 0 is under a second left (or just past its
+                // deadline, not yet revoked), a proof of nothing but that it is there.
+                Ok(info) if info.ttl >= 0 => {
                     // etcd truncates the remaining TTL to whole seconds: at least this.
                     let ttl = Duration::from_secs(info.ttl.unsigned_abs());
                     let proven = ttl - safety_margin(ttl).min(ttl);
-                    readings.record(lease, sent + proven);
+                    readings.record(
+                        lease,
+                        Reading {
+                            alive_until: (info.ttl > 0).then_some(sent + proven),
+                            found_at: Some(sent),
+                        },
+                    );
                     due.insert(lease, sent + (proven / 2).max(RETRY));
                 }
                 Ok(_) => {
@@ -134,16 +176,47 @@ pub(crate) async fn keep_reading(rpc: &Rpc, leases: Vec<i64>, readings: Readings
                 }
             }
         }
-        match due.values().min() {
-            Some(next) => tokio::time::sleep_until((*next).into()).await,
-            None => std::future::pending::<()>().await,
+        let next = due.values().min().copied();
+        tokio::select! {
+            () = async {
+                match next {
+                    Some(next) => tokio::time::sleep_until(next.into()).await,
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+            () = departures.one_went() => {
+                let now = clock::now();
+                due.values_mut().for_each(|at| *at = now);
+            }
         }
     }
 }
 
-/// Waits `delay` if a lease of a key in `ahead` has expired (ended without a proof in
-/// `readings` that it was still alive at `turn_at`, when the wait saw its turn come),
-/// within `wait`'s limit and token, ending early on session loss.
+/// What the wait saw of the keys ahead: the [`Readings`] of their leases, when each key
+/// went ([`Departures`]), and when the turn came (for a key whose going it did not see).
+pub(crate) struct Seen<'a> {
+    pub(crate) readings: &'a Readings,
+    pub(crate) departures: &'a Departures,
+    pub(crate) turn_at: Instant,
+}
+
+impl Seen<'_> {
+    /// Whether every key of `lease` in `ahead` went while `lease` was proven alive: each
+    /// was released (or deleted), not taken by the lease's end.
+    fn released(&self, prefix: &[u8], ahead: &Ahead, lease: i64) -> bool {
+        ahead
+            .keys()
+            .filter(|key| Mode::lease_of(prefix, key) == Some(lease))
+            .all(|key| {
+                let went = self.departures.of(key).unwrap_or(self.turn_at);
+                self.readings.alive_at(lease, went) || self.readings.found_after(lease, went)
+            })
+    }
+}
+
+/// Waits `delay` if a lease of a key in `ahead` has expired (ended, with a key of it
+/// ahead gone at an instant no reading in `seen` proves it alive at), within `wait`'s
+/// limit and token, ending early on session loss.
 pub(crate) async fn hold_off(
     rpc: &Rpc,
     session: &LeaseState,
@@ -151,14 +224,16 @@ pub(crate) async fn hold_off(
     operation: Operation,
     (prefix, ahead): (&[u8], &Ahead),
     delay: Duration,
-    (readings, turn_at): (&Readings, Instant),
+    seen: Seen<'_>,
 ) -> Result<()> {
     if delay.is_zero() {
         return Ok(());
     }
     let leases: Vec<i64> = leases_ahead(prefix, ahead)
         .into_iter()
-        .filter(|lease| mutation(Mutation::DelayOnEveryEnd) || !readings.alive_at(*lease, turn_at))
+        .filter(|lease| {
+            mutation(Mutation::DelayOnEveryEnd) || !seen.released(prefix, ahead, *lease)
+        })
         .collect();
     // The lookups are part of the wait: bounded by its limit and token, and ended by a
     // session loss, like every other step of it. (Unbounded, a frozen member held a wait
@@ -188,8 +263,10 @@ async fn first_ended(rpc: &Rpc, session: &LeaseState, leases: &[i64]) -> Result<
         let looked_up = session
             .retry_while_alive(|| rpc.lease_time_to_live(lease))
             .await;
+        // A lease etcd still has (TTL 0: under a second left) did not take its keys: a
+        // lease's end deletes them as it goes.
         let gone = match looked_up {
-            Ok(info) => info.ttl <= 0,
+            Ok(info) => info.ttl < 0,
             Err(Error::Server {
                 code: Code::NotFound,
                 ..
@@ -211,13 +288,31 @@ mod tests {
     fn a_lease_is_alive_only_until_its_proven_instant() {
         let readings = Readings::default();
         let now = clock::now();
-        readings.record(7, now + Duration::from_secs(1));
+        readings.record(
+            7,
+            Reading {
+                alive_until: Some(now + Duration::from_secs(1)),
+                found_at: Some(now),
+            },
+        );
         assert!(readings.alive_at(7, now));
         assert!(!readings.alive_at(7, now + Duration::from_secs(2)));
         assert!(
             !readings.alive_at(8, now),
             "a lease never read proves nothing"
         );
+        assert!(readings.found_after(7, now));
+        assert!(!readings.found_after(7, now + Duration::from_millis(1)));
+        // A later lookup that found it with under a second left: found, proves no life.
+        let later = now + Duration::from_secs(3);
+        readings.record(
+            7,
+            Reading {
+                alive_until: None,
+                found_at: Some(later),
+            },
+        );
+        assert!(readings.found_after(7, later) && !readings.alive_at(7, later));
     }
 
     #[test]

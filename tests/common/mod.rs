@@ -275,3 +275,19 @@ pub fn assert_seed_clean(seed: u64) {
     );
     assert!(outcome.acquisitions > 0, "seed {seed} acquired nothing");
 }
+
+/// Where a sweep of seeded schedules starts: `ETCD_SYNC_SIM_BASE` if set, else the clock
+/// (a new stretch of schedules on every run). Under CI, scripts/test sets it from the
+/// commit, so CI sweeps the same schedules as any earlier run of that commit did
+/// (docs/design/simulation.md, "Seeds").
+pub fn sweep_base() -> u64 {
+    if let Some(base) = std::env::var("ETCD_SYNC_SIM_BASE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return base;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64)
+}
