@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::watcher::Watcher;
-use super::{Command, Delivery, Spec};
+use super::{Command, Delivery, Spec, UNSYNCED_WINDOW};
 use crate::support::backoff::Backoff;
 use crate::support::error::Result;
 use crate::support::sim::{Mutation, mutation};
@@ -32,6 +32,9 @@ pub(super) struct Hub {
     opened_at: Option<std::time::Instant>,
     /// The current stream's member has etcd #18089's fix (see [`Watcher::request`]).
     fixed: bool,
+    /// Watchers created from now on a member without that fix, to be settled once synced
+    /// ([`Hub::settle_unsynced`]): when, the spec, its watch id and its start's revision.
+    unsynced: Vec<(std::time::Instant, Spec, i64, i64)>,
 }
 
 /// A stream that served this long was healthy (a member that breaks streams at once does
@@ -274,7 +277,17 @@ impl Hub {
         let mut recheck = tokio::time::interval(PROXY_SILENCE / 2);
         recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let unsynced = self.next_unsynced();
             tokio::select! {
+                due = async {
+                    match unsynced {
+                        Some(due) => {
+                            tokio::time::sleep_until(due.into()).await;
+                            due
+                        }
+                        None => std::future::pending().await,
+                    }
+                } => self.settle_unsynced(due),
                 _ = recheck.tick(), if stream.server_numbers_watchers() => {
                     self.recheck_through_proxy(&stream, rpc.request_timeout())?;
                 }
@@ -362,7 +375,48 @@ impl Hub {
         match watcher.through {
             // Re-created after a break: it continues where the last stream stopped.
             Some(_) => {}
-            None => watcher.start_fresh(answer.revision),
+            None => {
+                watcher.start_fresh(answer.revision);
+                if !self.fixed {
+                    let due = crate::support::clock::now() + UNSYNCED_WINDOW;
+                    self.unsynced
+                        .push((due, spec, answer.watch_id, answer.revision));
+                }
+            }
+        }
+    }
+
+    /// When the next watcher of [`Hub::unsynced`] is due, if any.
+    fn next_unsynced(&self) -> Option<std::time::Instant> {
+        self.unsynced.iter().map(|(due, ..)| *due).min()
+    }
+
+    /// A watcher created from now at revision `r` on a member without etcd #18089's fix
+    /// may be registered unsynced, starting at `r + 1`; a compaction at exactly `r + 1`
+    /// before etcd's sync loop reaches it drops the deletes at `r + 1` from what it sends
+    /// (the sync finds its start not yet compacted, and the tombstones gone). Once it is
+    /// synced (after [`UNSYNCED_WINDOW`]), its subscribers that know no further than `r`
+    /// read once more: what came after their read reaches them as events. Not covered: a
+    /// subscriber that joins after this knowing exactly `r` is not told (the history
+    /// still claims `r`; claiming `r + 1` would have a subscriber whose read finds the
+    /// store still at `r` told to read forever).
+    fn settle_unsynced(&mut self, now: std::time::Instant) {
+        let (due, later) = std::mem::take(&mut self.unsynced)
+            .into_iter()
+            .partition(|(at, ..)| *at <= now);
+        self.unsynced = later;
+        let due: Vec<(std::time::Instant, Spec, i64, i64)> = due;
+        for (_, spec, id, revision) in due {
+            let Some(watcher) = self.watchers.get_mut(&spec) else {
+                continue;
+            };
+            if watcher.id != Some(id) || watcher.history_from > revision {
+                continue; // started again since
+            }
+            watcher.broadcast(&Delivery::From {
+                after: revision + 1,
+                fresh: false,
+            });
         }
     }
 

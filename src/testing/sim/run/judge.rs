@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::kinds::{Kind, admitted, line, own_key};
+use super::kinds::{Kind, admitted, line, own_key, present, value_of};
 use super::{Held, LOSS_BOUND, Rng, World, sleep};
 use crate::client::Client;
+use crate::recipes::guard::{Guard, LeaderKind};
 use crate::session::Session;
 use crate::support::cancel::{CancelToken, WaitOptions};
 
@@ -97,6 +98,54 @@ pub(super) fn lost_fires(world: &World, me: &str, lost: &crossbeam_channel::Rece
             return world.violation(me, what);
         }
         sleep(Duration::from_millis(50));
+    }
+}
+
+/// A leader proclaims a new value: a proclamation that returned `Ok` is the key's value in
+/// the store (unless the key went since), and one refused as `NotLeader` was refused
+/// because the key is not ours any more (after a re-campaign too, whose new value has a
+/// new value revision).
+/// A third of the leaders proclaim, drawn from a stream of their own (so schedules stay
+/// as they were).
+pub(super) fn proclaims(world: &World, me: &str, guard: &Guard<LeaderKind>) {
+    if Rng(guard.fencing_token() as u64 ^ 0x9c1a).below(3) != 0 {
+        return;
+    }
+    let key = guard.key_str().into_owned();
+    let token = guard.fencing_token();
+    let value = format!("{me} proclaims at {}", world.now_ms());
+    match guard.proclaim(&value) {
+        Ok(()) => match value_of(world, &key) {
+            Some(stored) if stored != value.as_bytes() => world.violation(
+                me,
+                format!(
+                    "proclaimed {value:?}; the store has {:?}",
+                    String::from_utf8_lossy(&stored)
+                ),
+            ),
+            _ => world.note(me, "proclaimed".into()),
+        },
+        Err(crate::support::error::Error::NotLeader) => {
+            if present(world, Kind::Lead.name(), &key, token) && !world.deletion_explained() {
+                world.violation(me, format!("a proclamation refused while {key} holds"));
+            }
+        }
+        Err(e) => world.note(me, format!("proclaim: {}", super::kinds::kind(&e))),
+    }
+}
+
+/// A re-campaign's new value is the key's value in the store (unless the key went since).
+pub(super) fn re_campaigned_value(world: &World, me: &str, guard: &Guard<LeaderKind>, value: &str) {
+    if let Some(stored) = value_of(world, &guard.key_str())
+        && stored != value.as_bytes()
+    {
+        world.violation(
+            me,
+            format!(
+                "re-campaigned with {value:?}; the store has {:?}",
+                String::from_utf8_lossy(&stored)
+            ),
+        );
     }
 }
 

@@ -123,3 +123,14 @@ pub(super) fn present(world: &World, name: &str, key: &str, token: i64) -> bool 
         .iter()
         .any(|(k, rev)| k == key && *rev == token)
 }
+
+/// The value `key` has in the store, if it is there.
+pub(super) fn value_of(world: &World, key: &str) -> Option<Vec<u8>> {
+    let range = crate::transport::generated::etcdserverpb::RangeRequest {
+        key: key.as_bytes().to_vec(),
+        ..Default::default()
+    };
+    let state = world.cluster.shared.lock();
+    let kv = state.store.range(&range).ok()?.kvs.into_iter().next()?;
+    Some(kv.value)
+}

@@ -317,6 +317,7 @@ fn take_and_hold(
                 Some(guard)
             };
             if let Some(guard) = guard {
+                super::judge::proclaims(world, me, &guard);
                 hold(world, (me, p), (what, guard, session, called), rng);
             }
         }
@@ -360,6 +361,7 @@ fn re_campaign(
                     ),
                 );
             }
+            super::judge::re_campaigned_value(world, me, &new, &format!("{me}+"));
             // The old guard is superseded: dropping it must leave the key alone.
             drop(old);
             Some(new)
