@@ -134,7 +134,29 @@ pub(super) fn proclaims(world: &World, me: &str, guard: &Guard<LeaderKind>) {
     }
 }
 
-/// A re-campaign's new value is the key's value in the store (unless the key went since).
+/// Campaigns, half the time with a value of this moment (drawn apart, so schedules stay
+/// as they were): a life that resumed its lease and finds its earlier life's key there
+/// proclaims the new value in place (Go's re-campaign), and the store must have it, and
+/// a later proclamation must find the value's revision it wrote.
+pub(super) fn campaign(
+    world: &World,
+    me: &str,
+    election: &crate::recipes::election::Election,
+    options: WaitOptions,
+) -> crate::support::error::Result<Guard<LeaderKind>> {
+    let now = world.now_ms();
+    let value = if Rng(now as u64 ^ 0x7a11).below(2) == 0 {
+        me.to_string()
+    } else {
+        format!("{me} at {now}")
+    };
+    let guard = election.campaign_with(&value, options)?;
+    re_campaigned_value(world, me, &guard, &value);
+    Ok(guard)
+}
+
+/// A campaign's (or re-campaign's) value is the key's value in the store (unless the key
+/// went since).
 pub(super) fn re_campaigned_value(world: &World, me: &str, guard: &Guard<LeaderKind>, value: &str) {
     if let Some(stored) = value_of(world, &guard.key_str())
         && stored != value.as_bytes()
@@ -142,7 +164,7 @@ pub(super) fn re_campaigned_value(world: &World, me: &str, guard: &Guard<LeaderK
         world.violation(
             me,
             format!(
-                "re-campaigned with {value:?}; the store has {:?}",
+                "campaigned with {value:?}; the store has {:?}",
                 String::from_utf8_lossy(&stored)
             ),
         );

@@ -309,7 +309,7 @@ fn take_and_hold(
             }
         }
         Kind::Lead => {
-            let guard = session.election(name)?.campaign_with(me, options)?;
+            let guard = super::judge::campaign(world, me, &session.election(name)?, options)?;
             got(world);
             let guard = if rng.below(3) == 0 {
                 re_campaign(world, me, session, guard, limit)
