@@ -31,10 +31,7 @@ fn after_a_frozen_holder_expires_the_successor_waits_the_delay() {
         == 1));
     let s = session(&c, 30);
     let mutex = s.mutex("ld-frozen").unwrap().lock_delay(DELAY).unwrap();
-    let waiter = thread::spawn(move || {
-        let guard = mutex.lock_timeout(Duration::from_secs(20));
-        (Instant::now(), guard.map(|g| g.is_held()))
-    });
+    let waiter = wait_and_say_held(mutex, Duration::from_secs(20));
     assert!(eventually(Duration::from_secs(5), || keys(
         &c,
         "ld-frozen/"
@@ -173,10 +170,7 @@ fn a_holder_whose_session_is_closed_hands_over_at_once() {
         .unwrap()
         .lock_delay(Duration::from_secs(5))
         .unwrap();
-    let waiter = thread::spawn(move || {
-        let guard = mutex.lock_timeout(Duration::from_secs(20));
-        (Instant::now(), guard.map(|g| g.is_held()))
-    });
+    let waiter = wait_and_say_held(mutex, Duration::from_secs(20));
     assert!(eventually(Duration::from_secs(5), || keys(
         &c,
         "ld-revoked/"
@@ -218,10 +212,7 @@ fn a_lease_that_ends_after_its_key_was_released_owes_no_delay() {
         .unwrap()
         .lock_delay(Duration::from_secs(4))
         .unwrap();
-    let waiter = thread::spawn(move || {
-        let guard = mutex.lock_timeout(Duration::from_secs(30));
-        (Instant::now(), guard.map(|g| g.is_held()))
-    });
+    let waiter = wait_and_say_held(mutex, Duration::from_secs(30));
     assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-later/")
         .len()
         == 3));
@@ -274,10 +265,7 @@ fn a_release_in_the_last_second_of_the_holders_lease_owes_no_delay() {
         .unwrap()
         .lock_delay(Duration::from_secs(4))
         .unwrap();
-    let waiter = thread::spawn(move || {
-        let guard = mutex.lock_timeout(Duration::from_secs(20));
-        (Instant::now(), guard.map(|g| g.is_held()))
-    });
+    let waiter = wait_and_say_held(mutex, Duration::from_secs(20));
     assert!(eventually(Duration::from_secs(1), || keys(&c, "ld-last/")
         .len()
         == 2));
@@ -442,10 +430,7 @@ fn the_delay_covers_an_acquirer_queued_before_the_holders_lease_ended() {
     let s = session(&c, 30);
     let delay = Duration::from_secs(2);
     let mutex = s.mutex("ld-queued").unwrap().lock_delay(delay).unwrap();
-    let waiter = thread::spawn(move || {
-        let guard = mutex.lock_timeout(Duration::from_secs(20));
-        (Instant::now(), guard.map(|g| g.is_held()))
-    });
+    let waiter = wait_and_say_held(mutex, Duration::from_secs(20));
     assert!(eventually(Duration::from_secs(5), || keys(
         &c,
         "ld-queued/"
@@ -488,4 +473,16 @@ fn the_delay_does_not_cover_an_acquirer_arriving_after_the_ended_holders_key_is_
         "a late arrival waited {took:?} ({:?} after the expiry)",
         expired.elapsed()
     );
+}
+
+/// Waits for `mutex` on a thread of its own: when the wait returned, and whether the
+/// guard it returned says held.
+fn wait_and_say_held(
+    mutex: etcd_sync::Mutex,
+    limit: Duration,
+) -> thread::JoinHandle<(Instant, etcd_sync::Result<bool>)> {
+    thread::spawn(move || {
+        let guard = mutex.lock_timeout(limit);
+        (Instant::now(), guard.map(|g| g.is_held()))
+    })
 }
