@@ -505,6 +505,31 @@ mod tests {
     }
 
     #[test]
+    fn with_no_front_a_permit_behind_exactly_its_room_watches_those_permits() {
+        // A semaphore of 2 with 2 permits ahead: they weigh exactly its room, one must go,
+        // either may. With a front of 0 keys it waits at the back, on both.
+        let line = names(2, ".permits-2");
+        let (keys, created) = sorted(Mode::Permits(2, 1), &line);
+        assert_eq!(keys.weight(), keys.room);
+        assert_eq!(distance(&keys), 1);
+        let both = line
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone().into_bytes(), i as i64 + 10))
+            .collect();
+        assert_eq!(
+            lookout_within((0, 0), &keys, &created),
+            Some(Lookout {
+                keys: both,
+                away: 1
+            })
+        );
+        // One permit ahead leaves room: it holds, no lookout.
+        let (keys, created) = sorted(Mode::Permits(2, 1), &names(1, ".permits-2"));
+        assert_eq!(lookout_within((0, 0), &keys, &created), None);
+    }
+
+    #[test]
     fn a_far_weighted_permit_watches_the_newest_permits_that_fill_its_room() {
         // 4 permits, a request of 3 (room 2: the older permits must weigh at most 1), behind
         // FRONT + 4 permits, the newest weighing 2, then 1s: the newest alone fills the
