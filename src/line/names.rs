@@ -92,3 +92,51 @@ fn without_twins(prefix: &[u8], kvs: Vec<KeyValue>) -> Vec<KeyValue> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, rev: i64) -> KeyValue {
+        KeyValue {
+            key: key.as_bytes().to_vec(),
+            create_revision: rev,
+            mod_revision: rev,
+            ..KeyValue::default()
+        }
+    }
+
+    #[test]
+    fn a_name_whose_end_is_another_names_key_keeps_its_own_keys() {
+        // The line of `p/a/` ends before `p/a0`, which is a key (lease 0xa0) of `p/`. The
+        // line of `p/` holds every key under it, the nested name's too (as Go's does).
+        let lines = lines(b"p/", vec![kv("p/a0", 3), kv("p/a/1", 5), kv("p/a/2", 6)]);
+        let named = |name: &str| {
+            lines
+                .iter()
+                .find(|(n, ..)| n == name.as_bytes())
+                .map(|(_, line, holding)| {
+                    let keys: Vec<String> = line.iter().map(|kv| kv.key_str().into()).collect();
+                    (keys, *holding)
+                })
+        };
+        let all = ["p/a0", "p/a/1", "p/a/2"].map(String::from).to_vec();
+        assert_eq!(named("p/"), Some((all, 1)));
+        assert_eq!(
+            named("p/a/"),
+            Some((vec!["p/a/1".to_string(), "p/a/2".to_string()], 1))
+        );
+        assert_eq!(lines.len(), 2);
+    }
+
+    #[test]
+    fn the_read_of_a_prefix_covers_it_oldest_first_and_an_empty_one_the_keyspace() {
+        let read = read_of(b"p/");
+        assert_eq!(read.key, b"p/".to_vec());
+        assert_eq!(read.range_end, b"p0".to_vec());
+        assert_eq!(read.by_create_revision, Some(true));
+        let everything = read_of(b"");
+        assert_eq!((everything.key, everything.range_end), (vec![0], vec![0]));
+        assert_eq!(everything.by_create_revision, Some(true));
+    }
+}
