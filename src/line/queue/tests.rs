@@ -295,3 +295,27 @@ fn keys_at_our_own_revision_are_not_ahead() {
         Some(Position::Gone)
     ));
 }
+
+#[test]
+fn the_reads_of_the_line_ask_for_keys_only_and_as_few_as_they_need() {
+    // The position read: the newest keys up to ours, at most TRACKED before it.
+    let read = newest_up_to(b"p/", 77);
+    assert_eq!(read.limit, TRACKED + 1);
+    assert_eq!(read.by_create_revision, Some(false));
+    assert_eq!(read.max_create_revision, 77);
+    assert!(read.keys_only, "election values can be large");
+    assert_eq!((read.key, read.range_end), (b"p/".to_vec(), b"p0".to_vec()));
+    // The enqueue's reads, newest or whole: keys only.
+    for (mode, whole) in [
+        (Mode::Exclusive, false),
+        (Mode::Permits(8, 1), false),
+        (Mode::Shared, false),
+        (Mode::Exclusive, true),
+    ] {
+        assert!(the_line(D, b"p/", mode, whole).keys_only, "{mode:?}");
+    }
+    // A semaphore reads only the newest keys while they are fewer than the whole line.
+    let largest = (TRACKED - D.front as i64 - 2) as u32;
+    assert!(permits_read_newest(D, largest));
+    assert!(!permits_read_newest(D, largest + 1));
+}
