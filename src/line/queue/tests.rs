@@ -314,6 +314,14 @@ fn the_reads_of_the_line_ask_for_keys_only_and_as_few_as_they_need() {
     ] {
         assert!(the_line(D, b"p/", mode, whole).keys_only, "{mode:?}");
     }
+    // The read of our lease's keys under the name: a bounded, keys-only prefix read.
+    let mine = of_lease(b"p/", 0x1f);
+    assert_eq!(
+        (mine.key, mine.range_end),
+        (b"p/1f".to_vec(), b"p/1g".to_vec())
+    );
+    assert_eq!(mine.limit, TRACKED);
+    assert!(mine.keys_only);
     // A semaphore reads only the newest keys while they are fewer than the whole line.
     let largest = (TRACKED - D.front as i64 - 2) as u32;
     assert!(permits_read_newest(D, largest));
