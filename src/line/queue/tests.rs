@@ -322,6 +322,24 @@ fn the_reads_of_the_line_ask_for_keys_only_and_as_few_as_they_need() {
     );
     assert_eq!(mine.limit, TRACKED);
     assert!(mine.keys_only);
+    // Of what that read finds, the other keys are those of our lease created at another
+    // revision; a longer lease id that starts with ours is not ours.
+    let found = vec![
+        kv(b"p/1f", 9),
+        kv(b"p/1f.shared", 9),
+        kv(b"p/1f.permits-2", 4),
+        kv(b"p/1fa", 3),
+    ];
+    let mut ours_first = found.clone();
+    ours_first.truncate(2);
+    assert_eq!(
+        other_keys_of(b"p/", 0x1f, found, 9),
+        vec![b"p/1f.permits-2".to_vec()]
+    );
+    assert!(other_keys_of(b"p/", 0x1f, ours_first, 9).is_empty());
+    // The owner's read: the oldest key alone.
+    let owner = first_created(b"p/");
+    assert_eq!((owner.limit, owner.by_create_revision), (1, Some(true)));
     // A semaphore reads only the newest keys while they are fewer than the whole line.
     let largest = (TRACKED - D.front as i64 - 2) as u32;
     assert!(permits_read_newest(D, largest));
