@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{ChildGuard, client, etcd, etcdctl_command, eventually, keys, session};
-use etcd_sync::testing::EtcdProxy;
-use etcd_sync::{CancelToken, Error, MAX_LOCK_DELAY, WaitOptions};
+use etcd_sync::testing::{EtcdProxy, LineTuning};
+use etcd_sync::{CancelToken, Client, Error, MAX_LOCK_DELAY, WaitOptions};
 
 const DELAY: Duration = Duration::from_millis(1500);
 
@@ -200,20 +200,49 @@ fn a_holder_whose_session_is_closed_hands_over_at_once() {
 fn a_lease_that_ends_after_its_key_was_released_owes_no_delay() {
     let server = etcd();
     let c = client(&server.endpoints());
-    let (a, next, last) = (session(&c, 3), session(&c, 30), session(&c, 30));
-    let held = a.mutex("ld-later").unwrap().lock().unwrap();
-    let second = next.mutex("ld-later").unwrap();
+    released_then_ended(&c, &c, "ld-later");
+}
+
+/// The same at the back of the line: a waiter that learns of A's release from a read of
+/// its place (it watched a lookout, or a read raced the delete's event) and not from a
+/// delete it crossed off. Before the fix such a key counted as gone only when the turn
+/// came, long after A's lease ended, and the waiter waited the whole delay (the project's
+/// CI, session 32: 4.0 s, when a loaded machine made the front's read come after A's
+/// release).
+#[test]
+fn a_key_a_read_found_gone_is_judged_when_the_read_found_it() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let back = Client::builder()
+        .endpoints(server.endpoints())
+        .line_tuning(LineTuning {
+            front: Some(1),
+            ..LineTuning::default()
+        })
+        .connect()
+        .unwrap();
+    released_then_ended(&c, &back, "ld-back");
+}
+
+/// A (TTL 3 s) holds `name`, B waits behind it on `c`, then a waiter with a 4 s lock-delay
+/// on `waiter`'s client; A releases to B and closes its session; 5 s later B releases: the
+/// waiter takes over within a second.
+fn released_then_ended(c: &Client, waiter: &Client, name: &'static str) {
+    let prefix = format!("{name}/");
+    let (a, next, last) = (session(c, 3), session(c, 30), session(waiter, 30));
+    let held = a.mutex(name).unwrap().lock().unwrap();
+    let second = next.mutex(name).unwrap();
     let second = thread::spawn(move || second.lock_timeout(Duration::from_secs(20)));
-    assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-later/")
+    assert!(eventually(Duration::from_secs(5), || keys(c, &prefix)
         .len()
         == 2));
     let mutex = last
-        .mutex("ld-later")
+        .mutex(name)
         .unwrap()
         .lock_delay(Duration::from_secs(4))
         .unwrap();
     let waiter = wait_and_say_held(mutex, Duration::from_secs(30));
-    assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-later/")
+    assert!(eventually(Duration::from_secs(5), || keys(c, &prefix)
         .len()
         == 3));
     thread::sleep(Duration::from_millis(100));

@@ -30,19 +30,56 @@ pub(crate) struct Awaited {
 
 /// When each key ahead of a wait was seen to go, on this client's clock: a lock-delay
 /// asks whether a key's lease was still alive when the key went (then the key was
-/// released, and a later end of its lease owes nothing).
+/// released, and a later end of its lease owes nothing). A key is seen to go when a delete
+/// crosses it off, or when a read of the wait's place no longer finds it (then it went
+/// before the read's answer: a later instant, so a proof of its lease's life at it holds
+/// at the real one too).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Departures {
+    /// The keys ahead when the wait began (the only ones that can go; none joins later).
+    ahead: Arc<Vec<Vec<u8>>>,
     went: Arc<Mutex<HashMap<Vec<u8>, Instant>>>,
     news: Arc<tokio::sync::Notify>,
 }
 
 impl Departures {
+    /// Departures of the keys `ahead` of a wait.
+    pub(crate) fn of_keys<'a>(ahead: impl IntoIterator<Item = &'a Vec<u8>>) -> Departures {
+        Departures {
+            ahead: Arc::new(ahead.into_iter().cloned().collect()),
+            ..Departures::default()
+        }
+    }
+
     fn record(&self, key: &[u8]) {
         if let Ok(mut map) = self.went.lock() {
             map.entry(key.to_vec()).or_insert_with(clock::now);
         }
         self.news.notify_one();
+    }
+
+    /// A read of the wait's place found only `remaining` ahead: every other key that was
+    /// ahead went, by now at the latest.
+    pub(crate) fn all_but<'a>(&self, remaining: impl IntoIterator<Item = &'a Vec<u8>>) {
+        let remaining: Vec<&Vec<u8>> = remaining.into_iter().collect();
+        let gone: Vec<&Vec<u8>> = self
+            .ahead
+            .iter()
+            .filter(|key| !remaining.contains(key))
+            .collect();
+        let now = clock::now();
+        let mut news = false;
+        if let Ok(mut map) = self.went.lock() {
+            for key in gone {
+                if !map.contains_key(key) {
+                    map.insert(key.clone(), now);
+                    news = true;
+                }
+            }
+        }
+        if news {
+            self.news.notify_one();
+        }
     }
 
     /// Resolves once a key went since the last call (a key that went before the first
@@ -51,7 +88,7 @@ impl Departures {
         self.news.notified().await;
     }
 
-    /// When `key` was seen to go, if a delete of it crossed it off.
+    /// When `key` was seen to go, if a delete crossed it off or a read no longer found it.
     pub(crate) fn of(&self, key: &[u8]) -> Option<Instant> {
         self.went.lock().ok().and_then(|map| map.get(key).copied())
     }
@@ -216,6 +253,22 @@ mod tests {
         assert!(departures.of(b"l/a").is_some(), "a key ahead that went");
         assert!(departures.of(b"l/b").is_none(), "still there");
         assert!(departures.of(b"l/newer").is_none(), "never ahead");
+    }
+
+    #[test]
+    fn a_read_that_no_longer_finds_a_key_ahead_notes_it_gone_once() {
+        let keys: Vec<Vec<u8>> = vec![b"l/a".to_vec(), b"l/b".to_vec(), b"l/c".to_vec()];
+        let departures = Departures::of_keys(&keys);
+        departures.record(b"l/a");
+        let crossed = departures.of(b"l/a");
+        departures.all_but([&keys[2]]);
+        assert_eq!(departures.of(b"l/a"), crossed, "the first sighting stands");
+        let read = departures.of(b"l/b").expect("gone by the read");
+        assert!(read >= crossed.expect("crossed off"));
+        assert!(departures.of(b"l/c").is_none(), "still ahead");
+        departures.all_but([]);
+        assert!(departures.of(b"l/c").is_some(), "gone once none is ahead");
+        assert_eq!(departures.of(b"l/b"), Some(read));
     }
 
     #[test]

@@ -242,6 +242,13 @@ async fn reread(
     let position = session
         .retry_while_alive(|| read_position_at(rpc, ours))
         .await?;
+    if let Some(departures) = departures {
+        match &position.0 {
+            Position::Owner => departures.all_but([]),
+            Position::Behind(ahead) => departures.all_but(ahead.keys()),
+            Position::Gone | Position::Refused(_) => {}
+        }
+    }
     match position {
         (Position::Owner, at) => Ok(Reread::Owner(at)),
         (Position::Gone, _) => Err(key_gone_error(rpc, session).await),

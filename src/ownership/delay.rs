@@ -14,8 +14,9 @@
 //! expire before `sent + ttl - safety margin` (etcd only ever extends a deadline: a new
 //! leader renews every lease). A key ahead that went while such a proof of its lease still
 //! held was released (or deleted), not taken by an expiry, whatever became of its lease
-//! later; the wait notes when each key went (`line/crossing.rs`, `Departures`; a key whose
-//! going it did not see counts as gone when the turn came). So is a key ahead whose lease
+//! later; the wait notes when each key went (`line/crossing.rs`, `Departures`: when a delete
+//! crossed it off, or when a read of the wait's place no longer found it; a key whose going
+//! it did not see counts as gone when the turn came). So is a key ahead whose lease
 //! a lookup sent after the key went still found (even at TTL 0, under a second left): a
 //! lease's end deletes its keys as it goes, so the key did not go with it. Each key ahead
 //! that goes is therefore followed by a lookup of its lease at once. Only an expiry, the
