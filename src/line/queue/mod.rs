@@ -167,6 +167,16 @@ fn newest_up_to(prefix: &[u8], max_create: i64) -> Range {
     }
 }
 
+/// The next page back of a position read at revision `at` (the same snapshot): the
+/// [`TRACKED`] newest keys created before `oldest`, the oldest key the last page held.
+fn older_page(prefix: &[u8], oldest: i64, at: i64) -> Range {
+    Range {
+        revision: at,
+        limit: TRACKED,
+        ..newest_up_to(prefix, oldest - 1)
+    }
+}
+
 /// What the enqueue Txn reads right after our put, when every other key under `prefix` is
 /// older than ours: the line ahead of us, keys only.
 ///
@@ -363,13 +373,7 @@ pub(crate) async fn read_position_at(rpc: &Rpc, ours: Ours<'_>) -> Result<(Posit
         let Some(oldest) = oldest else {
             return Ok((Position::Owner, at));
         };
-        let older = rpc
-            .read(&Range {
-                revision: at,
-                limit: TRACKED,
-                ..newest_up_to(ours.prefix, oldest - 1)
-            })
-            .await?;
+        let older = rpc.read(&older_page(ours.prefix, oldest, at)).await?;
         complete = (older.kvs.len() as i64) < TRACKED;
         page = older.kvs;
     }
