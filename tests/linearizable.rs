@@ -205,8 +205,8 @@ fn windows_carry_the_state_across_their_cut() {
 /// The judge alone (not the simulation's own invariants) catches re-introduced defects:
 /// seeds from 1,000, until it refuses a schedule's history under the defect, for up to
 /// `ETCD_SYNC_LIN_MUTATION_SECS` (default 10 s) per defect; the same schedule without the
-/// defect must pass it. Two defects that lose a holder's key to nobody must be caught (in
-/// about a second each); with `ETCD_SYNC_LIN_MUTATION_SECS` set, every defect of the table
+/// defect must pass it. Two defects that lose a holder's key to nobody, and a downgrade of a
+/// write lock an operator had released, must be caught (in about a second each); with `ETCD_SYNC_LIN_MUTATION_SECS` set, every defect of the table
 /// is tried and listed (the judge does not look at timing, leftovers or liveness, so some
 /// are not its to find).
 #[cfg(feature = "simulation")]
@@ -224,6 +224,7 @@ fn the_linearizability_check_alone_catches_reintroduced_defects() {
     let must = [
         Mutation::EnqueueWithoutCondition,
         Mutation::UnguardedRelease,
+        Mutation::DowngradeTakesAnyGoneWriter,
     ];
     let every = std::env::var_os("ETCD_SYNC_LIN_MUTATION_SECS").is_some();
     let mut missed = Vec::new();
@@ -237,8 +238,11 @@ fn the_linearizability_check_alone_catches_reintroduced_defects() {
         let mut seed = 1_000;
         let mut caught = None;
         while started.elapsed() < budget {
+            // A defect of downgrades shows only in the runs that downgrade.
             let config = RunConfig {
                 mutation: Some(mutation),
+                downgrades: mutation == Mutation::DowngradeTakesAnyGoneWriter
+                    || RunConfig::from_seed(seed).downgrades,
                 ..RunConfig::from_seed(seed)
             };
             let outcome = run(&config).expect("a run");
@@ -263,7 +267,12 @@ fn the_linearizability_check_alone_catches_reintroduced_defects() {
             started.elapsed().as_secs_f64(),
             seed - 1_000 + 1
         );
-        let control = fenced::sim::check(&run(&RunConfig::from_seed(seed)).expect("a run"));
+        let schedule = RunConfig {
+            downgrades: mutation == Mutation::DowngradeTakesAnyGoneWriter
+                || RunConfig::from_seed(seed).downgrades,
+            ..RunConfig::from_seed(seed)
+        };
+        let control = fenced::sim::check(&run(&schedule).expect("a run"));
         assert!(
             control.failures.is_empty() && control.undecided.is_empty(),
             "seed {seed} without {mutation:?}: {control:?}"

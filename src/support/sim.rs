@@ -74,6 +74,10 @@ pub enum Mutation {
     /// issue 48, item 4: a holder that releases and then closes its session (a process
     /// exiting normally) costs its waiters the delay.
     DelayOnEveryEnd,
+    /// A downgrade that finds its writer key gone takes its twin for the mark of an
+    /// earlier copy of itself whatever the twin's mod revision, as before issue 48, item 2:
+    /// a write lock whose writer key an operator deleted becomes a read guard.
+    DowngradeTakesAnyGoneWriter,
 }
 
 #[cfg(feature = "simulation")]
@@ -81,9 +85,9 @@ impl Mutation {
     /// Every mutation, in the order of the teeth table in docs/design/simulation.md.
     ///
     /// ```
-    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 11);
+    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 12);
     /// ```
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::ResumeCompacted,
         Mutation::EnqueueWithoutCondition,
         Mutation::DelayIgnoresDeletion,
@@ -95,6 +99,7 @@ impl Mutation {
         Mutation::ReleaseKeepsRequest,
         Mutation::ResumeAfterOnEveryRelease,
         Mutation::DelayOnEveryEnd,
+        Mutation::DowngradeTakesAnyGoneWriter,
     ];
 
     fn code(self) -> u8 {
@@ -111,6 +116,7 @@ impl Mutation {
             Mutation::ResumeAfterOnEveryRelease => 10,
             Mutation::LookoutGapUnread => 11,
             Mutation::DelayOnEveryEnd => 12,
+            Mutation::DowngradeTakesAnyGoneWriter => 13,
         }
     }
 }

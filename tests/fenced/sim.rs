@@ -29,6 +29,7 @@ pub fn event(operation: &Operation) -> Event {
             let ret = if present { Ret::Present } else { Ret::Absent };
             (Op::Observe(token), ret)
         }
+        What::Downgrade { token } => (Op::Downgrade(token), Ret::Done),
         What::Remove { token } => (Op::Remove(token), Ret::Done),
         What::RemoveAll => (Op::RemoveAll, Ret::Done),
         What::EndLease { lease } => (Op::EndLease(lease), Ret::Done),

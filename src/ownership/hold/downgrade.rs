@@ -19,6 +19,7 @@ use crate::support::error::code::Code;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, Range, Txn, TxnOp, TxnOpResponse};
 use crate::support::signal::Signal;
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::{Retry, Rpc};
 
 impl Held {
@@ -136,7 +137,9 @@ async fn delete_writer_key(
     });
     let writer_kv = ranges.next().and_then(|kvs| kvs.into_iter().next());
     let twin_kv = ranges.next().and_then(|kvs| kvs.into_iter().next());
-    let marked =
-        |kv: &crate::support::kv::KeyValue| kv.create_revision == rev && kv.mod_revision > rev;
+    let marked = |kv: &crate::support::kv::KeyValue| {
+        kv.create_revision == rev
+            && (kv.mod_revision > rev || mutation(Mutation::DowngradeTakesAnyGoneWriter))
+    };
     Ok(writer_kv.is_none() && twin_kv.is_some_and(|kv| marked(&kv)))
 }

@@ -39,6 +39,11 @@ pub enum What {
         /// Whether the release deleted the key.
         deleted: bool,
     },
+    /// The write hold of `token` went on as a read, with no gap (a downgrade).
+    Downgrade {
+        /// The hold's fencing token (the read's too).
+        token: i64,
+    },
     /// The simulation looked at the store while holding `token`: is its key there?
     Observe {
         /// The hold's fencing token.

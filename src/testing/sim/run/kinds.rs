@@ -134,3 +134,11 @@ pub(super) fn value_of(world: &World, key: &str) -> Option<Vec<u8>> {
     let kv = state.store.range(&range).ok()?.kvs.into_iter().next()?;
     Some(kv.value)
 }
+
+/// Deletes `key` alone from the store, as `etcdctl del <key>` does.
+pub(super) fn delete_key(world: &World, key: &str) {
+    let mut state = world.cluster.shared.lock();
+    let changes = state.store.delete_keys(&[key.as_bytes().to_vec()]);
+    let revision = state.store.revision();
+    state.watchers.notify(&changes, revision);
+}

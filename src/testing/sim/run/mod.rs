@@ -77,6 +77,10 @@ pub struct RunConfig {
     /// clock runs slow sees its lease expire early; its guards must still report the loss
     /// before etcd expires the lease (the loss deadline's margin, RELIABILITY.md).
     pub clock_rates: (f64, f64),
+    /// Half the write locks are downgradable, and half of those go on as reads
+    /// (`RwLockWriteGuard::downgrade`) after their hold (from a seed: a fifth of the seeds,
+    /// none of those pinned before downgrades were in the workload).
+    pub downgrades: bool,
     /// Every process's client checks for deadlocks under every name
     /// ([`deadlock_detection`](crate::client::builder::ClientBuilder::deadlock_detection)``("")``),
     /// and every `Deadlock` a wait ends with is judged: the cycle it names must be in the
@@ -104,6 +108,7 @@ impl RunConfig {
             mutation: None,
             leader_loops: seed % 11 == 3,
             multi_locks: matches!(seed % 7, 3 | 6),
+            downgrades: matches!(seed % 15, 3 | 11 | 12),
             line_tuning: LineTuning::default(),
             clock_rates: CLOCK_RATES,
             deadlock_detection: false,
@@ -125,6 +130,7 @@ impl Default for RunConfig {
             mutation: None,
             leader_loops: true,
             multi_locks: true,
+            downgrades: true,
             line_tuning: LineTuning::default(),
             clock_rates: CLOCK_RATES,
             deadlock_detection: false,
@@ -267,6 +273,8 @@ struct World {
     leader_loops: bool,
     /// Whether a quarter of the steps take two names at once ([`RunConfig::multi_locks`]).
     multi_locks: bool,
+    /// [`RunConfig::downgrades`].
+    downgrades: bool,
     /// [`RunConfig::line_tuning`].
     line_tuning: LineTuning,
     /// [`RunConfig::clock_rates`].
@@ -433,6 +441,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             asking: matches!(config.seed % 9, 5 | 6 | 8),
             leader_loops: config.leader_loops,
             multi_locks: config.multi_locks,
+            downgrades: config.downgrades,
             line_tuning: config.line_tuning,
             clock_rates: config.clock_rates,
             deadlock_detection: config.deadlock_detection,
@@ -518,7 +527,9 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
     Ok(outcome)
 }
 
+mod downgrade;
 mod history;
+mod holding;
 mod judge;
 mod kinds;
 mod leader_loop;
@@ -527,6 +538,7 @@ mod multi;
 mod nemesis;
 mod process;
 mod requests;
+mod session_end;
 use liveness::liveness;
 use nemesis::nemesis;
 use process::process;

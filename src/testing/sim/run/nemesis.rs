@@ -120,6 +120,16 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 world.cluster.set_swallow_writes(member, false);
                 "lost answers"
             }
+            // In the runs with downgrades, half the operator deletes are forced releases
+            // (the documented way): the holder's key of each name alone, the writer key of
+            // a downgradable write without its twin (a downgrade after it must fail).
+            6 if world.downgrades && rng.below(2) == 0 => {
+                for name in Kind::NAMES {
+                    force_release(world, name);
+                }
+                world.deleted();
+                "forced release (each name's oldest key)"
+            }
             6 => {
                 // Half the time a member's streams break as the keys go, and the periodic
                 // compaction runs before its clients' watchers have resumed: the deletes
@@ -207,6 +217,7 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
         if !matches!(
             fault,
             "operator delete"
+                | "forced release (each name's oldest key)"
                 | "holder's lease revoked"
                 | "holder's lease left to expire, then its name's keys deleted"
                 | "unsynced watchers"
@@ -216,5 +227,14 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
         world.calm(true);
         world.note("nemesis", fault.to_string());
         *world.log().outcome.faults.entry(fault).or_default() += 1;
+    }
+}
+
+/// Deletes the oldest key under `name` alone (`etcdctl del <key>`), as an operator forces a
+/// release; the history has it as a removal of that hold.
+fn force_release(world: &World, name: &'static str) {
+    if let Some((key, token)) = super::kinds::line(world, name).into_iter().next() {
+        super::kinds::delete_key(world, &key);
+        world.record_now("nemesis", Some(name), What::Remove { token });
     }
 }

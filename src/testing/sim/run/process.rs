@@ -7,12 +7,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::history::{Mode, What, lease_of};
-use super::judge::{enters, judge_deadlock, left_behind, options, reports_gone};
-use super::kinds::{Kind, PERMITS, kind, present};
-use super::requests::{self, Listening};
-use super::{LOSS_BOUND, Rng, Waiting, World, sleep};
+use super::holding::{hold, watch};
+use super::judge::{judge_deadlock, left_behind, options};
+use super::kinds::{Kind, PERMITS, kind};
+use super::requests;
+use super::{Rng, Waiting, World, sleep};
 use crate::client::Client;
-use crate::recipes::guard::{Guard, GuardKind, LeaderKind};
+use crate::recipes::guard::{Guard, LeaderKind};
 use crate::session::Session;
 use crate::support::error::Result;
 
@@ -271,6 +272,13 @@ fn take_and_hold(
             got(world);
             hold(world, (me, p), (what, guard, session, called), rng);
         }
+        // In the runs with downgrades, half the writes may go on as reads.
+        Kind::Write if world.downgrades && rng.below(2) == 0 => {
+            let rwlock = session.rwlock(name)?.lock_delay(delay)?;
+            let guard = rwlock.write_downgradable_with(options)?;
+            got(world);
+            super::downgrade::hold(world, (me, p), (guard, session, called), rng);
+        }
         Kind::Write => {
             let guard = session
                 .rwlock(name)?
@@ -371,230 +379,4 @@ fn re_campaign(
             None
         }
     }
-}
-
-/// Whether the store holds `key` with create revision `token`.
-fn hold<K: GuardKind>(
-    world: &World,
-    (me, p): (&str, usize),
-    (what, guard, session, called): (Kind, Guard<K>, &Session, u64),
-    rng: &mut Rng,
-) {
-    watch(world, (me, p), (what, &guard, session, called), rng, true);
-    let request = crate::line::request::request_key(what.name().as_bytes(), guard.key());
-    let token = guard.fencing_token();
-    let called = world.tick();
-    let name = Some(what.name());
-    match guard.release() {
-        Ok(()) => {
-            world.note(me, "released".into());
-            let released = What::Release {
-                token,
-                deleted: true,
-            };
-            world.record(me, name, released, (called, true));
-            requests::released(world, me, request.as_deref());
-        }
-        Err(e) => {
-            world.note(me, format!("release: {}", kind(&e)));
-            // `LockLost`: the key was gone; anything else: it may go, or may have gone.
-            let (what, returned) = if e.is_lost() {
-                (
-                    What::Release {
-                        token,
-                        deleted: false,
-                    },
-                    true,
-                )
-            } else {
-                (What::Remove { token }, false)
-            };
-            world.record(me, name, what, (called, returned));
-        }
-    }
-}
-
-/// Checks a guard just returned (rules 4 and 1, fencing), then holds it a while, checking
-/// that it follows its key (rule 2) and, if `may_close`, now and then closing the session
-/// under it.
-fn watch<K: GuardKind>(
-    world: &World,
-    (me, p): (&str, usize),
-    (what, guard, session, called): (Kind, &Guard<K>, &Session, u64),
-    rng: &mut Rng,
-    may_close: bool,
-) {
-    let name = what.name();
-    let key = guard.key_str().into_owned();
-    let token = guard.fencing_token();
-    let lease = lease_of(&key).unwrap_or_default();
-    let mode = match what {
-        Kind::Read => Mode::Shared,
-        Kind::Permit => Mode::Permit(PERMITS as u32),
-        Kind::Mutex | Kind::Write | Kind::Lead => Mode::Exclusive,
-    };
-    let acquired = What::Acquire { mode, lease, token };
-    world.record(me, Some(name), acquired, (called, true));
-    if !enters(world, (me, p), what, (&key, token)) {
-        reports_gone(world, me, &key, || guard.is_held());
-        return;
-    }
-    world.note(me, format!("{what:?} {key} token {token}"));
-    // In the runs that ask, half the holds listen, and let go when asked.
-    let listening =
-        (world.asking && rng.below(2) == 0).then(|| Listening::new(guard.release_requested()));
-    let mut lost = false;
-    let until = Instant::now() + rng.millis(0, 500);
-    // A fifth of the holds end with the session closed under the guard; three in four
-    // orphan it instead (the process stops renewing, as a paused one does): its lease
-    // expires, and waiters with a lock-delay behind it must wait the delay (a revoked
-    // lease hands over at once).
-    let mut close_at = (may_close && rng.below(5) == 0)
-        .then(|| (Instant::now() + rng.millis(0, 400), rng.below(4) != 0));
-    let mut gone_since: Option<Instant> = None;
-    let lost_signal = guard.lost();
-    loop {
-        if let Some((at, orphan)) = close_at
-            && Instant::now() >= at
-        {
-            close_at = None;
-            let called = world.tick();
-            if orphan {
-                orphan_under(world, me, session, guard, &key);
-                world.record(me, None, What::EndLease { lease }, (called, false));
-            } else {
-                let closed = close_under(world, me, session, guard, (name, &key, token));
-                world.record(me, None, What::EndLease { lease }, (called, closed));
-            }
-        }
-        if !guard.is_held() {
-            lost = true;
-            world.note(me, "lost".into());
-            super::judge::lost_fires(world, me, &lost_signal);
-            // A leader loop's term may run on a session of the loop's own.
-            if !session.is_alive() || !may_close {
-                world.lease_lost(me, lease);
-            }
-            // A key adopted after a restart (a campaign keeps its place) may be deleted by
-            // a removal of the earlier life that applies late (the guard says so: rule 2
-            // holds).
-            let late_removal = what == Kind::Lead && world.inherited(p, token);
-            if session.is_alive() && !world.deletion_explained() && !late_removal {
-                world.violation(me, format!("lost {key}, and nobody deleted it"));
-            }
-            break;
-        }
-        world.alive(lease);
-        let here = present(world, name, &key, token);
-        world.record_now(
-            me,
-            Some(name),
-            What::Observe {
-                token,
-                present: here,
-            },
-        );
-        if !here {
-            // Rule 2 at its sharpest: etcd expired our lease (whatever our clock's rate
-            // within the margin), and the guard must have said so before, since another
-            // process may hold now. The lease of the guard's key: a leader loop's terms run
-            // on a session of the loop's own, not on `session` (seed 1795784949148490: the
-            // process's own lease had expired, the term's had not, and an operator deleted
-            // the term's key).
-            if let Some(at) = expired_at(world, lease)
-                && guard.is_held()
-            {
-                world.violation(
-                    me,
-                    format!(
-                        "still held after etcd expired its lease at {} ms",
-                        at.duration_since(world.start).as_millis(),
-                    ),
-                );
-                lost = true;
-                break;
-            }
-            let since = *gone_since.get_or_insert_with(Instant::now);
-            // Rule 2: a guard follows its key within the bound, counted from when the
-            // cluster can tell it (no fault in progress: a cluster without a leader answers
-            // no read).
-            let owed = world.calm_since().map(|calm| since.max(calm));
-            if owed.is_some_and(|owed| Instant::now().duration_since(owed) > LOSS_BOUND) {
-                world.violation(me, format!("still held {LOSS_BOUND:?} after {key} went"));
-                lost = true;
-                break;
-            }
-        } else if Instant::now() >= until {
-            break;
-        }
-        if listening
-            .as_ref()
-            .is_some_and(|l| l.hear(world, me, (&key, token)))
-        {
-            break; // asked to let go: the caller releases
-        }
-        sleep(Duration::from_millis(50));
-    }
-    if let Some(listening) = listening.filter(|_| !lost) {
-        listening.settle(world, me, (&key, token));
-    }
-    world.log().holders.remove(&(p, name));
-}
-
-/// When etcd expired `lease` (its TTL ran out), if it did.
-fn expired_at(world: &World, lease: i64) -> Option<Instant> {
-    let state = world.cluster.shared.lock();
-    state
-        .leases
-        .ends_since(world.start)
-        .find(|end| end.lease == lease && end.expired)
-        .map(|end| end.at)
-}
-
-/// Orphans the session under a held guard (its keep-alive stops; the lease expires on the
-/// server a TTL later, keys and all): the guard says so at once.
-fn orphan_under<K: GuardKind>(
-    world: &World,
-    me: &str,
-    session: &Session,
-    guard: &Guard<K>,
-    key: &str,
-) {
-    session.orphan();
-    world.note(me, "orphaned its session".into());
-    if guard.is_held() {
-        world.violation(
-            me,
-            format!("{key} still held after its session was orphaned"),
-        );
-    }
-}
-
-/// Closes the session under a held guard: the guard says so at once, and once the close
-/// is confirmed (the lease revoked) the key is gone from the store.
-fn close_under<K: GuardKind>(
-    world: &World,
-    me: &str,
-    session: &Session,
-    guard: &Guard<K>,
-    (name, key, token): (&str, &str, i64),
-) -> bool {
-    let closed = session.close();
-    world.note(
-        me,
-        match &closed {
-            Ok(()) => "closed its session".into(),
-            Err(e) => format!("close: {}", kind(e)),
-        },
-    );
-    if guard.is_held() {
-        world.violation(me, format!("{key} still held after its session closed"));
-    }
-    if closed.is_ok() && present(world, name, key, token) {
-        world.violation(
-            me,
-            format!("{key} still in the store after its session closed"),
-        );
-    }
-    closed.is_ok()
 }
