@@ -15,13 +15,14 @@ use etcd_sync::testing::LineTuning;
 use etcd_sync::testing::sim::{Mutation, RunConfig, run};
 
 /// The run of `seed` with the front narrowed to one key, and every lookout's start gap read
-/// when due rather than polled.
+/// when due rather than polled; in the odd seeds every lookout is far (`far_start` 1): its
+/// watcher starts right after the waiter's read, with no read, as behind 200 keys.
 fn narrow(seed: u64) -> RunConfig {
     RunConfig {
         line_tuning: LineTuning {
             front: Some(1),
             poll_near: Some(0),
-            ..LineTuning::default()
+            far_start: (seed % 2 == 1).then_some(1),
         },
         ..RunConfig::from_seed(seed)
     }

@@ -248,6 +248,29 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_watcher_goes_on_one_revision_early_only_on_a_member_without_the_fix() {
+        let spec = Spec::prefix(b"l/", Only::Deletes);
+        let start = |w: &Watcher, fixed: bool| w.request(&spec, 7, fixed).start_revision;
+        assert_eq!(start(&covering(10), true), 11, "after what it has");
+        assert_eq!(start(&covering(10), false), 10, "at it: #18089");
+        // Nothing to go on from: from now, on either member.
+        for fixed in [true, false] {
+            assert_eq!(start(&covering(0), fixed), 0);
+            assert_eq!(start(&Watcher::default(), fixed), 0);
+        }
+        // Only a watcher created one revision early repeats an event, to be dropped.
+        let sent = |mut w: Watcher, fixed: bool| {
+            w.sent(7, fixed);
+            assert_eq!(w.id, Some(7));
+            w.overlap
+        };
+        assert!(sent(covering(10), false));
+        assert!(!sent(covering(10), true));
+        assert!(!sent(covering(0), false), "from now: nothing to repeat");
+        assert!(!sent(Watcher::default(), false));
+    }
+
     // Measured on the run's clock (the `simulation` feature makes it virtual).
     crate::support::sim::simulated! {
         mod clock {
