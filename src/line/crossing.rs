@@ -4,7 +4,7 @@
 //! wakes the one waiter it concerns. Why the last delete is proof of ownership:
 //! docs/design/handoff.md.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -61,7 +61,10 @@ impl Departures {
     /// A read of the wait's place found only `remaining` ahead: every other key that was
     /// ahead went, by now at the latest.
     pub(crate) fn all_but<'a>(&self, remaining: impl IntoIterator<Item = &'a Vec<u8>>) {
-        let remaining: Vec<&Vec<u8>> = remaining.into_iter().collect();
+        if self.ahead.is_empty() {
+            return;
+        }
+        let remaining: HashSet<&Vec<u8>> = remaining.into_iter().collect();
         let gone: Vec<&Vec<u8>> = self
             .ahead
             .iter()

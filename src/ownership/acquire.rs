@@ -149,8 +149,11 @@ async fn wait_behind(
             // With a lock-delay, the leases ahead are read while we wait: a lease proven
             // alive when our turn came did not expire (delay.rs).
             let readings = delay::Readings::default();
+            // Only a lock-delay asks when each key ahead went.
             let departures = match position {
-                Position::Behind(ahead) => crate::line::crossing::Departures::of_keys(ahead.keys()),
+                Position::Behind(ahead) if !wait.delay.is_zero() => {
+                    crate::line::crossing::Departures::of_keys(ahead.keys())
+                }
                 _ => crate::line::crossing::Departures::default(),
             };
             let reading = match position {

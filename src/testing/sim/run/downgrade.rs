@@ -22,7 +22,13 @@ pub(super) fn hold(
     rng: &mut Rng,
 ) {
     let what = Kind::Write;
-    super::holding::watch(world, (me, p), (what, &guard, session, called), rng, true);
+    super::holding::watch(
+        world,
+        (me, p),
+        (what, &guard, session, called),
+        rng,
+        (true, |_| {}),
+    );
     // Half the writes end with a release; the others go on as reads, even those whose
     // guard says it ended (the downgrade must then fail).
     if rng.below(2) == 0 {

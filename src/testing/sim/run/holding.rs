@@ -22,7 +22,25 @@ pub(super) fn hold<K: GuardKind>(
     (what, guard, session, called): (Kind, Guard<K>, &Session, u64),
     rng: &mut Rng,
 ) {
-    watch(world, (me, p), (what, &guard, session, called), rng, true);
+    hold_and(world, (me, p), (what, guard, session, called), rng, |_| {});
+}
+
+/// Like [`hold`], with `first` done with the guard once it was judged as it returned
+/// (a leader's proclamation: judged later, a key gone since would be blamed on the wait).
+pub(super) fn hold_and<K: GuardKind>(
+    world: &World,
+    (me, p): (&str, usize),
+    (what, guard, session, called): (Kind, Guard<K>, &Session, u64),
+    rng: &mut Rng,
+    first: impl FnOnce(&Guard<K>),
+) {
+    watch(
+        world,
+        (me, p),
+        (what, &guard, session, called),
+        rng,
+        (true, first),
+    );
     release(world, me, what, guard);
 }
 
@@ -61,15 +79,15 @@ pub(super) fn release<K: GuardKind>(world: &World, me: &str, what: Kind, guard: 
     }
 }
 
-/// Checks a guard just returned (rules 4 and 1, fencing), then holds it a while, checking
-/// that it follows its key (rule 2) and, if `may_close`, now and then closing the session
-/// under it.
+/// Checks a guard just returned (rules 4 and 1, fencing), does `first` with it, then
+/// holds it a while, checking that it follows its key (rule 2) and, if `may_close`, now
+/// and then closing the session under it.
 pub(super) fn watch<K: GuardKind>(
     world: &World,
     (me, p): (&str, usize),
     (what, guard, session, called): (Kind, &Guard<K>, &Session, u64),
     rng: &mut Rng,
-    may_close: bool,
+    (may_close, first): (bool, impl FnOnce(&Guard<K>)),
 ) {
     let name = what.name();
     let key = guard.key_str().into_owned();
@@ -87,6 +105,7 @@ pub(super) fn watch<K: GuardKind>(
         return;
     }
     world.note(me, format!("{what:?} {key} token {token}"));
+    first(guard);
     // In the runs that ask, half the holds listen, and let go when asked.
     let listening =
         (world.asking && rng.below(2) == 0).then(|| Listening::new(guard.release_requested()));

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::history::{Mode, What, lease_of};
-use super::holding::{hold, watch};
+use super::holding::{hold, hold_and, watch};
 use super::judge::{judge_deadlock, left_behind, options};
 use super::kinds::{Kind, PERMITS, kind};
 use super::requests;
@@ -299,7 +299,7 @@ fn take_and_hold(
                     (me, p),
                     (what, leadership, session, since),
                     rng,
-                    false,
+                    (false, |_| {}),
                 );
                 // The loop resigns after the term, out of the run's sight.
                 let token = leadership.fencing_token();
@@ -325,8 +325,15 @@ fn take_and_hold(
                 Some(guard)
             };
             if let Some(guard) = guard {
-                super::judge::proclaims(world, me, &guard);
-                hold(world, (me, p), (what, guard, session, called), rng);
+                let proclaims =
+                    |guard: &Guard<LeaderKind>| super::judge::proclaims(world, me, guard);
+                hold_and(
+                    world,
+                    (me, p),
+                    (what, guard, session, called),
+                    rng,
+                    proclaims,
+                );
             }
         }
     }
