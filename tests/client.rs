@@ -38,6 +38,65 @@ fn kv_round_trip() {
     );
 }
 
+/// A read of the past sees the keys as they were at its revision, and says clearly when
+/// that history is gone or the revision is not a revision.
+#[test]
+fn a_prefix_read_at_a_revision_sees_the_store_as_it_was() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let first = c.put("past/a", "1").unwrap();
+    let both = c.put("past/b", "2").unwrap();
+    c.put("past/a", "3").unwrap();
+    c.delete("past/b").unwrap();
+    let values = |kvs: Vec<etcd_sync::KeyValue>| -> Vec<(String, String)> {
+        kvs.iter()
+            .map(|kv| (kv.key_str().into_owned(), kv.value_str().into_owned()))
+            .collect()
+    };
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    assert_eq!(
+        values(c.get_prefix_at("past/", first).unwrap()),
+        vec![pair("past/a", "1")]
+    );
+    assert_eq!(
+        values(c.get_prefix_at("past/", both).unwrap()),
+        vec![pair("past/a", "1"), pair("past/b", "2")]
+    );
+    assert_eq!(
+        values(c.get_prefix("past/").unwrap()),
+        vec![pair("past/a", "3")]
+    );
+    for bad in [0, -1] {
+        let e = c.get_prefix_at("past/", bad).unwrap_err();
+        assert!(e.is_invalid_argument(), "{e}");
+    }
+    assert!(c.get_prefix_at("", both).unwrap_err().is_invalid_argument());
+    let newest = c.put("past/c", "4").unwrap();
+    c.compact(newest).unwrap();
+    let compacted = c.get_prefix_at("past/", both).unwrap_err();
+    assert!(
+        matches!(
+            compacted,
+            Error::Server {
+                code: etcd_sync::Code::OutOfRange,
+                ..
+            }
+        ),
+        "{compacted:?}"
+    );
+    let future = c.get_prefix_at("past/", newest + 100).unwrap_err();
+    assert!(
+        matches!(
+            future,
+            Error::Server {
+                code: etcd_sync::Code::OutOfRange,
+                ..
+            }
+        ),
+        "{future:?}"
+    );
+}
+
 #[test]
 fn compare_and_swap() {
     let server = etcd();

@@ -129,6 +129,40 @@ impl Client {
         Ok(self.block_on(self.rpc().read(&range))?.kvs)
     }
 
+    /// Reads every key starting with `prefix` as the store was at `revision`, in key
+    /// order: a snapshot of the past, as long as etcd still has that revision's history
+    /// (compaction removes it). E.g. to check what an [`Error::Deadlock`] names against
+    /// the keys at its revision.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`]: `prefix` is empty, or `revision` is not positive.
+    /// * [`Error::Server`] with code `OutOfRange`: the revision was compacted, or is
+    ///   newer than the store.
+    /// * Otherwise as [`get_prefix`](Client::get_prefix).
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let client = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?;
+    /// let before = client.put("jobs/1", "queued")?;
+    /// client.put("jobs/1", "done")?;
+    /// let then = client.get_prefix_at("jobs/", before)?;
+    /// assert_eq!(then[0].value_str(), "queued");
+    /// # Ok(()) }
+    /// ```
+    pub fn get_prefix_at(&self, prefix: impl AsRef<[u8]>, revision: i64) -> Result<Vec<KeyValue>> {
+        if revision <= 0 {
+            return Err(Error::InvalidArgument(format!(
+                "revision {revision}: a read of the past needs a positive revision"
+            )));
+        }
+        let range = Range {
+            revision,
+            ..Range::prefix(&non_empty_key(prefix.as_ref())?)
+        };
+        Ok(self.block_on(self.rpc().read(&range))?.kvs)
+    }
+
     /// Writes a key; returns the store revision of the write.
     ///
     /// # Errors

@@ -50,6 +50,7 @@ mod barrier_check;
 mod barriers;
 #[path = "../common/mod.rs"]
 mod common;
+mod deadlocks;
 mod deletion;
 #[path = "../fenced/mod.rs"]
 mod fenced;
@@ -195,6 +196,7 @@ fn checker_child() {
             .request_timeout(REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(1))
             .line_tuning(tuning)
+            .deadlock_detection(deadlocks::PREFIX)
             .connect()
         {
             Ok(client) => break client,
@@ -515,6 +517,7 @@ fn randomized_checker() {
     );
     live.violations
         .extend(multi_report.liveness.iter().cloned());
+    let deadlock_report = deadlocks::parse(&dir, spawned);
     let barrier_report = barrier_check::check(
         &barrier_check::parse(&dir, spawned, &events, end_ns),
         &events,
@@ -543,6 +546,7 @@ fn randomized_checker() {
     fleet::remove_covers(&mut totals.sections);
     liveness::clip_deleted(&mut totals.sections, &events);
     let mut violations = fleet::judge_and_report(&go, &totals.sections);
+    violations.extend(deadlock_report.bad.iter().cloned());
     for (name, sections) in &mut totals.sections {
         check_name(name, sections, &mut violations);
     }
@@ -648,6 +652,10 @@ fn randomized_checker() {
         );
     }
     println!("CHECKER barriers: {barrier_report:?}");
+    println!(
+        "CHECKER deadlocks (verdict: errors): {:?}",
+        deadlock_report.verdicts
+    );
     println!("CHECKER release requests: {requests:?}");
     println!(
         "CHECKER seed={seed} safety_violations={} liveness_violations={}",

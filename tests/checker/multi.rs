@@ -91,7 +91,11 @@ fn random_lock(
 }
 
 /// One attempt of a random kind: its outcome for the `MEND` line and the guard.
-fn attempt(lock: &MultiLock, rng: &mut Rng) -> (&'static str, Option<MultiLockGuard>) {
+fn attempt(
+    (client, log_file): (&Client, &Log),
+    lock: &MultiLock,
+    rng: &mut Rng,
+) -> (&'static str, Option<MultiLockGuard>) {
     let timeout = rng.millis(50, 1_500);
     let result = match rng.below(6) {
         0 | 1 => lock.lock(),
@@ -113,7 +117,10 @@ fn attempt(lock: &MultiLock, rng: &mut Rng) -> (&'static str, Option<MultiLockGu
     };
     match result {
         Ok(g) => ("ok", Some(g)),
-        Err(e) => (error_kind(&e), None),
+        Err(e) => {
+            super::deadlocks::judge(client, log_file, &e);
+            (error_kind(&e), None)
+        }
     }
 }
 
@@ -138,7 +145,7 @@ pub(crate) fn worker(client: &Client, log_file: &Log, who: &str, deadline_ns: u6
             log_file,
             format!("MBEG {id} {} {}", names.join(","), monotonic_ns()),
         );
-        let (outcome, guard) = attempt(&lock, &mut rng);
+        let (outcome, guard) = attempt((client, log_file), &lock, &mut rng);
         log(log_file, format!("MEND {id} {} {outcome}", monotonic_ns()));
         let Some(guard) = guard else {
             all_or_none::look(client, log_file, &id, &names, session.lease_id());

@@ -155,6 +155,7 @@ fn acquire(
         }
         Err(e) => {
             log(log_file, format!("ERR {}", error_kind(&e)));
+            super::deadlocks::judge(session.client(), log_file, &e);
             if error_kind(&e) == "other" {
                 log(log_file, format!("NOTE {e}")); // for diagnosis; not parsed
             }
@@ -329,6 +330,7 @@ pub(crate) fn error_kind(e: &Error) -> &'static str {
         Error::Unavailable { .. } => "unavailable",
         Error::LockLost | Error::NotLeader => "lost",
         Error::WouldDeadlock(_) => "would_deadlock",
+        Error::Deadlock { .. } => "deadlock",
         Error::Cancelled => "cancelled",
         _ => "other",
     }
