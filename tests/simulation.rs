@@ -236,6 +236,12 @@ fn seeded_schedules_under_faults_break_no_invariant() {
 ///   (rule 4). The guard had its key when it returned (the proclamation's Txn, which
 ///   compares our create revision, applied) and reported the loss within the bound. Fixed
 ///   in `testing/sim/run/holding.rs` (`hold_and`: judged first, then proclaimed).
+/// - 103143790174062 (found by the superset sweep of session 34's final commit): a late
+///   copy of an earlier enqueue put our key; the next enqueue found it, and its removal
+///   (a fresh create revision for every acquisition) met a leader election: "no leader"
+///   ended a blocking wait with 9 s left (the patience rule). Fixed in
+///   `ownership/leftover.rs` (`remove_found`: a blocking wait retries that removal, as it
+///   retries the enqueue) and `acquire.rs` (a re-campaign's put, on refusals only).
 ///
 /// A seed names a schedule of the workload as it was when the seed was found: the first
 /// five were found before the workload restarted processes and cancelled waits, and now
@@ -262,6 +268,7 @@ fn seeds_that_found_defects_stay_clean() {
         // judged, so a key its lease took with it after the campaign returned (lost
         // answers, the session ending) was blamed on the wait (rule 4).
         153_440_704_745_228,
+        103_143_790_174_062,
     ] {
         common::assert_seed_clean(seed);
     }

@@ -442,26 +442,35 @@ async fn join(
         Kind::Lock(_) => {
             // A fresh create revision for every acquisition: fencing tokens strictly grow.
             if enqueued.rev != 0 {
-                removal::remove(rpc, &line.key, Owned::Revision(enqueued.rev)).await?;
+                super::leftover::remove_found(rpc, &line.key, enqueued.rev, patient).await?;
             }
             if let (Some(twin), Some(rev)) = (twin, enqueued.twin_existed) {
-                removal::remove(rpc, &twin.key, Owned::Revision(rev)).await?;
+                super::leftover::remove_found(rpc, &twin.key, rev, patient).await?;
             }
             enqueue_once_or_sweep(rpc, line, twin, value, lease, patient).await
         }
         Kind::Lead if enqueued.value == value => Ok(enqueued),
         Kind::Lead => {
-            // Go's re-campaign: keep the place, proclaim the new value.
-            match queue::put_if_unchanged(
-                rpc,
-                &line.key,
-                enqueued.rev,
-                enqueued.value_rev,
-                value,
-                lease,
-            )
-            .await?
-            {
+            // Go's re-campaign: keep the place, proclaim the new value. Sent again only
+            // when every member refused it unapplied (an election): a put that may have
+            // applied would fail its own compare when sent again.
+            let mut backoff = Backoff::quick();
+            let put = loop {
+                let put = queue::put_if_unchanged(
+                    rpc,
+                    &line.key,
+                    enqueued.rev,
+                    enqueued.value_rev,
+                    value,
+                    lease,
+                )
+                .await;
+                match put {
+                    Err(e) if patient && e.is_refused_unhandled() => backoff.sleep().await,
+                    other => break other,
+                }
+            };
+            match put? {
                 Some(value_rev) => Ok(queue::Enqueued {
                     value_rev,
                     value: value.to_vec(),

@@ -8,13 +8,19 @@
 //! uses it: we take its line's local turn (never wait for it) and find no live hold, and
 //! then remove it by the create revision we read (`removal::remove_if_leased`). The waiter
 //! that found it crosses it off when its delete arrives, like any key ahead.
+//!
+//! A key of our lease on our own place (found by the enqueue: `join`) is removed at once,
+//! as [`remove_found`] does, before we join again with a fresh create revision.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Place;
-use crate::client::removal;
+use crate::client::removal::{self, Owned};
 use crate::line::mode::Mode;
+use crate::support::backoff::Backoff;
+use crate::support::error::Result;
+use crate::transport::Rpc;
 
 /// Removes, in the background, every key of `keys` (ahead of `line`'s own, or of our
 /// lease wherever it is: `Enqueued::leased`) that has our lease in another mode and no
@@ -58,5 +64,21 @@ pub(super) fn remove_unused<'k>(line: &Arc<Place>, keys: impl IntoIterator<Item 
             drop(local_turn);
             drop(other);
         });
+    }
+}
+
+/// Removes a key of ours that a join found (by its create revision, so sending it again
+/// is safe). A blocking wait rides out an election and transport failures here as the
+/// enqueue does (its caller's limit, token and session bound it); `try_*` fails at once.
+pub(super) async fn remove_found(rpc: &Rpc, key: &[u8], rev: i64, patient: bool) -> Result<bool> {
+    let mut backoff = Backoff::quick();
+    loop {
+        match removal::remove(rpc, key, Owned::Revision(rev)).await {
+            Err(e) if patient && (e.is_refused_unhandled() || e.is_transient()) => {
+                tracing::debug!(error = %e, "removal of a key found at join failed; retrying");
+                backoff.sleep().await;
+            }
+            other => return other,
+        }
     }
 }
