@@ -1,8 +1,9 @@
 //! Connecting: a channel per endpoint, and the probe that proves a real etcd answers on
 //! one of them (with credentials, authenticated first).
 
+use super::Channel;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 use super::fault::{self, Wire, wire_cause};
 use super::generated::etcdserverpb as pb;
@@ -140,6 +141,7 @@ async fn dial(endpoint: &Endpoint) -> std::result::Result<Channel, tonic::transp
     endpoint
         .connect_with_connector(super::coalesce::Connector::new())
         .await
+        .map(Channel::from)
 }
 
 /// [`dial`], connecting on first use.
@@ -147,7 +149,9 @@ fn dial_lazy(endpoint: &Endpoint) -> Channel {
     if let Some(memory) = super::dial_memory_lazy(endpoint) {
         return memory;
     }
-    endpoint.connect_with_connector_lazy(super::coalesce::Connector::new())
+    endpoint
+        .connect_with_connector_lazy(super::coalesce::Connector::new())
+        .into()
 }
 
 /// The first pause between connect rounds, and the longest.

@@ -18,6 +18,7 @@ mod tls;
 pub(crate) mod watch;
 pub(crate) mod watch_ids;
 pub(crate) mod watches;
+mod whole;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,7 +28,8 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
+pub(crate) use whole::Channel;
 
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
@@ -126,7 +128,12 @@ async fn dial_memory(
 ) -> Option<std::result::Result<Channel, tonic::transport::Error>> {
     #[cfg(feature = "simulation")]
     if memory::is_memory(&endpoint.uri().to_string()) {
-        return Some(endpoint.connect_with_connector(memory::Connector).await);
+        return Some(
+            endpoint
+                .connect_with_connector(memory::Connector)
+                .await
+                .map(Channel::from),
+        );
     }
     let _ = endpoint;
     None
@@ -137,7 +144,11 @@ async fn dial_memory(
 fn dial_memory_lazy(endpoint: &Endpoint) -> Option<Channel> {
     #[cfg(feature = "simulation")]
     if memory::is_memory(&endpoint.uri().to_string()) {
-        return Some(endpoint.connect_with_connector_lazy(memory::Connector));
+        return Some(
+            endpoint
+                .connect_with_connector_lazy(memory::Connector)
+                .into(),
+        );
     }
     let _ = endpoint;
     None

@@ -227,7 +227,7 @@ impl WatchStream {
     async fn open_on(
         rpc: &Rpc,
         endpoint: usize,
-        channel: tonic::transport::Channel,
+        channel: super::Channel,
         creates: Vec<Watch>,
     ) -> Result<(WatchStream, Created, Option<WatchResponse>)> {
         let wanted = creates.len();
