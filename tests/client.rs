@@ -442,7 +442,9 @@ fn a_large_request_and_a_lock_reach_etcd_in_one_write_each() {
             })
             .fold(f64::INFINITY, f64::min)
     };
-    let per_put = fewest(&|| drop(c.put("one-write-large", &value).unwrap()));
+    let per_put = fewest(&|| {
+        c.put("one-write-large", &value).unwrap();
+    });
     let per_lock = fewest(&|| mutex.lock().unwrap().release().unwrap());
     eprintln!("etcd read calls per 1 KB put: {per_put:.2}, per lock + release: {per_lock:.2}");
     assert!(

@@ -3,6 +3,7 @@
 //! owning the local turn.
 
 use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
@@ -84,17 +85,20 @@ pub(crate) fn acquire(
     let session = may_start(line, &wait)?;
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
-    let (enqueued, local_turn, granted) = client.block_on(async {
+    let thread = std::thread::current().id();
+    client.block_on(async {
         let local_turn = take_local_turn(line, &session, &wait, kind.operation()).await?;
         // 1. Join the line in etcd.
         let (enqueued, local_turn) =
             join_within(&rpc, line, None, kind, value, &wait, &session, local_turn).await?;
         // 2. Wait for our turn in etcd, unless asked not to.
-        wait_in_line(&rpc, line, kind, &wait, &session, enqueued, local_turn).await
-    })?;
-    Ok(hold_from(
-        line, kind, &enqueued, local_turn, granted, started,
-    ))
+        let (enqueued, local_turn, granted) =
+            wait_in_line(&rpc, line, kind, &wait, &session, enqueued, local_turn).await?;
+        // 3. The hold, made here on the worker: handing the guard to the follow task from
+        // the caller's thread woke the worker again after every acquire (issue 49).
+        let ours = (enqueued, local_turn, granted);
+        Ok(hold_from(line, kind, ours, (started, thread)))
+    })
 }
 
 /// Waits until `enqueued` (our key, just joined, `local_turn` in hand) owns, unless `wait`
@@ -262,17 +266,23 @@ async fn wait_behind(
 pub(super) fn hold_from(
     line: &Arc<Place>,
     kind: Kind,
-    enqueued: &queue::Enqueued,
-    local_turn: OwnedMutexGuard<()>,
-    granted: Granted,
-    started: crate::support::telemetry::Stopwatch,
+    (enqueued, local_turn, granted): (queue::Enqueued, OwnedMutexGuard<()>, Granted),
+    (started, thread): (crate::support::telemetry::Stopwatch, ThreadId),
 ) -> Held {
+    let enqueued = &enqueued;
     let Granted { at: alive_at, keep } = granted;
     // A guard that waited follows from its proof revision at once: the name's watcher is
     // pinned and running (no request), and a delete since the proof ends it as soon as the
     // event arrives, not after the deferral.
     let at_once = matches!(enqueued.position, Position::Behind(_));
-    let hold = new_hold(line, kind, enqueued, local_turn, (alive_at, at_once), keep);
+    let hold = new_hold(
+        line,
+        kind,
+        enqueued,
+        (local_turn, thread),
+        (alive_at, at_once),
+        keep,
+    );
     tracing::debug!(
         key = %text(&line.key),
         fencing_token = enqueued.rev,
@@ -293,7 +303,7 @@ pub(super) fn new_hold(
     line: &Arc<Place>,
     kind: Kind,
     enqueued: &queue::Enqueued,
-    local_turn: OwnedMutexGuard<()>,
+    (local_turn, thread): (OwnedMutexGuard<()>, ThreadId),
     (alive_at, at_once): (i64, bool),
     keep: Option<Pin>,
 ) -> Arc<Hold> {
@@ -304,7 +314,7 @@ pub(super) fn new_hold(
         acquired: crate::support::telemetry::Stopwatch::start(),
         state: StdMutex::new(HoldState {
             generation: 0,
-            thread: std::thread::current().id(),
+            thread,
             signal: Arc::new(Signal::new()),
             local_turn: Some(local_turn),
             ended: false,

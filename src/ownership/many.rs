@@ -71,10 +71,8 @@ pub(crate) fn lock_free_prefix(
             hold_from(
                 line,
                 Kind::Lock(*op),
-                &enqueued,
-                local_turn,
-                Granted::read_at(alive_at),
-                started,
+                (enqueued, local_turn, Granted::read_at(alive_at)),
+                (started, std::thread::current().id()),
             )
         })
         .collect::<Vec<_>>();
@@ -131,8 +129,12 @@ pub(crate) fn wait_queued(queued: Queued, wait: &Wait) -> std::result::Result<He
         };
         super::acquire::wait_in_line(&rpc, &line, kind, wait, &session, enqueued, local_turn).await
     })?;
+    let ours = (enqueued, local_turn, granted);
     Ok(hold_from(
-        &line, kind, &enqueued, local_turn, granted, started,
+        &line,
+        kind,
+        ours,
+        (started, std::thread::current().id()),
     ))
 }
 

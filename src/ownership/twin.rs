@@ -73,15 +73,21 @@ pub(crate) fn acquire_twin(
     // at any time before the writer's proof is seen (or read) too.
     let at_once = matches!(enqueued.position, Position::Behind(_));
     let read = Kind::Lock(Operation::Read);
+    let thread = std::thread::current().id();
     let twin_hold = new_hold(
         twin,
         read,
         &enqueued,
-        twin_local_turn,
+        (twin_local_turn, thread),
         (enqueued.rev, at_once),
         None,
     );
-    let mut writer = hold_from(line, kind, &enqueued, local_turn, granted, started);
+    let mut writer = hold_from(
+        line,
+        kind,
+        (enqueued, local_turn, granted),
+        (started, thread),
+    );
     let mut twin_held = Held::new(twin_hold);
     let shared = Arc::new(Signal::new());
     writer.share_signal(&shared);

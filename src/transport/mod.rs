@@ -279,7 +279,7 @@ impl Rpc {
         };
         let resp = self
             // Without the old token: etcd rejects any call carrying an invalid one.
-            .unary_once(Retry::Safe, Token::Omit, req, |ch, r| async move {
+            .unary_once(Retry::Safe, Token::Omit, &req, |ch, r| async move {
                 AuthClient::new(ch).authenticate(r).await
             })
             .await
@@ -390,7 +390,7 @@ impl Rpc {
         if self.is_dead() {
             return Err(Error::Closed);
         }
-        self.with_fresh_token(|| self.unary_once(retry, Token::Send, message.clone(), &call))
+        self.with_fresh_token(|| self.unary_once(retry, Token::Send, &message, &call))
             .await
     }
 
@@ -417,11 +417,12 @@ impl Rpc {
         self.inner.process.crashed()
     }
 
+    /// One round over the endpoints; `message` is copied into each attempt's request only.
     async fn unary_once<Req: Clone, Resp>(
         &self,
         retry: Retry,
         token: Token,
-        message: Req,
+        message: &Req,
         call: impl UnaryCall<Req, Resp>,
     ) -> Result<Resp> {
         let mut last = Error::Closed;
