@@ -2,6 +2,8 @@
 //! every kind of blocking wait with `Error::Cancelled` within about one request round trip,
 //! and leaves no key behind — also while the client fails over from a dead member.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::thread;

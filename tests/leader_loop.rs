@@ -7,6 +7,8 @@
 //! revision, the successful writes must carry non-decreasing fencing tokens: a write of an
 //! older term after a newer term's would be two leaders.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::sync::{Arc, Mutex as StdMutex};

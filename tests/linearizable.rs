@@ -3,6 +3,8 @@
 //! it accepts and refuses; with the simulation, it must catch a defect of the mutation
 //! table on its own (a test binary of its own: a mutation is switched on process-wide).
 
+#![cfg(feature = "simulation")]
+
 mod fenced;
 
 use fenced::{Event, Mode, Op, Ret, check};

@@ -4,6 +4,8 @@
 //! deleted during the delay gets `LockLost`, and one test per side of what the delay covers
 //! (docs/waits.md "Lock-delay").
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::thread;

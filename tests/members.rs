@@ -10,6 +10,8 @@
 //! A member without a leader refuses calls that carry `hasleader` at once; without it a
 //! unary call would wait for a leader until our request timeout.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::sync::Mutex as StdMutex;

@@ -1,6 +1,8 @@
 //! The etcd version under test: detected from the binary, the one the test matrix asked
 //! for, and given only flags it accepts.
 
+#![cfg(feature = "testing")]
+
 mod common;
 
 use std::time::Duration;
