@@ -49,9 +49,11 @@ pub(crate) async fn remove(rpc: &Rpc, key: &[u8], owned: Owned) -> Result<bool> 
 }
 
 /// [`remove`], also deleting `also` in the same Txn if `key` is ours (a held key's
-/// release request, which goes with the hold), or if `key` is gone altogether (deleted by
-/// someone else: a forced release). Not while `key` exists with another create revision:
-/// then `also` may be the request of a newer hold of that key.
+/// release request, which goes with the hold). When `key` is not ours, `also` is left:
+/// the caller removes it with [`remove_if_gone`] if the key is gone altogether (not while
+/// it exists with another create revision: then `also` may be the request of a newer
+/// hold). That was this Txn's else branch once, and etcd took about 8 µs longer over
+/// every release for it, taken or not (issue 49).
 pub(crate) async fn remove_with(
     rpc: &Rpc,
     key: &[u8],
@@ -86,10 +88,7 @@ async fn remove_at_with(
     let ours = Compare::create_revision(key, CompareOp::Equal, rev);
     let mut deletes = vec![TxnOp::delete(key)];
     deletes.extend(also.map(TxnOp::delete));
-    let mut txn = Txn::new().when([ours]).and_then(deletes);
-    if let Some(also) = also {
-        txn = txn.or_else([TxnOp::txn(remove_if_gone(key, also))]);
-    }
+    let txn = Txn::new().when([ours]).and_then(deletes);
     let resp = rpc.txn(&txn, Retry::Safe).await?;
     Ok((resp.succeeded, resp.revision))
 }

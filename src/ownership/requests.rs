@@ -90,8 +90,38 @@ impl RequestKey {
 /// Removes `key` if it is still ours (`owned`), and its release request in the same Txn.
 /// A role that covers `<name>/` but not `<name>.revoke/` makes etcd refuse that Txn whole:
 /// then the key is removed alone, now and in every later release of the line (its request,
-/// if any was written, goes with the lease).
+/// if any was written, goes with the lease). When the key was not ours any more, its
+/// request is removed next if the key is gone altogether (a forced release), as
+/// [`remove_after_loss`] does; a transient failure of that is the caller's to retry, as
+/// one of the removal's own.
 pub(super) async fn remove_key_and_request(
+    rpc: &Rpc,
+    key: &[u8],
+    request: &RequestKey,
+    owned: Owned,
+) -> Result<bool> {
+    let removed = remove_key_and_request_once(rpc, key, request, owned).await?;
+    if let (false, Some(also)) = (removed, request.to_delete()) {
+        match rpc
+            .txn(&removal::remove_if_gone(key, also), Retry::Safe)
+            .await
+        {
+            Ok(_) => {}
+            Err(Error::Server {
+                code: Code::PermissionDenied,
+                ..
+            }) => request.deny(),
+            // Not answered: the caller asks again, the removal first (its answer again).
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, key = %text(also), "release request left to the lease");
+            }
+        }
+    }
+    Ok(removed)
+}
+
+async fn remove_key_and_request_once(
     rpc: &Rpc,
     key: &[u8],
     request: &RequestKey,
