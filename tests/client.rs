@@ -374,6 +374,21 @@ fn reads_of(pid: u32) -> u64 {
         .unwrap_or_else(|| panic!("no syscr in /proc/{pid}/io"))
 }
 
+/// etcd's (process `pid`) read calls per run of `op`, over `count` runs: the fewest of
+/// three rounds, since a loaded machine can only add reads (a PING acknowledgement that
+/// waited 5 ms in vain goes alone).
+fn fewest_reads_per_op(pid: u32, count: u32, op: &dyn Fn()) -> f64 {
+    (0..3)
+        .map(|_| {
+            let before = reads_of(pid);
+            for _ in 0..count {
+                op();
+            }
+            (reads_of(pid) - before) as f64 / f64::from(count)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// A request reaches etcd in one write: hyper sends a call's HEADERS and its DATA in two
 /// flushes and acknowledges etcd's PING (one rides on about every answer) in a third, so
 /// etcd read each request in three pieces; `transport/coalesce.rs` gathers them. Counted
@@ -390,18 +405,9 @@ fn a_request_reaches_etcd_in_one_write() {
     for _ in 0..50 {
         c.get("one-write").unwrap();
     }
-    // The fewest of three rounds: a loaded machine can only add reads (a PING
-    // acknowledgement that waited 5 ms in vain goes alone).
-    let requests = 300;
-    let per_request = (0..3)
-        .map(|_| {
-            let before = reads_of(pid);
-            for _ in 0..requests {
-                assert!(c.get("one-write").unwrap().is_some());
-            }
-            (reads_of(pid) - before) as f64 / f64::from(requests)
-        })
-        .fold(f64::INFINITY, f64::min);
+    let per_request = fewest_reads_per_op(pid, 300, &|| {
+        assert!(c.get("one-write").unwrap().is_some());
+    });
     eprintln!("etcd read calls per sequential get: {per_request:.2}");
     assert!(
         per_request < 3.0,
@@ -429,23 +435,10 @@ fn a_large_request_and_a_lock_reach_etcd_in_one_write_each() {
         c.put("one-write-large", &value).unwrap();
         mutex.lock().unwrap().release().unwrap();
     }
-    // The fewest of three rounds each, as above.
-    let rounds = 200;
-    let fewest = |op: &dyn Fn()| {
-        (0..3)
-            .map(|_| {
-                let before = reads_of(pid);
-                for _ in 0..rounds {
-                    op();
-                }
-                (reads_of(pid) - before) as f64 / f64::from(rounds)
-            })
-            .fold(f64::INFINITY, f64::min)
-    };
-    let per_put = fewest(&|| {
+    let per_put = fewest_reads_per_op(pid, 200, &|| {
         c.put("one-write-large", &value).unwrap();
     });
-    let per_lock = fewest(&|| mutex.lock().unwrap().release().unwrap());
+    let per_lock = fewest_reads_per_op(pid, 200, &|| mutex.lock().unwrap().release().unwrap());
     eprintln!("etcd read calls per 1 KB put: {per_put:.2}, per lock + release: {per_lock:.2}");
     assert!(
         per_put < 3.0,

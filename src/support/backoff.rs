@@ -46,7 +46,7 @@ pub(crate) fn seed_jitter(seed: u64) {
 
 /// Turns the jitter off on this thread: every pause is its whole step (a simulated run,
 /// whose schedules must not change under the seeds pinned for it).
-#[cfg_attr(not(feature = "simulation"), allow(dead_code))]
+#[allow(dead_code)] // called only by the simulated world (testing/sim) and the tests below
 pub(crate) fn without_jitter() {
     JITTER.with(|state| state.set(0));
 }

@@ -125,27 +125,45 @@ impl http_body::Body for ReadAhead {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+    use tokio_stream::wrappers::UnboundedReceiverStream;
 
-    fn data(frame: Option<Result<Frame<Bytes>, Status>>) -> Option<Bytes> {
+    fn next(body: &mut Body) -> Poll<Option<Polled>> {
+        Pin::new(body).poll_frame(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// The next frame's data, which must be ready.
+    fn ready_data(body: &mut Body) -> Option<Bytes> {
+        let Poll::Ready(frame) = next(body) else {
+            panic!("a frame is ready")
+        };
         frame?.ok()?.into_data().ok()
     }
 
-    fn next(body: &mut Body) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        Pin::new(body).poll_frame(&mut Context::from_waker(Waker::noop()))
+    fn frame(part: &'static [u8]) -> Polled {
+        Ok(Frame::data(Bytes::from_static(part)))
+    }
+
+    /// A body fed by a channel, as a watch stream's requests are, passed through [`whole`]
+    /// after `ready` was sent.
+    fn stream_body(ready: &[&'static [u8]]) -> (UnboundedSender<Polled>, Body) {
+        let (sender, receiver) = unbounded_channel();
+        for part in ready {
+            sender.send(frame(part)).unwrap();
+        }
+        let stream = UnboundedReceiverStream::new(receiver);
+        (sender, whole(Body::new(StreamBody(stream))))
     }
 
     /// A body of one message, ended, as tonic's unary request bodies are: it knows it ends
     /// once its message is out, so the message's DATA frame ends the stream.
     #[test]
     fn a_body_ready_whole_ends_with_its_last_frame() {
-        let once = tokio_stream::once(Ok::<_, Status>(Frame::data(Bytes::from_static(b"txn"))));
-        let mut body = whole(Body::new(http_body_util_stream(once)));
+        let once = tokio_stream::once(frame(b"txn"));
+        let mut body = whole(Body::new(StreamBody(once)));
         assert!(!body.is_end_stream());
         assert_eq!(body.size_hint().exact(), Some(3));
-        let Poll::Ready(frame) = next(&mut body) else {
-            panic!("ready")
-        };
-        assert_eq!(data(frame).as_deref(), Some(&b"txn"[..]));
+        assert_eq!(ready_data(&mut body).as_deref(), Some(&b"txn"[..]));
         assert!(body.is_end_stream(), "ended with its one frame");
         assert!(matches!(next(&mut body), Poll::Ready(None)));
     }
@@ -154,29 +172,13 @@ mod tests {
     /// on with the rest when it comes.
     #[test]
     fn a_stream_keeps_its_frames_in_order_and_the_rest_follows() {
-        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        for part in [&b"one"[..], b"two"] {
-            sender
-                .send(Ok(Frame::data(Bytes::from_static(part))))
-                .unwrap();
-        }
-        let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(receiver);
-        let mut body = whole(Body::new(http_body_util_stream(stream)));
+        let (sender, mut body) = stream_body(&[b"one", b"two"]);
         assert!(!body.is_end_stream());
-        for part in [&b"one"[..], b"two"] {
-            let Poll::Ready(frame) = next(&mut body) else {
-                panic!("read ahead")
-            };
-            assert_eq!(data(frame).as_deref(), Some(part));
-        }
+        assert_eq!(ready_data(&mut body).as_deref(), Some(&b"one"[..]));
+        assert_eq!(ready_data(&mut body).as_deref(), Some(&b"two"[..]));
         assert!(next(&mut body).is_pending(), "nothing more yet");
-        sender
-            .send(Ok(Frame::data(Bytes::from_static(b"three"))))
-            .unwrap();
-        let Poll::Ready(frame) = next(&mut body) else {
-            panic!("the rest follows")
-        };
-        assert_eq!(data(frame).as_deref(), Some(&b"three"[..]));
+        sender.send(frame(b"three")).unwrap();
+        assert_eq!(ready_data(&mut body).as_deref(), Some(&b"three"[..]));
         drop(sender);
         assert!(matches!(next(&mut body), Poll::Ready(None)));
     }
@@ -184,38 +186,23 @@ mod tests {
     /// A body with nothing ready yet is passed on untouched.
     #[test]
     fn a_body_not_ready_is_passed_on() {
-        let (sender, receiver) =
-            tokio::sync::mpsc::unbounded_channel::<Result<Frame<Bytes>, Status>>();
-        let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(receiver);
-        let mut body = whole(Body::new(http_body_util_stream(stream)));
+        let (sender, mut body) = stream_body(&[]);
         assert!(next(&mut body).is_pending());
-        sender
-            .send(Ok(Frame::data(Bytes::from_static(b"late"))))
-            .unwrap();
-        let Poll::Ready(frame) = next(&mut body) else {
-            panic!("ready now")
-        };
-        assert_eq!(data(frame).as_deref(), Some(&b"late"[..]));
+        sender.send(frame(b"late")).unwrap();
+        assert_eq!(ready_data(&mut body).as_deref(), Some(&b"late"[..]));
     }
 
     /// A stream of frames as an HTTP body (what `http_body_util::StreamBody` does).
-    fn http_body_util_stream<S>(stream: S) -> StreamBody<S> {
-        StreamBody(stream)
-    }
-
     struct StreamBody<S>(S);
 
     impl<S> http_body::Body for StreamBody<S>
     where
-        S: tokio_stream::Stream<Item = Result<Frame<Bytes>, Status>> + Unpin,
+        S: tokio_stream::Stream<Item = Polled> + Unpin,
     {
         type Data = Bytes;
         type Error = Status;
 
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Polled>> {
             Pin::new(&mut self.0).poll_next(cx)
         }
     }
