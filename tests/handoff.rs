@@ -623,3 +623,48 @@ fn a_guard_that_waited_at_the_back_keeps_the_watcher_that_proved_its_turn() {
         t.join().unwrap();
     }
 }
+
+/// A client keeps an etcd watcher only while something needs it: a guard (one per held
+/// name), a wait (its name's watcher, pinned for the wait's line). Once the guards are
+/// released and the waits and handles are gone, an idle client keeps none.
+#[test]
+fn an_idle_client_keeps_no_watcher() {
+    let _alone = measured_alone();
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 30);
+    let watchers = || metric(&server, "etcd_debugging_mvcc_watcher_total", &[]);
+    const NAMES: usize = 5;
+    let guards: Vec<_> = (0..NAMES)
+        .map(|i| s.mutex(format!("idle/{i}")).unwrap().lock().unwrap())
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(2), || watchers() == NAMES as f64),
+        "one watcher a held name: {}",
+        watchers()
+    );
+    drop(guards);
+    assert!(
+        eventually(Duration::from_secs(2), || watchers() == 0.0),
+        "released: {}",
+        watchers()
+    );
+    // A wait that timed out behind another client's holder: its line's watcher goes with
+    // the last handle of the name.
+    let other = client(&server.endpoints());
+    let holder = session(&other, 30)
+        .mutex("idle/busy")
+        .unwrap()
+        .lock()
+        .unwrap();
+    let m = s.mutex("idle/busy").unwrap();
+    let e = m.lock_timeout(Duration::from_millis(300)).unwrap_err();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    drop(holder);
+    drop(m);
+    assert!(
+        eventually(Duration::from_secs(2), || watchers() == 0.0),
+        "after a wait: {}",
+        watchers()
+    );
+}

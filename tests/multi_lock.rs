@@ -396,6 +396,21 @@ fn an_uncontended_multi_lock_joins_in_one_txn() {
         guard.release().unwrap();
         assert!(keys_under(&c, &names).is_empty());
     }
+    // The most names a multi-lock takes join in one Txn too (one op list of 64 puts).
+    let names: Vec<String> = (0..MAX_MULTI_LOCK_NAMES)
+        .map(|i| format!("most/{i:02}"))
+        .collect();
+    let most = s.multi_lock(&names).unwrap();
+    let txn = count("Txn");
+    let guard = most.lock_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        count("Txn") - txn,
+        1,
+        "one Txn for {MAX_MULTI_LOCK_NAMES} names"
+    );
+    assert_eq!(keys(&c, "most/").len(), MAX_MULTI_LOCK_NAMES);
+    guard.release().unwrap();
+    assert!(keys(&c, "most/").is_empty());
     // Nested names: the key of `nest/x` lies under `nest/`, but is not ahead of ours there.
     let nested = s.multi_lock(["nest/x", "nest"]).unwrap();
     let txn = count("Txn");
