@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, etcd, eventually, keys, session};
-use etcd_sync::{Error, Holder, LeaderEvent, Observer};
+use etcd_sync::{Error, Holder, LeaderEvent, Observer, Txn, TxnOp};
 
 fn next_event(observer: &Observer) -> LeaderEvent {
     match observer.recv_timeout(Duration::from_secs(5)) {
@@ -79,6 +79,35 @@ fn campaign_blocks_until_the_leader_resigns_and_observers_follow() {
 }
 
 /// Upstream TestElectionFailover, with the leader's session closed.
+/// A proclamation is written once. When the leader's key already holds the value (here
+/// written behind the leader's back, with its lease, as an earlier attempt that applied
+/// late would have), proclaiming it writes nothing more; a new value is then written on
+/// the newer revision, and the leader still leads.
+#[test]
+fn a_proclamation_the_key_already_holds_is_not_written_again() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let leadership = s.election("once").unwrap().campaign("a").unwrap();
+    let key = leadership.key_str().into_owned();
+    let behind = c
+        .txn(Txn::new().and_then([TxnOp::put_with_lease(key.as_str(), "b", s.lease_id())]))
+        .unwrap();
+    leadership.proclaim("b").unwrap();
+    let kv = c.get(&key).unwrap().expect("the leader's key");
+    assert_eq!(kv.value, b"b");
+    assert_eq!(
+        kv.mod_revision, behind.revision,
+        "the value was written again"
+    );
+    leadership.proclaim("c").unwrap();
+    let kv = c.get(&key).unwrap().expect("the leader's key");
+    assert_eq!(kv.value, b"c");
+    assert_eq!(kv.create_revision, leadership.fencing_token());
+    assert!(kv.mod_revision > behind.revision);
+    assert!(leadership.is_held());
+}
+
 #[test]
 fn failover_when_the_leaders_session_is_closed() {
     let server = etcd();
