@@ -560,3 +560,50 @@ fn a_downgrade_after_a_forced_release_of_the_writer_key_is_a_loss() {
         .write_timeout(Duration::from_secs(3));
     assert!(next.is_ok(), "{:?}", next.map(|_| ()));
 }
+
+/// A reader behind more keys than the enqueue Txn returns (1,024) reads its place in pages
+/// and waits its turn, alone or in a multi-lock, when those it was given are all readers
+/// (which it passes) and a writer waits beyond them; it takes the lock once that is gone.
+#[test]
+fn a_reader_behind_more_than_a_thousand_readers_and_a_writer_waits_its_turn() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    // The oldest key is no reader's (it blocks readers as a writer's would), then 1,100
+    // readers' keys (`<lease hex>.shared`, leases that do not exist: plain puts).
+    c.put("long/a-writer", "").unwrap();
+    const READERS: u64 = 1_100;
+    for chunk in (1..=READERS).collect::<Vec<_>>().chunks(100) {
+        let puts = chunk
+            .iter()
+            .map(|i| etcd_sync::TxnOp::put(format!("long/{i:x}.shared"), ""));
+        c.txn(etcd_sync::Txn::new().and_then(puts)).unwrap();
+    }
+    let s = session(&c, 10);
+    let rw = s.rwlock("long").unwrap();
+    assert!(matches!(rw.try_read(), Err(TryLockError::WouldBlock)));
+    let e = rw.read_timeout(Duration::from_millis(300)).unwrap_err();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    let multi = etcd_sync::MultiLock::new([
+        etcd_sync::MultiLockMember::read(&rw),
+        etcd_sync::MultiLockMember::from(&s.mutex("long-other").unwrap()),
+    ])
+    .unwrap();
+    assert!(matches!(multi.try_lock(), Err(TryLockError::WouldBlock)));
+    let e = multi.lock_timeout(Duration::from_millis(300)).unwrap_err();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    assert_eq!(
+        keys(&c, "long/").len(),
+        READERS as usize + 1,
+        "nothing of ours is left"
+    );
+    c.delete("long/a-writer").unwrap();
+    rw.read_timeout(Duration::from_secs(5))
+        .unwrap()
+        .release()
+        .unwrap();
+    multi
+        .lock_timeout(Duration::from_secs(5))
+        .unwrap()
+        .release()
+        .unwrap();
+}
