@@ -60,17 +60,20 @@ mod linearizable;
 mod liveness;
 mod multi;
 mod nemesis;
+mod processes;
 mod revoke;
+mod rng;
 mod stm;
 mod workload;
 
 use analysis::{check_name, parse_logs};
-
+use processes::{Children, observe_keys};
+pub(crate) use rng::Rng;
 use std::io::Write;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use common::{CHILD_ROLE, ChildGuard, eventually, keys, monotonic_ns, spawn_child};
+use common::{CHILD_ROLE, eventually, keys, monotonic_ns};
 use etcd_sync::testing::{EtcdCluster, EtcdProxy, LineTuning, NetFaults};
 use etcd_sync::{Client, Session};
 
@@ -85,26 +88,6 @@ pub(crate) const SEM_NAME: &str = "ck-sem";
 pub(crate) const PERMITS: u32 = 2;
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) const TTL: Duration = Duration::from_secs(3);
-
-/// xorshift64*: reproducible from its seed, no extra crate.
-pub(crate) struct Rng(pub(crate) u64);
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    pub(crate) fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from))
-    }
-}
 
 fn client_for(endpoints: &[String]) -> etcd_sync::Result<Client> {
     common::try_client_for(endpoints, REQUEST_TIMEOUT)
@@ -250,132 +233,6 @@ fn checker_child() {
     log(&log_file, format!("JOINED {}", monotonic_ns()));
     // Close every session (a clean exit): the parent checks nothing is left behind.
     drop(client);
-}
-
-/// Logs the keys of every name twice a second (`KEYS <ns> <name> <key@create_rev,...>`, `-`
-/// for none): what etcd held while a liveness check found a name free and a waiter waiting.
-fn observe_keys(c: Client, events: Log) -> Observer {
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = stop.clone();
-    let thread = std::thread::spawn(move || {
-        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-            for name in NAMES {
-                if let Ok(kvs) = c.get_prefix(format!("{name}/")) {
-                    let keys: Vec<String> = kvs
-                        .iter()
-                        .map(|kv| format!("{}@{}", kv.key_str(), kv.create_revision))
-                        .collect();
-                    let keys = if keys.is_empty() {
-                        "-".into()
-                    } else {
-                        keys.join(",")
-                    };
-                    log(&events, format!("KEYS {} {name} {keys}", monotonic_ns()));
-                }
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    });
-    Observer { stop, thread }
-}
-
-struct Observer {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Observer {
-    fn stop(self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.thread.join();
-    }
-}
-
-/// The worker processes: started with their own log, SIGKILLed by the nemesis (and
-/// replaced), and at the end waited for; every kill is logged (`KILL <log> <ns>`).
-struct Children {
-    endpoints: Vec<String>,
-    /// The gRPC proxy's endpoint: half the children talk to it first.
-    proxy: String,
-    /// How many children were started talking to the proxy.
-    through_proxy: usize,
-    dir: std::path::PathBuf,
-    deadline_ns: u64,
-    events: Log,
-    /// Log number (from 1) and process.
-    running: Vec<(usize, ChildGuard)>,
-    spawned: usize,
-}
-
-impl Children {
-    fn spawn(&mut self, rng: &mut Rng) -> (usize, ChildGuard) {
-        self.spawned += 1;
-        let n = self.spawned;
-        let through = if rng.below(2) == 0 {
-            self.through_proxy += 1;
-            self.proxy.clone()
-        } else {
-            String::new()
-        };
-        let mut envs = vec![("ENDPOINTS", self.endpoints.join(","))];
-        if !through.is_empty() {
-            envs.push(("THROUGH_PROXY", through));
-        }
-        envs.extend([
-            ("DEADLINE_NS", self.deadline_ns.to_string()),
-            ("SEED", rng.next().to_string()),
-            // The front of a line is 16 waiters wide; the few processes here rarely
-            // queue that deep, so most children narrow it (the client builder's hidden
-            // `line_tuning`), and their waiters also wait at the back on one lookout key
-            // (line/behind.rs).
-            (
-                "FRONT",
-                ["0", "1", "2", "16"][rng.below(4) as usize].to_string(),
-            ),
-            // Half of them start every lookout's watcher from the revision the waiter
-            // read (the library does so only 200 keys from the front), so that such
-            // watchers meet compaction and restarts too.
-            ("FAR_START", ["0", "200"][rng.below(2) as usize].to_string()),
-            // Half of them read a lookout's start gap late, not poll it, however near
-            // (the library does so from 33 keys on), so that a lookout deleted in that
-            // gap, out of order, is found by that read under every fault.
-            ("POLL_NEAR", ["0", "32"][rng.below(2) as usize].to_string()),
-            (
-                "LOG",
-                self.dir.join(format!("log-{n}")).display().to_string(),
-            ),
-        ]);
-        let child = spawn_child("checker_child", "worker", &envs);
-        (n, ChildGuard(Some(child)))
-    }
-
-    /// SIGKILLs a random child (no release, no revoke) and starts another.
-    fn sigkill(&mut self, rng: &mut Rng) {
-        let victim = rng.below(self.running.len() as u64) as usize;
-        let (n, child) = &mut self.running[victim];
-        child.kill();
-        log(&self.events, format!("KILL {n} {}", monotonic_ns()));
-        self.running[victim] = self.spawn(rng);
-    }
-
-    /// Waits until `stop_by` for the children to exit (closing their sessions), then
-    /// kills the rest; returns how many exited by themselves, and the logs of the others.
-    fn finish(&mut self, stop_by: Instant) -> (usize, Vec<usize>) {
-        let (mut clean_exits, mut hung) = (0, Vec::new());
-        for (n, child) in &mut self.running {
-            while Instant::now() < stop_by && child.child().try_wait().ok().flatten().is_none() {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if child.child().try_wait().ok().flatten().is_some() {
-                clean_exits += 1;
-            } else {
-                child.kill();
-                log(&self.events, format!("KILL {n} {}", monotonic_ns()));
-                hung.push(*n);
-            }
-        }
-        (clean_exits, hung)
-    }
 }
 
 #[test]
