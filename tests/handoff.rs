@@ -668,3 +668,30 @@ fn an_idle_client_keeps_no_watcher() {
         watchers()
     );
 }
+
+/// A waiter 200 keys or more from the front watches its lookout from the revision its
+/// enqueue read, so it joins and waits with no read at all (a watcher started from "now"
+/// would leave a gap that one read must cover); it takes the lock once the keys ahead go.
+#[test]
+fn a_waiter_far_back_joins_and_waits_without_a_read() {
+    let _alone = measured_alone();
+    let server = etcd();
+    let c = client(&server.endpoints());
+    // 260 keys ahead, put by no lock (they block the line as holders would).
+    for chunk in (0..260).collect::<Vec<_>>().chunks(100) {
+        let puts = chunk
+            .iter()
+            .map(|i| etcd_sync::TxnOp::put(format!("far/k{i:03}"), ""));
+        c.txn(etcd_sync::Txn::new().and_then(puts)).unwrap();
+    }
+    let s = session(&c, 30);
+    let m = s.mutex("far").unwrap();
+    let reads = || handled(&server.metrics().unwrap(), "Range");
+    let before = reads();
+    let waiter = std::thread::spawn(move || m.lock_timeout(Duration::from_secs(10)).map(drop));
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(reads() - before, 0, "reads while joining far back");
+    c.delete_prefix("far/k").unwrap();
+    waiter.join().unwrap().unwrap();
+    assert!(keys(&c, "far/").is_empty());
+}
