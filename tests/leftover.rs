@@ -18,20 +18,34 @@ use etcd_sync::Error;
 /// fix (found by the simulation, issue 29) the read waited out its whole limit.
 #[test]
 fn a_resumed_session_removes_its_own_leftover_writer_key() {
+    resumed_with_a_leftover_writer_key(false);
+}
+
+/// The same, for a line whose last enqueue met a short line: the Txn then reads no keys of
+/// our lease apart; the leftover is among the keys ahead, and in the Txn's read of the line
+/// (which returned every key under the name).
+#[test]
+fn a_leftover_is_found_in_the_read_of_a_short_line() {
+    resumed_with_a_leftover_writer_key(true);
+}
+
+fn resumed_with_a_leftover_writer_key(after_a_short_line: bool) {
     let server = etcd();
     let old = client(&server.endpoints());
     let first = session(&old, 10);
     let lease = first.lease_id();
-    // The write enqueue of the old life, applied late: our lease's writer key.
-    let stale = format!("leftover/{lease:x}");
-    old.put_with_lease(&stale, "", lease).unwrap();
     first.orphan();
     let c = client(&server.endpoints());
     let resumed = c.session_builder().resume(lease).start().unwrap();
+    let rw = resumed.rwlock("leftover").unwrap();
+    if after_a_short_line {
+        rw.read().unwrap().release().unwrap();
+    }
+    // The write enqueue of the old life, applied late: our lease's writer key.
+    c.put_with_lease(format!("leftover/{lease:x}"), "", lease)
+        .unwrap();
     let started = Instant::now();
-    let read = resumed
-        .rwlock("leftover")
-        .unwrap()
+    let read = rw
         .read_timeout(Duration::from_secs(5))
         .expect("the read holds once our leftover writer key is gone");
     assert!(
@@ -70,18 +84,37 @@ fn a_read_waits_for_a_live_writer_of_its_own_session() {
 /// line drains in order, and the write holds.
 #[test]
 fn a_leftover_far_ahead_of_a_long_line_is_removed_and_the_line_drains() {
+    leftover_far_ahead("far", false);
+}
+
+/// The same, for a line whose last enqueue met a short line: that one found our lease's
+/// keys in its read of the line, and this one, meeting a long line, reads them after its
+/// Txn.
+#[test]
+fn a_leftover_far_ahead_is_found_also_after_a_short_line() {
+    leftover_far_ahead("far-again", true);
+}
+
+fn leftover_far_ahead(name: &str, after_a_short_line: bool) {
     const LINE: usize = 24;
     let server = etcd();
     let old = client(&server.endpoints());
     let first = session(&old, 10);
     let lease = first.lease_id();
-    let stale = format!("far/{lease:x}.shared");
-    old.put_with_lease(&stale, "", lease).unwrap();
     first.orphan();
+    let c = client(&server.endpoints());
+    let resumed = c.session_builder().resume(lease).start().unwrap();
+    let rw = resumed.rwlock(name).unwrap();
+    if after_a_short_line {
+        rw.write().unwrap().release().unwrap();
+    }
+    let prefix = format!("{name}/");
+    c.put_with_lease(format!("{prefix}{lease:x}.shared"), "", lease)
+        .unwrap();
     let others = client(&server.endpoints());
     let waiters: Vec<_> = (0..LINE)
         .map(|_| {
-            let rw = session(&others, 10).rwlock("far").unwrap();
+            let rw = session(&others, 10).rwlock(name).unwrap();
             std::thread::spawn(move || {
                 rw.write_timeout(Duration::from_secs(20))
                     .map(|g| g.release().map(|_| ()))
@@ -89,18 +122,13 @@ fn a_leftover_far_ahead_of_a_long_line_is_removed_and_the_line_drains() {
         })
         .collect();
     assert!(
-        eventually(Duration::from_secs(10), || keys(&others, "far/").len()
+        eventually(Duration::from_secs(10), || keys(&others, &prefix).len()
             == LINE + 1),
         "{} keys",
-        keys(&others, "far/").len()
+        keys(&others, &prefix).len()
     );
-    let c = client(&server.endpoints());
-    let resumed = c.session_builder().resume(lease).start().unwrap();
     let started = Instant::now();
-    let write = resumed
-        .rwlock("far")
-        .unwrap()
-        .write_timeout(Duration::from_secs(10));
+    let write = rw.write_timeout(Duration::from_secs(10));
     let took = started.elapsed();
     let write = write.expect("the write holds once our leftover is gone and the line drained");
     assert!(took < Duration::from_secs(8), "{took:?}");
@@ -110,6 +138,6 @@ fn a_leftover_far_ahead_of_a_long_line_is_removed_and_the_line_drains() {
         held += 1;
     }
     assert_eq!(held, LINE, "every waiter ahead held and released");
-    assert_eq!(keys(&c, "far/"), vec![write.key_str().into_owned()]);
+    assert_eq!(keys(&c, &prefix), vec![write.key_str().into_owned()]);
     assert!(write.is_held());
 }

@@ -2,6 +2,7 @@
 //! etcd, wait until every key ahead is gone, and clean up on every failure while still
 //! owning the local turn.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::thread::ThreadId;
 use std::time::Duration;
@@ -514,7 +515,22 @@ async fn enqueue_once_or_sweep(
     loop {
         let whole_line = wait::front_is_watched(line.session.client().watches(), line.ours(0));
         let twin_key = twin.map(|t| t.key.as_slice());
-        match queue::enqueue(rpc, line.ours(0), value, lease, whole_line, twin_key).await {
+        // After a long line, our lease's keys are read apart in the Txn (the line's read
+        // may not reach them); else they are found in the line's read, or read after it.
+        let apart = line.line_was_long.load(Ordering::Relaxed);
+        let joined = queue::enqueue(
+            rpc,
+            line.ours(0),
+            value,
+            (lease, apart),
+            whole_line,
+            twin_key,
+        )
+        .await;
+        if let Ok(enqueued) = &joined {
+            line.line_was_long.store(enqueued.long, Ordering::Relaxed);
+        }
+        match joined {
             Err(e) if patient && e.is_refused_unhandled() => {
                 tracing::debug!(error = %e, "enqueue refused by every member; retrying");
                 backoff.sleep().await;

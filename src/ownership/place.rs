@@ -40,6 +40,10 @@ pub(crate) struct Place {
     /// etcd refused a release's delete of the key's release request (a role that covers
     /// `<name>/` only): releases delete the key alone from then on (`requests.rs`).
     pub(super) requests_denied: Arc<std::sync::atomic::AtomicBool>,
+    /// The last enqueue found more keys under the name than its read of the line returns,
+    /// or there was none yet (a resumed lease's leftovers are likeliest then): the next one
+    /// reads our lease's keys there in its Txn (`queue::enqueue`'s `apart`).
+    pub(super) line_was_long: std::sync::atomic::AtomicBool,
 }
 
 /// The lines of every session of this process, by session, name and mode. It lives here, not in
@@ -124,6 +128,7 @@ impl Place {
             deletes_pinned: StdMutex::new(None),
             own_pinned: StdMutex::new(None),
             requests_denied: Arc::default(),
+            line_was_long: std::sync::atomic::AtomicBool::new(true),
         })
     }
 

@@ -102,6 +102,7 @@ pub(crate) async fn enqueue_many(
             seen_at,
             twin_existed: None,
             leased: Vec::new(),
+            long: false,
         });
     }
     Ok(Some(joined))

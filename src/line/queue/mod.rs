@@ -398,6 +398,9 @@ pub(crate) struct Enqueued {
     /// The other keys of our lease under the name, in any mode, as the Txn found them:
     /// leftovers to remove unless this process uses them (`ownership/leftover.rs`).
     pub(crate) leased: Vec<Vec<u8>>,
+    /// The line held more keys than the Txn's read of it returned (see `enqueue`'s
+    /// `apart`).
+    pub(crate) long: bool,
 }
 
 /// Joins the line in one transaction, with the compare and put of Go's `Mutex.tryAcquire`
@@ -414,13 +417,16 @@ pub(crate) struct Enqueued {
 /// The Txn then also requires the twin to be absent: a put on an existing reader key would
 /// keep that key's older revision, and it would be no twin. Its else branch reads the twin
 /// too; a key of ours found there (either one) is reported as `existed`, with `rev` 0 if
-/// only the twin existed. Without a twin, both branches also read every key of our lease
-/// under the name ([`Enqueued::leased`]).
+/// only the twin existed. Without a twin, both branches also find every key of our lease
+/// under the name ([`Enqueued::leased`]): the put branch in its read of the line when that
+/// returns every key under the name (a short line: no read of its own, which cost etcd
+/// about 10 us a Txn), else by a read of our lease's keys, in the Txn when `apart` (the
+/// first enqueue of the line, or the last one found it long) or right after it.
 pub(crate) async fn enqueue(
     rpc: &Rpc,
     ours: Ours<'_>,
     value: &[u8],
-    lease: i64,
+    (lease, apart): (i64, bool),
     whole_line: bool,
     twin: Option<&[u8]>,
 ) -> Result<Enqueued> {
@@ -443,7 +449,9 @@ pub(crate) async fn enqueue(
     }
     puts.push(TxnOp::range(line));
     if twin.is_none() {
-        puts.push(TxnOp::range(of_lease(prefix, lease)));
+        if apart {
+            puts.push(TxnOp::range(of_lease(prefix, lease)));
+        }
         reads.push(TxnOp::range(of_lease(prefix, lease)));
     }
     let absent: &[Compare] = if mutation(Mutation::EnqueueWithoutCondition) {
@@ -469,17 +477,19 @@ pub(crate) async fn enqueue(
     });
     if resp.succeeded {
         let line = ranges.next().unwrap_or_default();
-        let leased = other_keys_of(
-            prefix,
-            lease,
-            ranges.next().unwrap_or_default(),
-            txn_revision,
-        );
+        let counted = counts.first().copied().unwrap_or(0);
+        let long = counted > line.len() as i64;
+        let leased = match (twin, apart, long) {
+            (Some(_), ..) => Vec::new(),
+            (None, true, _) => ranges.next().unwrap_or_default(),
+            (None, false, false) => line.clone(),
+            (None, false, true) => rpc.read(&of_lease(prefix, lease)).await?.kvs,
+        };
+        let leased = other_keys_of(prefix, lease, leased, txn_revision);
         let ours = Ours {
             rev: txn_revision,
             ..ours
         };
-        let counted = counts.first().copied().unwrap_or(0);
         let (position, seen_at) = match ahead_of_new(widths, line, (limit, counted), ours) {
             Some(position) => (position, txn_revision),
             // A reader or permit behind a very long line: the Txn's answer cannot tell.
@@ -494,6 +504,7 @@ pub(crate) async fn enqueue(
             seen_at,
             twin_existed: None,
             leased,
+            long,
         });
     }
     if twin.is_some() {
@@ -511,6 +522,7 @@ pub(crate) async fn enqueue(
             seen_at: txn_revision,
             twin_existed: twin_kv.map(|kv| kv.create_revision),
             leased: Vec::new(),
+            long: false,
         });
     }
     // Our key exists already (same session, earlier attempt or a resumed lease).
@@ -534,6 +546,7 @@ pub(crate) async fn enqueue(
         seen_at,
         twin_existed: None,
         leased,
+        long: false,
     })
 }
 
