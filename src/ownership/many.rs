@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::acquire::{clean_up_ambiguous, hold_from, settle_by};
+use super::acquire::{hold_from, settle_by};
 use super::hold::spawn_removal;
+use super::join::clean_up_ambiguous;
 use super::{Held, Kind, Place, Wait};
 use crate::client::removal::Owned;
 use crate::line::queue::{self, Enqueued, Joining, Position};

@@ -34,6 +34,7 @@ mod acquire;
 mod deadlock;
 mod delay;
 mod hold;
+mod join;
 mod leftover;
 mod many;
 mod place;

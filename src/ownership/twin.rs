@@ -63,7 +63,7 @@ pub(crate) fn acquire_twin(
                 // The twin: any key of our lease on the reader line is this attempt's,
                 // since we own that line's local turn; removed by the revision read, and
                 // that line is swept for a late copy of the join from then on.
-                let removed = super::acquire::clean_up_ambiguous(twin, twin_local_turn);
+                let removed = super::join::clean_up_ambiguous(twin, twin_local_turn);
                 let _ = tokio::time::timeout(rpc.request_timeout() / 4, removed).await;
                 Err(e)
             }
