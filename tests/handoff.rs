@@ -11,7 +11,9 @@ mod common;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{client, etcd, events_delivered, eventually, handled, keys, session, streams_started};
+use common::{
+    client, etcd, events_delivered, eventually, handled, keys, put_plain, session, streams_started,
+};
 use etcd_sync::{Error, LeaderEvent};
 
 /// How many watch streams etcd has started.
@@ -678,12 +680,7 @@ fn a_waiter_far_back_joins_and_waits_without_a_read() {
     let server = etcd();
     let c = client(&server.endpoints());
     // 260 keys ahead, put by no lock (they block the line as holders would).
-    for chunk in (0..260).collect::<Vec<_>>().chunks(100) {
-        let puts = chunk
-            .iter()
-            .map(|i| etcd_sync::TxnOp::put(format!("far/k{i:03}"), ""));
-        c.txn(etcd_sync::Txn::new().and_then(puts)).unwrap();
-    }
+    put_plain(&c, (0..260).map(|i| format!("far/k{i:03}")));
     let s = session(&c, 30);
     let m = s.mutex("far").unwrap();
     let reads = || handled(&server.metrics().unwrap(), "Range");

@@ -572,12 +572,7 @@ fn a_reader_behind_more_than_a_thousand_readers_and_a_writer_waits_its_turn() {
     // readers' keys (`<lease hex>.shared`, leases that do not exist: plain puts).
     c.put("long/a-writer", "").unwrap();
     const READERS: u64 = 1_100;
-    for chunk in (1..=READERS).collect::<Vec<_>>().chunks(100) {
-        let puts = chunk
-            .iter()
-            .map(|i| etcd_sync::TxnOp::put(format!("long/{i:x}.shared"), ""));
-        c.txn(etcd_sync::Txn::new().and_then(puts)).unwrap();
-    }
+    common::put_plain(&c, (1..=READERS).map(|i| format!("long/{i:x}.shared")));
     let s = session(&c, 10);
     let rw = s.rwlock("long").unwrap();
     assert!(matches!(rw.try_read(), Err(TryLockError::WouldBlock)));

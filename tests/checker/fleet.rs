@@ -200,15 +200,7 @@ fn poll_keys(client: &Client, events: &Log, done: &AtomicBool) {
             let sent = monotonic_ns();
             if let Ok(kvs) = client.get_prefix(format!("{name}/")) {
                 let received = monotonic_ns();
-                let keys: Vec<String> = kvs
-                    .iter()
-                    .map(|kv| format!("{}@{}", kv.key_str(), kv.create_revision))
-                    .collect();
-                let keys = if keys.is_empty() {
-                    "-".into()
-                } else {
-                    keys.join(",")
-                };
+                let keys = super::processes::keys_field(&kvs);
                 log(events, format!("GOKEYS {sent} {received} {name} {keys}"));
             }
         }

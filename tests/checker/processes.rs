@@ -18,15 +18,7 @@ pub(crate) fn observe_keys(c: Client, events: Log) -> Observer {
         while !flag.load(std::sync::atomic::Ordering::Relaxed) {
             for name in NAMES {
                 if let Ok(kvs) = c.get_prefix(format!("{name}/")) {
-                    let keys: Vec<String> = kvs
-                        .iter()
-                        .map(|kv| format!("{}@{}", kv.key_str(), kv.create_revision))
-                        .collect();
-                    let keys = if keys.is_empty() {
-                        "-".into()
-                    } else {
-                        keys.join(",")
-                    };
+                    let keys = keys_field(&kvs);
                     log(&events, format!("KEYS {} {name} {keys}", monotonic_ns()));
                 }
             }
@@ -34,6 +26,18 @@ pub(crate) fn observe_keys(c: Client, events: Log) -> Observer {
         }
     });
     Observer { stop, thread }
+}
+
+/// The keys of a name as a log field: `<key>@<create revision>,...`, or `-` for none.
+pub(crate) fn keys_field(kvs: &[etcd_sync::KeyValue]) -> String {
+    if kvs.is_empty() {
+        return "-".into();
+    }
+    let keys: Vec<String> = kvs
+        .iter()
+        .map(|kv| format!("{}@{}", kv.key_str(), kv.create_revision))
+        .collect();
+    keys.join(",")
 }
 
 pub(crate) struct Observer {

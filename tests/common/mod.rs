@@ -114,6 +114,18 @@ pub fn keys(client: &Client, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Puts `keys` with empty values and no lease, 100 to a Txn (etcd's default limit is 128
+/// operations): keys no lock created, which block a line as holders' keys would.
+pub fn put_plain(client: &Client, keys: impl IntoIterator<Item = String>) {
+    let keys: Vec<String> = keys.into_iter().collect();
+    for chunk in keys.chunks(100) {
+        let puts = chunk.iter().map(|k| etcd_sync::TxnOp::put(k.as_str(), ""));
+        client
+            .txn(etcd_sync::Txn::new().and_then(puts))
+            .expect("put plain keys");
+    }
+}
+
 /// Polls `cond` every 20 ms until it holds or `limit` passes.
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = std::time::Instant::now();
