@@ -17,21 +17,21 @@ use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
+use super::driver::Driver;
 use crate::support::error::{Error, Result};
 
 /// Runs `fut` as a task of the runtime behind `handle` and parks the calling thread until
 /// it has ended. Its output; `Err(Closed)` if the runtime dropped it unfinished (it shuts
 /// down). A panic of `fut` resumes on the calling thread.
-pub(crate) fn run<T: Send, F: Future<Output = T> + Send>(
-    handle: &tokio::runtime::Handle,
-    fut: F,
-) -> Result<T> {
+pub(crate) fn run<T: Send, F: Future<Output = T> + Send>(driver: &Driver, fut: F) -> Result<T> {
+    let handle = driver.handle()?;
     // SAFETY: `work` may borrow this thread's stack, and `T` may hold borrows. This thread
-    // parks below until `ended` is set, and `Task` sets it only after it dropped `work`:
-    // when `work` completed, when its poll panicked, or when the task is dropped unfinished
-    // (the runtime shuts down, or it refused the task and dropped it inside `spawn`). Only
+    // does not return before `ended` is set (`Ended::wait` below, also after a panic of
+    // the driving), and `Task` sets it only after it dropped `work`: when `work`
+    // completed, when its poll panicked, or when the task is dropped unfinished (the
+    // runtime shuts down, or it refused the task and dropped it inside `spawn`). Only
     // then is the output taken; nothing `work` borrows is used after this frame returns.
     let (work, slot) = unsafe { erase(fut) };
     let ended = Arc::new(Ended::default());
@@ -39,7 +39,14 @@ pub(crate) fn run<T: Send, F: Future<Output = T> + Send>(
         work: Some(work),
         ended: Some(ended.clone()),
     }));
+    // Drive the runtime (or wait for the thread that does) until the task has ended.
+    let driven = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        driver.block_on(std::future::poll_fn(|cx| ended.poll_set(cx)))
+    }));
     if let Some(panic) = ended.wait() {
+        std::panic::resume_unwind(panic);
+    }
+    if let Err(panic) = driven {
         std::panic::resume_unwind(panic);
     }
     let out = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -74,8 +81,15 @@ pub(crate) unsafe fn erase<'a, T: Send + 'a, F: Future<Output = T> + Send + 'a>(
 /// Set once a [`Task`] has dropped its work: the caller may go on.
 #[derive(Default)]
 struct Ended {
-    state: Mutex<Option<Outcome>>,
+    state: Mutex<State>,
     changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    outcome: Option<Outcome>,
+    /// The caller's `block_on`, woken when the outcome is set.
+    waker: Option<Waker>,
 }
 
 /// How a task ended: its work done or dropped, or its poll panicked (the payload).
@@ -86,15 +100,32 @@ enum Outcome {
 
 impl Ended {
     fn set(&self, outcome: Outcome) {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+        let waker = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.outcome = Some(outcome);
+            state.waker.take()
+        };
         self.changed.notify_one();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Ready once set (the outcome stays for [`Ended::wait`]).
+    fn poll_set(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.outcome.is_some() {
+            return Poll::Ready(());
+        }
+        state.waker = Some(cx.waker().clone());
+        Poll::Pending
     }
 
     /// Parks until set; the panic's payload, if the work panicked.
     fn wait(&self) -> Option<Box<dyn Any + Send>> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            match state.take() {
+            match state.outcome.take() {
                 Some(Outcome::Done) => return None,
                 Some(Outcome::Panicked(payload)) => return Some(payload),
                 None => state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner()),
@@ -154,71 +185,103 @@ impl Drop for Task {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
+    #[test]
+    fn the_future_borrows_the_callers_stack_and_the_caller_drives_it() {
+        let driver = Driver::start().unwrap();
+        let caller = std::thread::current().id();
+        let mut on_caller = 0;
+        for _ in 0..100 {
+            let mut seen = Vec::new();
+            let out = run(&driver, async {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                seen.push(std::thread::current().id());
+                seen.len()
+            });
+            assert_eq!(out.unwrap(), 1);
+            on_caller += usize::from(seen[0] == caller);
+        }
+        // Call after call, the caller drives the runtime itself (the idle thread leaves it
+        // to callers for `LINGER` after each); a call may find the idle thread mid-tick.
+        assert!(
+            on_caller >= 80,
+            "{on_caller} of 100 calls ran on the caller"
+        );
     }
 
     #[test]
-    fn the_future_borrows_the_callers_stack_and_runs_on_the_worker() {
-        let rt = runtime();
-        let caller = std::thread::current().id();
-        let mut seen = Vec::new();
-        let out = run(rt.handle(), async {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            seen.push(std::thread::current().id());
-            seen.len()
+    fn a_caller_waits_for_its_task_while_another_caller_drives() {
+        let driver = Driver::start().unwrap();
+        std::thread::scope(|scope| {
+            let long = scope.spawn(|| {
+                run(&driver, async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Instant::now()
+                })
+                .unwrap()
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            let caller = std::thread::current().id();
+            let (ran_on, done) = run(&driver, async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                (std::thread::current().id(), Instant::now())
+            })
+            .unwrap();
+            let long_done = long.join().unwrap();
+            assert!(done < long_done, "the short call ended before the long one");
+            assert_ne!(
+                ran_on, caller,
+                "its task ran on the driving caller's thread"
+            );
         });
-        assert_eq!(out.unwrap(), 1);
-        assert_ne!(seen[0], caller, "polled on the worker, not the caller");
+    }
+
+    #[test]
+    fn the_idle_thread_drives_background_tasks_while_no_caller_does() {
+        let driver = Driver::start().unwrap();
+        let fired = Arc::new(AtomicBool::new(false));
+        let set = fired.clone();
+        drop(driver.handle().unwrap().spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            set.store(true, Ordering::SeqCst);
+        }));
+        let started = Instant::now();
+        while !fired.load(Ordering::SeqCst) {
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "a timer with no caller inside never fired"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(started.elapsed() < Duration::from_millis(500));
     }
 
     #[test]
     fn a_panic_of_the_future_resumes_on_the_caller() {
-        let rt = runtime();
+        let driver = Driver::start().unwrap();
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run(rt.handle(), async { panic!("boom in the task") })
+            run(&driver, async { panic!("boom in the task") })
         }));
         let payload = caught.expect_err("the panic reaches the caller");
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom in the task"));
         // The runtime lives on: the next call runs.
-        assert_eq!(run(rt.handle(), async { 7 }).unwrap(), 7);
+        assert_eq!(run(&driver, async { 7 }).unwrap(), 7);
     }
 
     #[test]
-    fn a_runtime_that_shuts_down_lets_the_caller_go_after_dropping_the_future() {
-        let rt = runtime();
-        let handle = rt.handle().clone();
-        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        struct Flag(Arc<std::sync::atomic::AtomicBool>);
-        impl Drop for Flag {
-            fn drop(&mut self) {
-                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
-        let flag = Flag(dropped.clone());
-        let caller = std::thread::spawn(move || {
-            let out = run(&handle, async move {
-                let _flag = flag;
-                std::future::pending::<()>().await;
-            });
-            (
-                matches!(out, Err(Error::Closed)),
-                dropped.load(std::sync::atomic::Ordering::SeqCst),
-            )
-        });
-        std::thread::sleep(Duration::from_millis(50));
-        rt.shutdown_timeout(Duration::from_secs(5));
-        let (closed, was_dropped) = caller.join().unwrap();
-        assert!(closed, "Err(Closed) for a task dropped unfinished");
-        assert!(
-            was_dropped,
-            "the future was dropped before the caller went on"
-        );
+    fn dropping_the_driver_stops_its_idle_thread() {
+        let driver = Driver::start().unwrap();
+        let running = Arc::new(());
+        let held = running.clone();
+        drop(driver.handle().unwrap().spawn(async move {
+            let _held = held;
+            std::future::pending::<()>().await;
+        }));
+        assert_eq!(run(&driver, async { 1 }).unwrap(), 1);
+        drop(driver);
+        // The runtime was dropped with it, and the pending task's future with that.
+        assert_eq!(Arc::strong_count(&running), 1);
     }
 }

@@ -2,6 +2,7 @@
 
 mod borrowed_task;
 pub(crate) mod builder;
+pub(crate) mod driver;
 pub(crate) mod follow;
 pub(crate) mod keepalive;
 pub(crate) mod lease;

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
 
+use super::driver::Driver;
+
 use crate::support::cancel::CancelToken;
 use crate::support::error::{Error, Result};
 
@@ -72,7 +74,7 @@ fn install_quiet_probe_hook() {
 /// the worker thread (the shared one's once its last client is gone), except inside an
 /// async context, where joining would panic: there it is shut down in the background.
 pub(crate) struct Runtime {
-    rt: Option<Arc<tokio::runtime::Runtime>>,
+    rt: Option<Arc<Driver>>,
     /// In a simulated run (feature `simulation`): its scheduler, whose runtime this client
     /// shares instead of owning one.
     #[cfg(feature = "simulation")]
@@ -98,7 +100,7 @@ impl Runtime {
         let rt = if shared {
             shared_runtime()?
         } else {
-            Arc::new(start()?)
+            Arc::new(Driver::start()?)
         };
         Ok(Runtime {
             rt: Some(rt),
@@ -136,7 +138,11 @@ impl Runtime {
         if let Some(sim) = &self.sim {
             return Ok(sim.handle());
         }
-        self.rt.as_ref().map(|rt| rt.handle()).ok_or(Error::Closed)
+        self.driver()?.handle()
+    }
+
+    fn driver(&self) -> Result<&Driver> {
+        self.rt.as_deref().ok_or(Error::Closed)
     }
 
     /// The blocking seam: every blocking call of the crate ends here. Runs `fut` to
@@ -157,7 +163,7 @@ impl Runtime {
         let fut = Box::pin(fut);
         // The caller's span goes along: events of the call are logged within it.
         let fut = tracing::Instrument::instrument(fut, tracing::Span::current());
-        super::borrowed_task::run(self.handle()?, fut)?
+        super::borrowed_task::run(self.driver()?, fut)?
     }
 
     /// Runs `fut` in the background (used for best-effort cleanup from `Drop`).
@@ -205,31 +211,16 @@ pub(crate) fn pause(pause: Duration, cancel: &CancelToken) {
     let _ = cancel.cancelled().recv_timeout(pause);
 }
 
-/// Starts a runtime of one worker thread.
-fn start() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .max_blocking_threads(1)
-        .thread_name("etcd-sync-runtime")
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Unavailable {
-            endpoint: None,
-            reason: format!("cannot start the I/O runtime: {e}"),
-            source: Some(Arc::new(e)),
-        })
-}
-
 /// The process's shared runtime while a client uses it.
-static SHARED: Mutex<Option<Weak<tokio::runtime::Runtime>>> = Mutex::new(None);
+static SHARED: Mutex<Option<Weak<Driver>>> = Mutex::new(None);
 
 /// The process's shared runtime: the running one, or a new one if no client uses it.
-fn shared_runtime() -> Result<Arc<tokio::runtime::Runtime>> {
+fn shared_runtime() -> Result<Arc<Driver>> {
     let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(rt) = shared.as_ref().and_then(Weak::upgrade) {
         return Ok(rt);
     }
-    let rt = Arc::new(start()?);
+    let rt = Arc::new(Driver::start()?);
     *shared = Some(Arc::downgrade(&rt));
     Ok(rt)
 }
@@ -260,7 +251,7 @@ impl Drop for Runtime {
             // once the tracker is closed and its tasks are done.
             self.tasks.close();
             let (tasks, stop) = (&self.tasks, &self.stop);
-            rt.block_on(async {
+            let _ = rt.block_on(async {
                 let _ = tokio::time::timeout(CLEANUP_GRACE, tasks.wait()).await;
                 stop.cancel();
             });
@@ -269,12 +260,8 @@ impl Drop for Runtime {
         }
         // The last user of the runtime stops it; dropping it waits for the worker, so no
         // thread of ours outlives the last client.
-        if let Some(rt) = Arc::into_inner(rt) {
-            if inside_async() {
-                rt.shutdown_background();
-            } else {
-                drop(rt);
-            }
-        }
+        // The last user of the runtime stops it (`Driver`'s drop joins its idle thread and
+        // drops the runtime), so no thread of ours outlives the last client.
+        drop(rt);
     }
 }

@@ -1,0 +1,205 @@
+//! Who drives the private runtime: the caller that waits for an answer, else one idle thread.
+//!
+//! The runtime is tokio's current-thread scheduler, whose sockets, timers and tasks are
+//! driven by whichever thread is inside its `block_on`. A blocking call enters `block_on`
+//! until its task has ended (`client/borrowed_task.rs`): if no other thread drives at that
+//! moment, the caller does, so it sends its own request and sleeps in `epoll` until the
+//! answer arrives; the kernel wakes the thread that wants the answer. Go's `concurrency`
+//! gets the same from its scheduler (the goroutine that waits runs on the thread the
+//! network poller wakes). With a worker thread of its own, each call cost three wake-ups
+//! of a sleeping thread instead of one: the worker for the request, the worker for the
+//! answer, the caller for the result (issue 49: on 2 cores, 117 µs from an answer's
+//! arrival to the next request leaving, against Go's 49, with etcd's own time equal).
+//!
+//! While no caller drives, the idle thread does, so HTTP/2 pings, watch events, the follow
+//! task and background cleanup go on with no call in progress. It takes over only after no
+//! caller has been inside for [`LINGER`]: a thread making call after call keeps driving
+//! itself, and a caller that finds the idle thread driving asks it to leave (it leaves at
+//! once: its `block_on` ends when a caller is waiting) and takes over. A caller that finds
+//! another caller driving waits for its task's end, as with a worker thread: its task runs
+//! on the driving thread, and the end wakes it once.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::support::error::{Error, Result};
+
+/// How long the idle thread leaves the runtime to callers after the last one left. Events
+/// that arrive meanwhile wait at most about twice this (rule 2 allows a second).
+pub(crate) const LINGER: Duration = Duration::from_millis(1);
+
+/// The runtime and the thread that drives it while no caller does. Dropping it stops and
+/// joins that thread, then drops the runtime.
+pub(crate) struct Driver {
+    shared: Arc<Shared>,
+    idle: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    rt: Option<tokio::runtime::Runtime>,
+    /// Callers inside [`Driver::block_on`] (driving or waiting to).
+    callers: AtomicUsize,
+    /// When the last caller left, in ns since `epoch`.
+    left_at: AtomicU64,
+    epoch: Instant,
+    /// Told when a caller comes in, so that the idle thread leaves `block_on`.
+    wanted: tokio::sync::Notify,
+    /// The idle thread sleeps until the last caller leaves, which wakes it.
+    asleep: AtomicBool,
+    idle: std::sync::OnceLock<std::thread::Thread>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
+        self.rt.as_ref().ok_or(Error::Closed)
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The idle thread: drives the runtime whenever no caller has been inside for
+    /// [`LINGER`], and leaves it as soon as one comes in. While a caller is inside it sleeps
+    /// until the last one leaves (a thread blocked in a long wait drives, and nothing else
+    /// wakes); between calls it looks again every [`LINGER`].
+    fn idle(&self) {
+        let Ok(rt) = self.runtime() else { return };
+        while !self.stop.load(Ordering::SeqCst) {
+            if self.callers.load(Ordering::SeqCst) > 0 {
+                // Until the last caller leaves (`Inside::drop` sees `asleep`; either it
+                // sees it set or this sees no caller: both are sequentially consistent).
+                self.asleep.store(true, Ordering::SeqCst);
+                if self.callers.load(Ordering::SeqCst) > 0 && !self.stop.load(Ordering::SeqCst) {
+                    std::thread::park();
+                }
+                self.asleep.store(false, Ordering::SeqCst);
+                continue;
+            }
+            let since = Duration::from_nanos(
+                self.now()
+                    .saturating_sub(self.left_at.load(Ordering::SeqCst)),
+            );
+            if since < LINGER {
+                std::thread::park_timeout(LINGER - since);
+                continue;
+            }
+            rt.block_on(async {
+                loop {
+                    let wanted = self.wanted.notified();
+                    tokio::pin!(wanted);
+                    wanted.as_mut().enable();
+                    if self.callers.load(Ordering::SeqCst) > 0 || self.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    wanted.await;
+                }
+            });
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            // Inside some runtime's context dropping one may panic (blocking is refused
+            // there); outside, dropping it waits for its blocking threads.
+            if tokio::runtime::Handle::try_current().is_ok() {
+                rt.shutdown_background();
+            } else {
+                drop(rt);
+            }
+        }
+    }
+}
+
+impl Driver {
+    /// A current-thread runtime and its idle thread.
+    pub(crate) fn start() -> Result<Driver> {
+        let unavailable = |e: std::io::Error| Error::Unavailable {
+            endpoint: None,
+            reason: format!("cannot start the I/O runtime: {e}"),
+            source: Some(Arc::new(e)),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(1)
+            .thread_name("etcd-sync-blocking")
+            .enable_all()
+            .build()
+            .map_err(unavailable)?;
+        let shared = Arc::new(Shared {
+            rt: Some(rt),
+            callers: AtomicUsize::new(0),
+            left_at: AtomicU64::new(0),
+            epoch: Instant::now(),
+            wanted: tokio::sync::Notify::new(),
+            asleep: AtomicBool::new(false),
+            idle: std::sync::OnceLock::new(),
+            stop: AtomicBool::new(false),
+        });
+        let idle = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("etcd-sync-runtime".into())
+            .spawn(move || idle.idle())
+            .map_err(unavailable)?;
+        let _ = shared.idle.set(thread.thread().clone());
+        Ok(Driver {
+            shared,
+            idle: Some(thread),
+        })
+    }
+
+    pub(crate) fn handle(&self) -> Result<&tokio::runtime::Handle> {
+        Ok(self.shared.runtime()?.handle())
+    }
+
+    /// Runs `fut` to completion on the calling thread, driving the runtime while no other
+    /// thread does (see the module's documentation).
+    pub(crate) fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
+        let rt = self.shared.runtime()?;
+        let _inside = Inside::enter(&self.shared);
+        Ok(rt.block_on(fut))
+    }
+}
+
+/// A caller inside [`Driver::block_on`]; leaving (also by unwinding) records the time.
+struct Inside<'a>(&'a Shared);
+
+impl<'a> Inside<'a> {
+    fn enter(shared: &'a Shared) -> Inside<'a> {
+        shared.callers.fetch_add(1, Ordering::SeqCst);
+        shared.wanted.notify_one();
+        Inside(shared)
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.left_at.store(self.0.now(), Ordering::SeqCst);
+        if self.0.callers.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.0.asleep.load(Ordering::SeqCst)
+        {
+            if let Some(idle) = self.0.idle.get() {
+                idle.unpark();
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wanted.notify_one();
+        if let Some(idle) = self.idle.take() {
+            idle.thread().unpark();
+            // Not on the idle thread itself (a task it ran dropped the last client): it
+            // leaves its loop at once and drops the runtime when it does.
+            if idle.thread().id() != std::thread::current().id() {
+                let _ = idle.join();
+            }
+        }
+    }
+}
