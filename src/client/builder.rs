@@ -231,15 +231,17 @@ impl ClientBuilder {
         self
     }
 
-    /// Runs this client's I/O on the process's shared runtime thread (`true`) instead of a
-    /// thread of its own (`false`, the default). Every client built with it shares one
-    /// worker thread, started by the first and stopped when the last is dropped, as the
-    /// clients of an async program share their executor. For a process that holds many
-    /// clients at once (one per cluster or per tenant, or many contenders in one test): one
-    /// thread instead of one each, and fewer thread switches (docs/design/blocking-seam.md).
-    /// The clients' futures then take turns on that one thread, so a client's
-    /// calls wait while another's are being handled. Each client still has its own
-    /// connection, keep-alive thread and watch stream, and dropping one stops its own work
+    /// Runs this client's I/O on the process's shared runtime (`true`) instead of one of its
+    /// own (`false`, the default). A runtime is driven by the thread that waits for a call,
+    /// and by its idle thread between calls; every client built with this shares one
+    /// runtime and idle thread, started by the first and stopped when the last is dropped,
+    /// as the clients of an async program share their executor. For a process that holds
+    /// many clients at once (one per cluster or per tenant, or many contenders in one
+    /// test): one thread instead of one each, and fewer thread switches
+    /// (docs/design/blocking-seam.md). The clients' futures then take turns on whichever
+    /// thread drives, so a client's calls wait while another's are being handled. Each
+    /// client still has its own connection, keep-alive thread and watch stream, and
+    /// dropping one stops its own work
     /// only.
     ///
     /// ```no_run
