@@ -73,7 +73,12 @@ fn a_waiting_client_sleeps_until_the_release() {
     let waiting_thread: Vec<u64> = threads_named("quiet-waiter").into_iter().collect();
     assert_eq!(waiting_thread.len(), 1, "{waiting_thread:?}");
     let drivers = [idle, waiting_thread[0]];
-    let switches = || drivers.iter().map(|&tid| voluntary_switches(tid)).sum::<u64>();
+    let switches = || {
+        drivers
+            .iter()
+            .map(|&tid| voluntary_switches(tid))
+            .sum::<u64>()
+    };
     let start = switches();
     thread::sleep(Duration::from_secs(3));
     let woken = switches() - start;

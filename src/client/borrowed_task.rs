@@ -185,8 +185,9 @@ impl Drop for Task {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::support::clock::{now, since};
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     #[test]
     fn the_future_borrows_the_callers_stack_and_the_caller_drives_it() {
@@ -218,7 +219,7 @@ mod tests {
             let long = scope.spawn(|| {
                 run(&driver, async {
                     tokio::time::sleep(Duration::from_millis(300)).await;
-                    Instant::now()
+                    now()
                 })
                 .unwrap()
             });
@@ -226,7 +227,7 @@ mod tests {
             let caller = std::thread::current().id();
             let (ran_on, done) = run(&driver, async {
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                (std::thread::current().id(), Instant::now())
+                (std::thread::current().id(), now())
             })
             .unwrap();
             let long_done = long.join().unwrap();
@@ -239,6 +240,33 @@ mod tests {
     }
 
     #[test]
+    fn a_caller_that_is_not_alone_leaves_the_driving_to_the_idle_thread() {
+        let driver = Driver::start().unwrap();
+        std::thread::scope(|scope| {
+            let alone = scope.spawn(|| {
+                run(&driver, async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                })
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            // Comes in while the first caller drives, and goes on after it left: its task
+            // is then driven by the idle thread, at once (not by this caller).
+            let (name, took) = run(&driver, async {
+                let started = now();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                (
+                    std::thread::current().name().map(str::to_owned),
+                    since(started),
+                )
+            })
+            .unwrap();
+            alone.join().unwrap().unwrap();
+            assert_eq!(name.as_deref(), Some("etcd-sync-runtime"));
+            assert!(took < Duration::from_millis(400), "{took:?}");
+        });
+    }
+
+    #[test]
     fn the_idle_thread_drives_background_tasks_while_no_caller_does() {
         let driver = Driver::start().unwrap();
         let fired = Arc::new(AtomicBool::new(false));
@@ -247,15 +275,15 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
             set.store(true, Ordering::SeqCst);
         }));
-        let started = Instant::now();
+        let started = now();
         while !fired.load(Ordering::SeqCst) {
             assert!(
-                started.elapsed() < Duration::from_secs(2),
+                since(started) < Duration::from_secs(2),
                 "a timer with no caller inside never fired"
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(started.elapsed() < Duration::from_millis(500));
+        assert!(since(started) < Duration::from_millis(500));
     }
 
     #[test]

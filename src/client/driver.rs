@@ -11,13 +11,15 @@
 //! answer, the caller for the result (issue 49: on 2 cores, 117 µs from an answer's
 //! arrival to the next request leaving, against Go's 49, with etcd's own time equal).
 //!
-//! While no caller drives, the idle thread does, so HTTP/2 pings, watch events, the follow
-//! task and background cleanup go on with no call in progress. It takes over only after no
-//! caller has been inside for [`LINGER`]: a thread making call after call keeps driving
-//! itself, and a caller that finds the idle thread driving asks it to leave (it leaves at
-//! once: its `block_on` ends when a caller is waiting) and takes over. A caller that finds
-//! another caller driving waits for its task's end, as with a worker thread: its task runs
-//! on the driving thread, and the end wakes it once.
+//! A caller drives only when it comes in alone. While none does, the idle thread drives, so
+//! HTTP/2 pings, watch events, the follow task and background cleanup go on with no call in
+//! progress: it takes over [`LINGER`] after the last caller left (a thread making call after
+//! call keeps driving itself), or at once when callers are inside that do not drive, and it
+//! leaves `block_on` as soon as a lone caller comes in. A caller that finds others inside
+//! waits for its task's end, as with a worker thread: its task runs on the driving thread,
+//! and the end wakes it once. So under contention one thread drives, as a worker did,
+//! instead of the role passing from caller to caller at every call's end (which cost
+//! 6-8 % of the acquisitions at 256 processes sharing a runtime).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -45,9 +47,11 @@ struct Shared {
     /// When the last caller left, in ns since `epoch`.
     left_at: AtomicU64,
     epoch: Instant,
-    /// Told when a caller comes in, so that the idle thread leaves `block_on`.
+    /// A caller came in alone and drives (or is about to take over from the idle thread).
+    lone: AtomicBool,
+    /// Told when a lone caller comes in, so that the idle thread leaves `block_on`.
     wanted: tokio::sync::Notify,
-    /// The idle thread sleeps until the last caller leaves, which wakes it.
+    /// The idle thread sleeps until the lone caller leaves, which wakes it.
     asleep: AtomicBool,
     idle: std::sync::OnceLock<std::thread::Thread>,
     stop: AtomicBool,
@@ -59,40 +63,44 @@ impl Shared {
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        u64::try_from(crate::support::clock::since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// The idle thread: drives the runtime whenever no caller has been inside for
-    /// [`LINGER`], and leaves it as soon as one comes in. While a caller is inside it sleeps
-    /// until the last one leaves (a thread blocked in a long wait drives, and nothing else
-    /// wakes); between calls it looks again every [`LINGER`].
+    /// The idle thread: drives the runtime while no caller does: at once while callers
+    /// wait that do not drive (a caller drives only when it is alone, see
+    /// [`Driver::block_on`]), and [`LINGER`] after the last caller left; it leaves as soon
+    /// as a lone caller comes in. While a lone caller drives it sleeps until that caller
+    /// leaves (a thread blocked in a long wait drives, and nothing else wakes).
     fn idle(&self) {
         let Ok(rt) = self.runtime() else { return };
         while !self.stop.load(Ordering::SeqCst) {
-            if self.callers.load(Ordering::SeqCst) > 0 {
-                // Until the last caller leaves (`Inside::drop` sees `asleep`; either it
-                // sees it set or this sees no caller: both are sequentially consistent).
+            if self.lone.load(Ordering::SeqCst) {
+                // Until the lone caller leaves (`Inside::drop` clears `lone`, then looks at
+                // `asleep`; either it sees it set or this sees `lone` clear: both are
+                // sequentially consistent).
                 self.asleep.store(true, Ordering::SeqCst);
-                if self.callers.load(Ordering::SeqCst) > 0 && !self.stop.load(Ordering::SeqCst) {
+                if self.lone.load(Ordering::SeqCst) && !self.stop.load(Ordering::SeqCst) {
                     std::thread::park();
                 }
                 self.asleep.store(false, Ordering::SeqCst);
                 continue;
             }
-            let since = Duration::from_nanos(
-                self.now()
-                    .saturating_sub(self.left_at.load(Ordering::SeqCst)),
-            );
-            if since < LINGER {
-                std::thread::park_timeout(LINGER - since);
-                continue;
+            if self.callers.load(Ordering::SeqCst) == 0 {
+                let since = Duration::from_nanos(
+                    self.now()
+                        .saturating_sub(self.left_at.load(Ordering::SeqCst)),
+                );
+                if since < LINGER {
+                    std::thread::park_timeout(LINGER - since);
+                    continue;
+                }
             }
             rt.block_on(async {
                 loop {
                     let wanted = self.wanted.notified();
                     tokio::pin!(wanted);
                     wanted.as_mut().enable();
-                    if self.callers.load(Ordering::SeqCst) > 0 || self.stop.load(Ordering::SeqCst) {
+                    if self.lone.load(Ordering::SeqCst) || self.stop.load(Ordering::SeqCst) {
                         return;
                     }
                     wanted.await;
@@ -134,7 +142,8 @@ impl Driver {
             rt: Some(rt),
             callers: AtomicUsize::new(0),
             left_at: AtomicU64::new(0),
-            epoch: Instant::now(),
+            epoch: crate::support::clock::now(),
+            lone: AtomicBool::new(false),
             wanted: tokio::sync::Notify::new(),
             asleep: AtomicBool::new(false),
             idle: std::sync::OnceLock::new(),
@@ -156,35 +165,53 @@ impl Driver {
         Ok(self.shared.runtime()?.handle())
     }
 
-    /// Runs `fut` to completion on the calling thread, driving the runtime while no other
-    /// thread does (see the module's documentation).
+    /// Runs `fut` to completion on the calling thread. A caller that comes in alone drives
+    /// the runtime itself (it takes it over from the idle thread if that drives); one that
+    /// finds other callers inside polls only `fut` and sleeps in between, while the idle
+    /// thread drives: with many callers one thread keeps driving (warm, and woken only by
+    /// what arrives) instead of the role passing from caller to caller at every call's end.
     pub(crate) fn block_on<F: Future>(&self, fut: F) -> Result<F::Output> {
         let rt = self.shared.runtime()?;
-        let _inside = Inside::enter(&self.shared);
-        Ok(rt.block_on(fut))
+        let inside = Inside::enter(&self.shared);
+        Ok(if inside.lone {
+            rt.block_on(fut)
+        } else {
+            rt.handle().block_on(fut)
+        })
     }
 }
 
-/// A caller inside [`Driver::block_on`]; leaving (also by unwinding) records the time.
-struct Inside<'a>(&'a Shared);
+/// A caller inside [`Driver::block_on`]; leaving (also by unwinding) records the time and
+/// wakes the idle thread if it slept while this one drove alone.
+struct Inside<'a> {
+    shared: &'a Shared,
+    lone: bool,
+}
 
 impl<'a> Inside<'a> {
     fn enter(shared: &'a Shared) -> Inside<'a> {
-        shared.callers.fetch_add(1, Ordering::SeqCst);
-        shared.wanted.notify_one();
-        Inside(shared)
+        let lone = shared.callers.fetch_add(1, Ordering::SeqCst) == 0;
+        if lone {
+            shared.lone.store(true, Ordering::SeqCst);
+            shared.wanted.notify_one();
+        }
+        Inside { shared, lone }
     }
 }
 
 impl Drop for Inside<'_> {
     fn drop(&mut self) {
-        self.0.left_at.store(self.0.now(), Ordering::SeqCst);
-        if self.0.callers.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.0.asleep.load(Ordering::SeqCst)
+        let shared = self.shared;
+        shared.left_at.store(shared.now(), Ordering::SeqCst);
+        if self.lone {
+            shared.lone.store(false, Ordering::SeqCst);
+        }
+        shared.callers.fetch_sub(1, Ordering::SeqCst);
+        if self.lone
+            && shared.asleep.load(Ordering::SeqCst)
+            && let Some(idle) = shared.idle.get()
         {
-            if let Some(idle) = self.0.idle.get() {
-                idle.unpark();
-            }
+            idle.unpark();
         }
     }
 }
