@@ -68,6 +68,17 @@ pub fn uncontended(args: &Args, summary: &mut Summary) -> Res<()> {
         get.push(t.elapsed());
     }
 
+    // `try_lock` + unlock, uncontended: the same requests as a lock that owns at once.
+    let try_lock_once = || -> Res<Duration> {
+        let t0 = Instant::now();
+        let guard = mutex
+            .try_lock()
+            .map_err(|e| format!("try_lock of a free lock: {e}"))?;
+        guard.release()?;
+        Ok(t0.elapsed())
+    };
+    let mut tried = Vec::with_capacity(args.n);
+
     let (mut lock, mut unlock, mut both) = (Vec::new(), Vec::new(), Vec::new());
     let (mut facq, mut frel, mut fboth) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..args.n {
@@ -93,6 +104,7 @@ pub fn uncontended(args: &Args, summary: &mut Summary) -> Res<()> {
             run_floor()?;
             run_lock()?;
         }
+        tried.push(try_lock_once()?);
     }
     // Client CPU per operation: each operation alone, in a pass of its own.
     let get_cpu = cpu::per_op("get", args.n, || {
@@ -111,6 +123,7 @@ pub fn uncontended(args: &Args, summary: &mut Summary) -> Res<()> {
     let l = report("lock", &lock, "");
     report("unlock", &unlock, "");
     let lu = report("lock_unlock", &both, "");
+    report("try_lock_unlock", &tried, "");
     report("floor_acquire", &facq, "");
     report("floor_release", &frel, "");
     let fl = report("floor_lock_unlock", &fboth, "");
