@@ -113,9 +113,9 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         if let Some(rt) = self.rt.take() {
-            // Inside some runtime's context dropping one may panic (blocking is refused
-            // there); outside, dropping it waits for its blocking threads.
-            if tokio::runtime::Handle::try_current().is_ok() {
+            // Where this thread may not block, dropping a runtime would panic; elsewhere
+            // dropping it waits for its blocking threads.
+            if super::blocking::inside_async() {
                 rt.shutdown_background();
             } else {
                 drop(rt);
@@ -222,9 +222,12 @@ impl Drop for Driver {
         self.shared.wanted.notify_one();
         if let Some(idle) = self.idle.take() {
             idle.thread().unpark();
-            // Not on the idle thread itself (a task it ran dropped the last client): it
-            // leaves its loop at once and drops the runtime when it does.
-            if idle.thread().id() != std::thread::current().id() {
+            // Not on the idle thread itself (a task it ran dropped the last client), nor
+            // where this thread may not block (an executor's thread would wait for the
+            // idle thread's current poll): it leaves its loop at once by itself and drops
+            // the runtime when it does.
+            if idle.thread().id() != std::thread::current().id() && !super::blocking::inside_async()
+            {
                 let _ = idle.join();
             }
         }

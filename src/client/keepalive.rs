@@ -48,7 +48,8 @@ impl KeepAlive {
         let thread = std::thread::Builder::new()
             .name("etcd-sync-keepalive".into())
             .spawn(move || {
-                // This thread runs the loop itself; the runtime worker only drives the socket.
+                // This thread runs the loop itself; whichever thread drives the runtime moves
+                // its bytes (`client/driver.rs`).
                 handle.block_on(Renewals::new(rpc).run(&mut receiver));
             })
             .map_err(|e| Error::Unavailable {

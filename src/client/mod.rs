@@ -1,5 +1,6 @@
 //! The blocking client: connection, private runtime, keep-alive thread, and a small KV API.
 
+pub(crate) mod blocking;
 mod borrowed_task;
 pub(crate) mod builder;
 pub(crate) mod driver;

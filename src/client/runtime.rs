@@ -1,9 +1,10 @@
 //! The private tokio runtime behind the blocking API.
 //!
-//! Like `reqwest::blocking`, every blocking call hands its future to the runtime's one
-//! worker thread, which drives sockets, timers and the futures of every call, and parks
-//! until the answer is there (`client/borrowed_task.rs`). Like the `postgres` crate, the
-//! runtime is owned in one place. Nothing of tokio shows in the public API.
+//! Like `reqwest::blocking`, every blocking call hands its future to the runtime as a task
+//! and waits until it has ended (`client/borrowed_task.rs`); the runtime is driven by that
+//! caller when it is alone, else by the runtime's idle thread (`client/driver.rs`). Like
+//! the `postgres` crate, the runtime is owned in one place. Nothing of tokio shows in the
+//! public API.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
@@ -11,68 +12,15 @@ use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
 
+pub(crate) use super::blocking::{ensure_blocking_allowed, inside_async};
 use super::driver::Driver;
 
 use crate::support::cancel::CancelToken;
 use crate::support::error::{Error, Result};
 
-/// Returns `Err(InsideAsyncRuntime)` on a thread that drives async tasks, where a blocking
-/// call would panic ("Cannot start a runtime from within a runtime") or stall the caller's
-/// executor. Threads of `spawn_blocking` and closures of `block_in_place` may block.
-pub(crate) fn ensure_blocking_allowed() -> Result<()> {
-    if inside_async() {
-        return Err(Error::InsideAsyncRuntime);
-    }
-    Ok(())
-}
-
-/// True when the current thread drives async tasks: a tokio worker thread, or a thread
-/// inside a runtime's `block_on`. False on plain threads, on `spawn_blocking` threads and
-/// inside `block_in_place`, although tokio's handle is reachable from all three.
-pub(crate) fn inside_async() -> bool {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return false; // a plain thread: no tokio context at all
-    };
-    if cfg!(panic = "abort") {
-        // The probe below needs unwinding; without it, refuse in any tokio context.
-        return true;
-    }
-    // tokio has no public "may this thread block?" query (tokio-rs/tokio#3559, #7769);
-    // `Handle::block_on` asks exactly that, and panics when the answer is no. An empty
-    // future makes the probe cost nothing where blocking is allowed.
-    install_quiet_probe_hook();
-    PROBING.with(|probing| probing.set(true));
-    let refused =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle.block_on(async {})))
-            .is_err();
-    PROBING.with(|probing| probing.set(false));
-    refused
-}
-
-thread_local! {
-    /// Set while this thread runs the blocking probe: its expected panic is not reported.
-    static PROBING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Chains a panic hook (once, the first time a call comes from inside a tokio context)
-/// that stays silent for the probe's own panic and hands every other panic to the hook
-/// that was installed before, unchanged. Without it each refused call would print tokio's
-/// panic message (and capture a backtrace under RUST_BACKTRACE).
-fn install_quiet_probe_hook() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !PROBING.with(std::cell::Cell::get) {
-                previous(info);
-            }
-        }));
-    });
-}
-
-/// Owns the runtime, or a share of the process's shared one. Dropping it stops and joins
-/// the worker thread (the shared one's once its last client is gone), except inside an
-/// async context, where joining would panic: there it is shut down in the background.
+/// Owns the runtime, or a share of the process's shared one. Dropping it stops the runtime
+/// and joins its idle thread (the shared one's once its last client is gone), except
+/// inside an async context, where the idle thread is left to stop by itself.
 pub(crate) struct Runtime {
     rt: Option<Arc<Driver>>,
     /// In a simulated run (feature `simulation`): its scheduler, whose runtime this client
@@ -92,8 +40,8 @@ pub(crate) struct Runtime {
 const CLEANUP_GRACE: Duration = Duration::from_secs(1);
 
 impl Runtime {
-    /// A multi-thread runtime with exactly one worker: one thread always drives the HTTP/2
-    /// connections (pings, GOAWAY, stream resets) even while no caller is inside `block_on`.
+    /// A runtime and its idle thread (`client/driver.rs`), which drives the HTTP/2
+    /// connections (pings, GOAWAY, stream resets) while no caller is inside `block_on`.
     /// `shared`: the process's shared one (started by the first client that asks for it,
     /// stopped with the last).
     pub(crate) fn new(shared: bool) -> Result<Runtime> {
@@ -258,8 +206,6 @@ impl Drop for Runtime {
         } else {
             self.stop.cancel();
         }
-        // The last user of the runtime stops it; dropping it waits for the worker, so no
-        // thread of ours outlives the last client.
         // The last user of the runtime stops it (`Driver`'s drop joins its idle thread and
         // drops the runtime), so no thread of ours outlives the last client.
         drop(rt);
