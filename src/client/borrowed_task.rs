@@ -1,15 +1,16 @@
 //! How the blocking seam runs a call: the caller's future, which may borrow the caller's
-//! stack, becomes a task of the client's runtime, and the calling thread parks until that
-//! task has ended. As in `reqwest::blocking`, the caller sleeps once per call and wakes
-//! once, when the answer is there; every step in between (a request, its response, a
-//! watch event handed over by the watch hub) happens on the runtime's worker thread with no
-//! thread switch. Polling the future on the caller's thread instead (tokio's `block_on`)
-//! woke the caller for each step and the worker for each request it sent: at 256 processes
-//! about 6 and 11 wake-ups per acquisition (docs/design/blocking-seam.md).
+//! stack, becomes a task of the client's runtime, and the calling thread enters the
+//! runtime's `block_on` until that task has ended (`client/driver.rs`). A caller alone
+//! drives the runtime itself, so its task runs on its own thread and the answer wakes it
+//! in `epoll`; a caller that finds others inside sleeps until its task, run by the driving
+//! thread, has ended, and wakes once. Polling the future on the caller's thread while
+//! another thread drove (tokio's `Handle::block_on` on the future itself) woke the caller
+//! for each step and the driver for each request it sent: at 256 processes about 6 and 11
+//! wake-ups per acquisition (docs/design/blocking-seam.md).
 //!
-//! The future may borrow the caller's stack. That is sound because the caller stays parked
-//! until the task has finished or has been dropped unfinished (see [`Task`]), and takes the
-//! output only then: nothing the future borrows is used after the caller's frame returns.
+//! The future may borrow the caller's stack. That is sound because the caller does not
+//! return until the task has finished or has been dropped unfinished (see [`Task`]), and
+//! takes the output only then: nothing the future borrows is used after the caller's frame returns.
 //! `client/simulated.rs` runs a simulated process's calls the same way, with a baton in
 //! place of the [`Ended`] flag.
 
@@ -22,8 +23,9 @@ use std::task::{Context, Poll, Waker};
 use super::driver::Driver;
 use crate::support::error::{Error, Result};
 
-/// Runs `fut` as a task of the runtime behind `handle` and parks the calling thread until
-/// it has ended. Its output; `Err(Closed)` if the runtime dropped it unfinished (it shuts
+/// Runs `fut` as a task of `driver`'s runtime and keeps the calling thread in its
+/// `block_on` (driving it, or waiting for the thread that does) until the task has ended.
+/// Its output; `Err(Closed)` if the runtime dropped it unfinished (it shuts
 /// down). A panic of `fut` resumes on the calling thread.
 pub(crate) fn run<T: Send, F: Future<Output = T> + Send>(driver: &Driver, fut: F) -> Result<T> {
     let handle = driver.handle()?;
