@@ -409,36 +409,37 @@ pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8], wait: &Wait) -> Result<bo
         .map_err(|e| lease.judge(e))
 }
 
-/// The proclaim Txn with the exactly-once condition; on a failed condition, one read tells
-/// "an earlier attempt of ours applied" from "not ours any more".
+/// The proclaim Txn with the exactly-once condition; on a failed condition (or no answer)
+/// one read tells "an attempt of ours applied" (the key has our value) from "not ours any
+/// more" (another create revision, or no key). A key still ours with another value was
+/// written after the base we compared: by someone behind our back, or by an earlier attempt
+/// of ours that reached etcd late, after the read (a second put on the same base is refused
+/// then). Either way the newer revision becomes the base and the Txn goes again; each round
+/// needs a write in between, which the caller's wait and the session bound.
 async fn proclaim_once(rpc: &Rpc, hold: &Hold, value: &[u8]) -> Result<bool> {
     let key = &hold.line.key;
     let lease = hold.line.session.lease_id();
-    let value_rev = hold.state().value_rev;
+    let mut base = hold.state().value_rev;
     let done = |revision: i64| {
         hold.state().value_rev = revision;
         Ok(true)
     };
-    match queue::put_if_unchanged(rpc, key, hold.rev, value_rev, value, lease).await {
-        Ok(Some(revision)) => return done(revision),
-        Ok(None) => {}
-        Err(e) if e.is_transient() => {} // it may have applied: the read below tells
-        Err(e) => return Err(e),
-    }
-    match queue::read_key(rpc, key).await? {
-        Some(kv) if kv.create_revision == hold.rev && kv.value == value => done(kv.mod_revision),
-        Some(kv) if kv.create_revision == hold.rev => {
-            // Ours, with a value we did not write last: someone wrote it behind our back.
-            // Take the newer revision as the base and try once more.
-            match queue::put_if_unchanged(rpc, key, hold.rev, kv.mod_revision, value, lease).await?
-            {
-                Some(revision) => done(revision),
-                None => Ok(false),
-            }
+    loop {
+        match queue::put_if_unchanged(rpc, key, hold.rev, base, value, lease).await {
+            Ok(Some(revision)) => return done(revision),
+            Ok(None) => {}
+            Err(e) if e.is_transient() => {} // it may have applied: the read below tells
+            Err(e) => return Err(e),
         }
-        _ => {
-            hold.lose_key();
-            Ok(false)
+        match queue::read_key(rpc, key).await? {
+            Some(kv) if kv.create_revision == hold.rev && kv.value == value => {
+                return done(kv.mod_revision);
+            }
+            Some(kv) if kv.create_revision == hold.rev => base = kv.mod_revision,
+            _ => {
+                hold.lose_key();
+                return Ok(false);
+            }
         }
     }
 }
