@@ -2,8 +2,8 @@
 //!
 //! The runtime is tokio's current-thread scheduler, whose sockets, timers and tasks are
 //! driven by whichever thread is inside its `block_on`. A blocking call enters `block_on`
-//! until its task has ended (`client/borrowed_task.rs`): if no other thread drives at that
-//! moment, the caller does, so it sends its own request and sleeps in `epoll` until the
+//! (`client/borrowed_task.rs`): if no other thread drives at that moment, the caller does,
+//! polling its own future, so it sends its own request and sleeps in `epoll` until the
 //! answer arrives; the kernel wakes the thread that wants the answer. Go's `concurrency`
 //! gets the same from its scheduler (the goroutine that waits runs on the thread the
 //! network poller wakes). With a worker thread of its own, each call cost three wake-ups
@@ -15,8 +15,9 @@
 //! HTTP/2 pings, watch events, the follow task and background cleanup go on with no call in
 //! progress: it takes over [`LINGER`] after the last caller left (a thread making call after
 //! call keeps driving itself), or at once when callers are inside that do not drive, and it
-//! leaves `block_on` as soon as a lone caller comes in. A caller that finds others inside
-//! waits for its task's end, as with a worker thread: its task runs on the driving thread,
+//! leaves `block_on` as soon as a lone caller comes in, then naps ([`NAP`]) and sleeps
+//! until that caller leaves. A caller that finds others inside runs its future as a task
+//! and waits for its end, as with a worker thread: its task runs on the driving thread,
 //! and the end wakes it once. So under contention one thread drives, as a worker did,
 //! instead of the role passing from caller to caller at every call's end (at 256
 //! processes sharing a runtime both measured alike, within the machine's noise).
@@ -32,6 +33,12 @@ use crate::support::error::{Error, Result};
 /// How long the idle thread leaves the runtime to callers after the last one left. Events
 /// that arrive meanwhile wait at most about twice this (rule 2 allows a second).
 pub(crate) const LINGER: Duration = Duration::from_millis(1);
+
+/// While a lone caller drives, the idle thread looks again after naps from [`LINGER`]
+/// doubling up to this, then sleeps until that caller leaves: a caller that leaves while
+/// the idle thread naps is not made to wake it, and the runtime goes undriven for at most
+/// one nap (events then wait at most this long, rule 2 allows a second).
+const NAP: Duration = Duration::from_millis(16);
 
 /// The runtime and the thread that drives it while no caller does. Dropping it stops and
 /// joins that thread, then drops the runtime.
@@ -55,6 +62,8 @@ struct Shared {
     asleep: AtomicBool,
     idle: std::sync::OnceLock<std::thread::Thread>,
     stop: AtomicBool,
+    /// Times the idle thread woke and looked (for tests: how often callers wake it).
+    looks: AtomicU64,
 }
 
 impl Shared {
@@ -73,7 +82,18 @@ impl Shared {
     /// leaves (a thread blocked in a long wait drives, and nothing else wakes).
     fn idle(&self) {
         let Ok(rt) = self.runtime() else { return };
+        let mut nap = LINGER;
         while !self.stop.load(Ordering::SeqCst) {
+            self.looks.fetch_add(1, Ordering::Relaxed);
+            if self.lone.load(Ordering::SeqCst) && nap < NAP {
+                // A caller drives. Look again after a nap that doubles (1, 2, 4, 8 ms):
+                // a thread making call after call leaves and comes back many times in
+                // between, and is not made to wake this thread at each call's end. A lone
+                // caller leaving with others inside wakes it at once (`Inside::drop`).
+                std::thread::park_timeout(nap);
+                nap *= 2;
+                continue;
+            }
             if self.lone.load(Ordering::SeqCst) {
                 // Until the lone caller leaves (`Inside::drop` clears `lone`, then looks at
                 // `asleep`; either it sees it set or this sees `lone` clear: both are
@@ -83,8 +103,12 @@ impl Shared {
                     std::thread::park();
                 }
                 self.asleep.store(false, Ordering::SeqCst);
+                // Woken as that caller left: naps again from the start if another (or
+                // the same thread's next call) drives by the time this looks.
+                nap = LINGER;
                 continue;
             }
+            nap = LINGER;
             if self.callers.load(Ordering::SeqCst) == 0 {
                 let since = Duration::from_nanos(
                     self.now()
@@ -148,6 +172,7 @@ impl Driver {
             asleep: AtomicBool::new(false),
             idle: std::sync::OnceLock::new(),
             stop: AtomicBool::new(false),
+            looks: AtomicU64::new(0),
         });
         let idle = shared.clone();
         let thread = std::thread::Builder::new()
@@ -161,8 +186,29 @@ impl Driver {
         })
     }
 
+    /// How many times the idle thread has woken and looked so far.
+    #[cfg(test)]
+    pub(crate) fn idle_looks(&self) -> u64 {
+        self.shared.looks.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn handle(&self) -> Result<&tokio::runtime::Handle> {
         Ok(self.shared.runtime()?.handle())
+    }
+
+    /// Runs `fut` on the calling thread if it comes in alone: it drives the runtime and
+    /// polls `fut` itself (no task, no hand-over of the output); `Ok(Err(fut))` when other
+    /// callers are inside, for the caller to run it as a task ([`Driver::block_on`]).
+    pub(crate) fn run_if_alone<F: Future>(
+        &self,
+        fut: F,
+    ) -> Result<std::result::Result<F::Output, F>> {
+        let rt = self.shared.runtime()?;
+        let inside = Inside::enter(&self.shared);
+        if !inside.lone {
+            return Ok(Err(fut));
+        }
+        Ok(Ok(rt.block_on(fut)))
     }
 
     /// Runs `fut` to completion on the calling thread. A caller that comes in alone drives
@@ -206,9 +252,11 @@ impl Drop for Inside<'_> {
         if self.lone {
             shared.lone.store(false, Ordering::SeqCst);
         }
-        shared.callers.fetch_sub(1, Ordering::SeqCst);
+        let others = shared.callers.fetch_sub(1, Ordering::SeqCst) > 1;
+        // Callers left inside that do not drive need the idle thread now; one asleep
+        // until this caller left, too.
         if self.lone
-            && shared.asleep.load(Ordering::SeqCst)
+            && (others || shared.asleep.load(Ordering::SeqCst))
             && let Some(idle) = shared.idle.get()
         {
             idle.unpark();
