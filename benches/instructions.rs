@@ -57,7 +57,11 @@ fn floor(client: &Client, key: &str, lease: i64) -> Res<()> {
                 CompareOp::Equal,
                 acquired.revision,
             )])
-            .and_then([TxnOp::delete(key)]),
+            .and_then([
+                TxnOp::delete(key),
+                // The release request the lock's release deletes too (`line/request.rs`).
+                TxnOp::delete(format!("instructions/floor.revoke/{lease:x}")),
+            ]),
     )?;
     Ok(())
 }

@@ -10,6 +10,17 @@ use crate::cpu;
 use crate::stats::{Summary, report};
 use crate::{Res, WAIT, connect};
 
+/// The release request key the lock's release deletes with its key (`<name>.revoke/<lease
+/// hex>`, `line/request.rs`), for `key` under `prefix` (`<name>/`).
+fn request_key(key: &str, prefix: &str) -> String {
+    let name = prefix.trim_end_matches('/');
+    let lease = key.strip_prefix(prefix).unwrap_or(key);
+    format!("{name}.revoke/{lease}")
+}
+
+/// The lock's two requests through `Client::txn`: the acquire's put and read (the lock reads
+/// our key's place keys-only, newest first, which `Client::txn` cannot ask; here the one key
+/// with its value), and the release's guarded delete of the key and its release request.
 fn floor_once(client: &Client, key: &str, prefix: &str, lease: i64) -> Res<(Duration, Duration)> {
     let t0 = Instant::now();
     let acquired = client.txn(
@@ -29,7 +40,7 @@ fn floor_once(client: &Client, key: &str, prefix: &str, lease: i64) -> Res<(Dura
                 CompareOp::Equal,
                 acquired.revision,
             )])
-            .and_then([TxnOp::delete(key)]),
+            .and_then([TxnOp::delete(key), TxnOp::delete(request_key(key, prefix))]),
     )?;
     let t2 = Instant::now();
     if !acquired.succeeded || !deleted.succeeded {

@@ -137,7 +137,18 @@ async fn floor_once(
         .txn(
             Txn::new()
                 .when([Compare::create_revision(key, CompareOp::Equal, revision)])
-                .and_then([TxnOp::delete(key, None)]),
+                .and_then([
+                    TxnOp::delete(key, None),
+                    // The release request etcd-sync's release deletes with its key.
+                    TxnOp::delete(
+                        format!(
+                            "{}.revoke/{}",
+                            prefix.trim_end_matches('/'),
+                            key.strip_prefix(prefix).unwrap_or(key)
+                        ),
+                        None,
+                    ),
+                ]),
         )
         .await?;
     let t2 = Instant::now();
