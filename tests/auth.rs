@@ -436,3 +436,19 @@ fn a_restricted_users_wait_that_has_just_begun_hears_its_release_at_once() {
         assert!(wakes[4] < Duration::from_millis(25), "{wakes:?}");
     }
 }
+
+/// Observing a name outside the user's prefix: etcd refuses the watcher's creation (and
+/// the read); the observer reports `PermissionDenied` instead of waiting forever.
+#[test]
+fn observing_a_name_the_user_may_not_read_is_refused() {
+    let server = auth_server(&[]);
+    let c = user_client(&server, AUTH_USER).unwrap();
+    let observer = c.observe("elsewhere").unwrap();
+    match observer.recv_timeout(Duration::from_secs(5)) {
+        Err(Error::Server {
+            code: Code::PermissionDenied,
+            ..
+        }) => {}
+        other => panic!("expected PermissionDenied, got {other:?}"),
+    }
+}
