@@ -45,6 +45,11 @@ pub(super) async fn take_local_turn(
             .try_lock_owned()
             .map_err(|_| wait.timeout_error(operation).into());
     }
+    // Free (the common case): taken at once, with nothing to bound.
+    let local_turn = match local_turn.try_lock_owned() {
+        Ok(taken) => return Ok(taken),
+        Err(_) => line.local_turn.clone(),
+    };
     let taken = wait.bound_alive(operation, session, async {
         Ok(local_turn.lock_owned().await)
     });

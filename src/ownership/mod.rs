@@ -233,6 +233,9 @@ impl Wait {
     ) -> Result<T> {
         self.bound(operation, async {
             tokio::select! {
+                // `fut` first: one that ends at its first poll (a free local turn) costs
+                // no subscription to the session's loss and no timer.
+                biased;
                 result = fut => result,
                 reason = session.wait_lost() => Err(Error::SessionLost(reason)),
             }
