@@ -47,6 +47,12 @@ thread_local! {
 /// that was installed before, unchanged. Without it each refused call would print tokio's
 /// panic message (and capture a backtrace under RUST_BACKTRACE).
 fn install_quiet_probe_hook() {
+    // Not while this thread unwinds (a guard dropped by a panic): `take_hook` would panic
+    // again, and a panic in a destructor while unwinding aborts. The probe's panic is
+    // then reported by the hook in place, once.
+    if std::thread::panicking() {
+        return;
+    }
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(|| {
         let previous = std::panic::take_hook();

@@ -332,6 +332,57 @@ mod tests {
         assert_eq!(run(&driver, async { 7 }).unwrap(), 7);
     }
 
+    /// What a guard does when dropped: releases in the background inside the runtime's
+    /// context, else with a blocking call on the same client.
+    struct Releases<'a> {
+        driver: &'a Driver,
+        inside: &'a AtomicBool,
+    }
+
+    impl Drop for Releases<'_> {
+        fn drop(&mut self) {
+            if crate::client::blocking::inside_async() {
+                self.inside.store(true, Ordering::SeqCst);
+            } else {
+                let _ = run(self.driver, async {});
+            }
+        }
+    }
+
+    #[test]
+    fn a_guard_dropped_by_a_panic_of_the_future_releases_inside_the_runtime() {
+        let driver = Arc::new(Driver::start().unwrap());
+        let inside = Arc::new(AtomicBool::new(false));
+        let (done, ended) = std::sync::mpsc::channel();
+        let (d, i) = (driver.clone(), inside.clone());
+        // On its own thread, bounded: the guard is dropped as the panic unwinds through the
+        // future's poll, in the runtime's context. Its probe of that context, the first in
+        // this process when run alone, once installed the probe's panic hook there, which
+        // panicked again while unwinding (an abort).
+        std::thread::spawn(move || {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run(&d, async {
+                    let _guard = Releases {
+                        driver: &d,
+                        inside: &i,
+                    };
+                    tokio::task::yield_now().await;
+                    panic!("boom while holding")
+                })
+            }));
+            let _ = done.send(caught.is_err());
+        });
+        let panicked = ended
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the call ends (no hang in the guard's drop)");
+        assert!(panicked, "the panic reaches the caller");
+        assert!(
+            inside.load(Ordering::SeqCst),
+            "dropped in the runtime's context"
+        );
+        assert_eq!(run(&driver, async { 7 }).unwrap(), 7);
+    }
+
     #[test]
     fn dropping_the_driver_stops_its_idle_thread() {
         let driver = Driver::start().unwrap();

@@ -45,9 +45,14 @@ pub(super) async fn take_local_turn(
             .try_lock_owned()
             .map_err(|_| wait.timeout_error(operation).into());
     }
-    // Free (the common case): taken at once, with nothing to bound.
+    // Free (the common case): taken at once, with nothing to bound, but the wait's token
+    // and the session checked as the bounded path would before anything is sent.
     let local_turn = match local_turn.try_lock_owned() {
-        Ok(taken) => return Ok(taken),
+        Ok(taken) => {
+            wait.check()?;
+            session.check()?;
+            return Ok(taken);
+        }
         Err(_) => line.local_turn.clone(),
     };
     let taken = wait.bound_alive(operation, session, async {

@@ -236,7 +236,9 @@ impl Wait {
                 // `fut` first: one that ends at its first poll (a free local turn) costs
                 // no subscription to the session's loss and no timer.
                 biased;
-                result = fut => result,
+                // A step that ended as the session was lost reports the loss, as the
+                // session's branch would have (the loss ends every wait at once).
+                result = fut => result.and_then(|out| session.check().map(|()| out)),
                 reason = session.wait_lost() => Err(Error::SessionLost(reason)),
             }
         })
