@@ -28,12 +28,19 @@ pub(crate) struct Granted {
     pub(crate) at: i64,
     /// Dropped once the guard's follow subscribed (`client/follow.rs`).
     pub(crate) keep: Option<Pin>,
+    /// The leader's key handed over to us, which we hold instead of our own
+    /// (`ownership/handover.rs`); `None`: our own key.
+    pub(crate) handed: Option<crate::line::handed::Handed>,
 }
 
 impl Granted {
     /// Proved by a read at `at` (no watcher to keep).
     pub(crate) fn read_at(at: i64) -> Granted {
-        Granted { at, keep: None }
+        Granted {
+            at,
+            keep: None,
+            handed: None,
+        }
     }
 }
 
@@ -130,6 +137,7 @@ async fn wait_at_front(
         Front::Owner(Granted {
             at,
             keep: Some(watches.pin(spec.clone())),
+            handed: None,
         })
     };
     let mut deletes = watches.wait_for(

@@ -11,10 +11,11 @@ use tokio::sync::OwnedMutexGuard;
 use super::hold::{HoldState, spawn_removal};
 use super::join::{clean_up_ambiguous, join};
 use super::{Held, Hold, Kind, Place, Wait};
-use super::{deadlock, delay, proof};
+use super::{deadlock, delay, handover, proof};
 use crate::client::follow::{Follow, Followed};
 use crate::client::lease::LeaseState;
 use crate::client::removal::Owned;
+use crate::line::handed::Handed;
 use crate::line::queue::{self, Position};
 use crate::line::wait::{self, Granted};
 use crate::support::error::Error;
@@ -153,6 +154,7 @@ async fn wait_behind(
         _ => None,
     };
     super::leftover::remove_unused(line, ahead.into_iter().flatten().chain(&enqueued.leased));
+    let answered = std::sync::atomic::AtomicBool::new(false);
     let waited = match &enqueued.position {
         Position::Owner => Ok(Granted::read_at(enqueued.seen_at)),
         // Only a busy line is `WouldBlock`: a refusal is an error.
@@ -191,6 +193,22 @@ async fn wait_behind(
             // (deadlock.rs), and its key is removed below as a timed-out wait's is.
             let deadlock = deadlock::watch_if_on(rpc, line, enqueued.rev);
             let mut deadlock = deadlock.map(Box::pin);
+            // A candidate answers hand-over requests while it waits (handover.rs).
+            let answering = (kind == Kind::Lead).then(|| {
+                let watches = line.session.client().watches();
+                let at = (enqueued.rev, enqueued.seen_at);
+                Box::pin(handover::answer(rpc, watches, line, at, &answered))
+            });
+            let our_turn = async {
+                let Some(answering) = answering else {
+                    return our_turn.await;
+                };
+                tokio::select! {
+                    biased;
+                    granted = our_turn => granted,
+                    never = answering => match never {},
+                }
+            };
             let turn_came = wait.bound(kind.operation(), async {
                 let our_turn = async {
                     let Some(reading) = reading else {
@@ -254,8 +272,26 @@ async fn wait_behind(
             .map_err(TryLockError::from)
         }
     };
+    let answered = answered.load(std::sync::atomic::Ordering::SeqCst);
+    let waited = match waited {
+        // Our key went after we answered a hand-over: the leader's key may be ours now.
+        Err(TryLockError::Error(Error::LockLost)) if answered => {
+            match handover::adopted(rpc, line, enqueued.rev).await {
+                Ok(Some(granted)) => Ok(granted),
+                Ok(None) => Err(Error::LockLost.into()),
+                Err(e) => Err(e.into()),
+            }
+        }
+        waited => waited,
+    };
     match waited {
         Ok(granted) => Ok((enqueued, local_turn, granted)),
+        Err(e) if answered => {
+            // Our key, and a leadership handed over to it meanwhile, if any.
+            let pending = handover::remove_after_answer(line, enqueued.rev, local_turn);
+            let _ = tokio::time::timeout(rpc.request_timeout(), pending).await;
+            Err(e)
+        }
         Err(e) => {
             // Known revision: this deletes nothing but the key this attempt created.
             let pending = spawn_removal(line, Owned::Revision(enqueued.rev), Some(local_turn));
@@ -280,22 +316,25 @@ pub(super) fn hold_from(
     (started, thread): (crate::support::telemetry::Stopwatch, ThreadId),
 ) -> Held {
     let enqueued = &enqueued;
-    let Granted { at: alive_at, keep } = granted;
+    let Granted {
+        at: alive_at,
+        keep,
+        handed,
+    } = granted;
     // A guard that waited follows from its proof revision at once: the name's watcher is
     // pinned and running (no request), and a delete since the proof ends it as soon as the
     // event arrives, not after the deferral.
     let at_once = matches!(enqueued.position, Position::Behind(_));
     let hold = new_hold(
         line,
-        kind,
-        enqueued,
+        (kind, enqueued, handed.as_ref()),
         (local_turn, thread),
         (alive_at, at_once),
         keep,
     );
     tracing::debug!(
-        key = %text(&line.key),
-        fencing_token = enqueued.rev,
+        key = %text(&hold.key),
+        fencing_token = hold.token,
         ?kind,
         existed = enqueued.existed,
         proof_revision = alive_at,
@@ -309,17 +348,30 @@ pub(super) fn hold_from(
 /// hold, and followed by the client's follow task from `alive_at` (a revision at which the
 /// key was known to exist; `at_once`: subscribe now, not after the deferral; `keep`: the
 /// name's watcher, kept running until the follow subscribed to it).
+/// `handed`: the leader's key handed over to this wait, held instead of the line's own.
+/// A leadership's fencing token is the revision its term began at (`alive_at`, the proof),
+/// so that it grows across handovers, whose key keeps the old leader's create revision
+/// (docs/design/handover.md); a lock's is its key's create revision.
 pub(super) fn new_hold(
     line: &Arc<Place>,
-    kind: Kind,
-    enqueued: &queue::Enqueued,
+    (kind, enqueued, handed): (Kind, &queue::Enqueued, Option<&Handed>),
     (local_turn, thread): (OwnedMutexGuard<()>, ThreadId),
     (alive_at, at_once): (i64, bool),
     keep: Option<Pin>,
 ) -> Arc<Hold> {
+    let (key, rev, value_rev) = match handed {
+        Some(handed) => (handed.key.clone(), handed.rev, handed.value_rev),
+        None => (line.key.clone(), enqueued.rev, enqueued.value_rev),
+    };
+    let token = match kind {
+        Kind::Lead => alive_at.max(rev),
+        Kind::Lock(_) => rev,
+    };
     let hold = Arc::new(Hold {
         line: line.clone(),
-        rev: enqueued.rev,
+        key,
+        rev,
+        token,
         kind,
         acquired: crate::support::telemetry::Stopwatch::start(),
         state: StdMutex::new(HoldState {
@@ -328,7 +380,7 @@ pub(super) fn new_hold(
             signal: Arc::new(Signal::new()),
             local_turn: Some(local_turn),
             ended: false,
-            value_rev: enqueued.value_rev,
+            value_rev,
         }),
         proclaiming: tokio::sync::Mutex::new(()),
         requests: StdMutex::new(None),
@@ -337,12 +389,12 @@ pub(super) fn new_hold(
     // A line that waited at the back keeps its own key's watcher: the guard follows there,
     // so the name's watcher can go, and the holder hears neither of its own release twice
     // nor of every delete behind it.
-    let own = line.watches_own_key();
+    let own = line.watches_own_key() && handed.is_none();
     line.session.client().follower().follow(Follow::Guard {
         prefix: line.prefix.clone(),
         own,
-        key: line.key.clone(),
-        rev: enqueued.rev,
+        key: hold.key.clone(),
+        rev,
         alive_at,
         at_once,
         hold: Arc::downgrade(&hold) as Weak<dyn Followed>,

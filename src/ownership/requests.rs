@@ -66,9 +66,10 @@ pub(super) struct RequestKey {
 }
 
 impl RequestKey {
-    pub(super) fn of(line: &Place) -> RequestKey {
+    /// The request of `key`, a hold's key under `line`'s name.
+    pub(super) fn of(line: &Place, key: &[u8]) -> RequestKey {
         RequestKey {
-            key: release_request_key(line),
+            key: release_request_key(line, key),
             denied: line.requests_denied.clone(),
         }
     }
@@ -153,8 +154,8 @@ async fn remove_key_and_request_once(
 /// session ends (its lease then takes the request with it). Without it a forced release
 /// after a request left the request key for as long as the session lived, and under a
 /// nested name (`p/q.revoke/...`) it blocked every lock of the parent (issue 48).
-pub(super) fn remove_after_loss(line: &Place) {
-    let request = RequestKey::of(line);
+pub(super) fn remove_after_loss(line: &Place, key: &[u8]) {
+    let request = RequestKey::of(line, key);
     let Some(also) = request.to_delete().map(<[u8]>::to_vec) else {
         return;
     };
@@ -163,7 +164,7 @@ pub(super) fn remove_after_loss(line: &Place) {
         return; // the lease takes the request with it
     }
     let rpc = line.session.client().rpc().clone();
-    let txn = removal::remove_if_gone(&line.key, &also);
+    let txn = removal::remove_if_gone(key, &also);
     line.session.client().spawn(async move {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
@@ -188,23 +189,23 @@ pub(super) fn remove_after_loss(line: &Place) {
 
 /// The release request of the line's key, which every release and cleanup deletes with
 /// the key (`hold/mod.rs`).
-fn release_request_key(line: &Place) -> Option<Vec<u8>> {
+fn release_request_key(line: &Place, key: &[u8]) -> Option<Vec<u8>> {
     if mutation(Mutation::ReleaseKeepsRequest) {
         return None;
     }
-    request::request_key(&line.name, &line.key)
+    request::request_key(&line.name, key)
 }
 
 fn start(hold: &Arc<Hold>, sender: Sender<ReleaseRequest>) -> Stop {
     let (stop, stopped) = oneshot::channel();
     let client = hold.line.session.client();
-    let Some(request_key) = request::request_key(&hold.line.name, &hold.line.key) else {
+    let Some(request_key) = request::request_key(&hold.line.name, &hold.key) else {
         return Stop(stop); // our keys are always under the name: nothing to follow
     };
     let follower = Follower {
         rpc: client.rpc().clone(),
         watches: client.watches().clone(),
-        key: hold.line.key.clone(),
+        key: hold.key.clone(),
         request_key,
         created: hold.rev,
         sender,

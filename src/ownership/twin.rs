@@ -76,8 +76,7 @@ pub(crate) fn acquire_twin(
     let thread = std::thread::current().id();
     let twin_hold = new_hold(
         twin,
-        read,
-        &enqueued,
+        (read, &enqueued, None),
         (twin_local_turn, thread),
         (enqueued.rev, at_once),
         None,

@@ -275,10 +275,14 @@ impl<K: GuardKind> Guard<K> {
         text(self.key())
     }
 
-    /// The fencing token: our key's create revision. It grows with every acquisition
-    /// under the name (successive leaders included), so storage that remembers the
-    /// highest token it has seen can reject a write from a holder that has since lost its
-    /// hold.
+    /// The fencing token. It grows with every acquisition under the name (successive
+    /// leaders included), so storage that remembers the highest token it has seen can
+    /// reject a write from a holder that has since lost its hold. For a lock it is our
+    /// key's create revision; for a [`Leadership`](crate::Leadership), the revision at
+    /// which the term began (the key's create revision if it led at once, else the
+    /// revision that proved its turn, or that of the handover that made it leader), since
+    /// a key handed over keeps the old leader's create revision (Go's `Rev()` is the
+    /// create revision).
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {
@@ -289,7 +293,7 @@ impl<K: GuardKind> Guard<K> {
     /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> i64 {
-        self.held.rev()
+        self.held.token()
     }
 
     /// Whether it is still held as far as this process knows: not released (nor, for a
@@ -360,8 +364,12 @@ impl<K: GuardKind> Guard<K> {
         self.held.release_requested()
     }
 
-    /// The condition "we still hold this" (our key still has our create revision), to add
-    /// to your own transactions: Go's `Mutex.IsOwner()`.
+    /// The condition "our key still has our create revision", to add to your own
+    /// transactions: Go's `Mutex.IsOwner()`. For a [`Leadership`](crate::Leadership) add
+    /// [`lease_compare`](Guard::lease_compare) too: a leadership handed over
+    /// ([`hand_over`](Guard::hand_over)) keeps its key and create revision on the
+    /// successor's lease. The guard's own writes ([`put`](Guard::put), [`txn`](Guard::txn))
+    /// compare both.
     ///
     /// ```no_run
     /// use etcd_sync::{Txn, TxnOp};
@@ -376,6 +384,25 @@ impl<K: GuardKind> Guard<K> {
     /// ```
     pub fn ownership_compare(&self) -> Compare {
         Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.held.rev())
+    }
+
+    /// The condition "our key is still bound to our session's lease": with
+    /// [`ownership_compare`](Guard::ownership_compare), what the guard's own writes
+    /// require, and what tells a leader from its predecessor after a
+    /// [`hand_over`](Guard::hand_over).
+    ///
+    /// ```no_run
+    /// use etcd_sync::{Txn, TxnOp};
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let leadership = session.election("e")?.campaign("a")?;
+    /// let ours = [leadership.ownership_compare(), leadership.lease_compare()];
+    /// let r = session.client().txn(Txn::new().when(ours).and_then([TxnOp::put("k", "v")]))?;
+    /// assert!(r.succeeded);
+    /// # Ok(()) }
+    /// ```
+    pub fn lease_compare(&self) -> Compare {
+        Compare::lease(self.key().to_vec(), CompareOp::Equal, self.held.lease_id())
     }
 
     /// Puts `key = value` only while we hold it. Returns the store revision of the write,

@@ -511,6 +511,9 @@ pub(crate) async fn enqueue(
         // A key of ours exists: a lock replaces whichever exists (a downgradable write is
         // always a lock), so the position is not read.
         let mine = ranges.next().and_then(|kvs| kvs.into_iter().next());
+        if let Some(mine) = &mine {
+            crate::line::handed::not_handed_over(mine, lease)?;
+        }
         let _owner = ranges.next();
         let twin_kv = ranges.next().and_then(|kvs| kvs.into_iter().next());
         return Ok(Enqueued {
@@ -530,6 +533,7 @@ pub(crate) async fn enqueue(
         // Deleted between compare and read is impossible inside one txn; treat as gone.
         return Err(Error::unavailable("inconsistent lock transaction result"));
     };
+    crate::line::handed::not_handed_over(&mine, lease)?;
     let owner = ranges.next().and_then(|kvs| kvs.into_iter().next());
     let rev = mine.create_revision;
     let leased = other_keys_of(prefix, lease, ranges.next().unwrap_or_default(), rev);

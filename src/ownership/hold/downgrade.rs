@@ -62,7 +62,7 @@ impl Held {
         let line = self.hold.line.clone();
         let client = line.session.client().clone();
         let rpc = client.rpc().clone();
-        let request = RequestKey::of(&line);
+        let request = RequestKey::of(&line, &line.key);
         let rev = self.rev();
         let twin_key = twin.key().to_vec();
         // The twin's own value (the enqueue put the session's identity in both keys).

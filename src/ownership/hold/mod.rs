@@ -31,7 +31,14 @@ pub(crate) use together::{guarded_txn_all, release_together};
 /// One acquisition of a line.
 pub(crate) struct Hold {
     pub(super) line: Arc<Place>,
+    /// The key held: the line's own, or, for a leadership handed over to this session,
+    /// the old leader's key, which now carries our lease (`handover.rs`).
+    pub(super) key: Vec<u8>,
+    /// The key's create revision: what guarded writes and the release compare.
     pub(super) rev: i64,
+    /// The fencing token: the create revision for a lock; for a leadership, the revision
+    /// at which its term began (docs/design/handover.md).
+    pub(super) token: i64,
     pub(super) kind: Kind,
     /// When the hold began, for the hold-time metric (zero-sized without `metrics`).
     pub(super) acquired: crate::support::telemetry::Stopwatch,
@@ -83,7 +90,7 @@ impl Hold {
         state.signal.fire();
         state.local_turn = None;
         drop(state);
-        requests::remove_after_loss(&self.line);
+        requests::remove_after_loss(&self.line, &self.key);
         crate::support::telemetry::key_lost(&self.line.name, self.kind.operation(), || {
             self.line.session.lease().loss_reason()
         });
@@ -136,7 +143,22 @@ impl Held {
     }
 
     pub(crate) fn key(&self) -> &[u8] {
-        &self.hold.line.key
+        &self.hold.key
+    }
+
+    /// The prefix of the line the key is in (`<name>/`).
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.hold.line.prefix
+    }
+
+    /// The lease our key is bound to: the session's.
+    pub(crate) fn lease_id(&self) -> i64 {
+        self.hold.line.session.lease_id()
+    }
+
+    /// The fencing token (see [`Hold::token`]).
+    pub(crate) fn token(&self) -> i64 {
+        self.hold.token
     }
 
     pub(super) fn hold(&self) -> &Arc<Hold> {
@@ -168,12 +190,22 @@ impl Held {
             return Ok(None);
         }
         self.hold.line.session.lease().check()?;
-        guarded_txn(self.hold.line.session.client(), vec![self.ownership()], txn)
+        guarded_txn(
+            self.hold.line.session.client(),
+            self.ownership().to_vec(),
+            txn,
+        )
     }
 
-    /// The condition "our key still has our create revision".
-    fn ownership(&self) -> Compare {
-        Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev())
+    /// The conditions "our key still has our create revision, and our lease": after a
+    /// leadership was handed over, the key keeps its create revision on the successor's
+    /// lease, so the revision alone would let the old leader's late writes pass.
+    fn ownership(&self) -> [Compare; 2] {
+        let lease = self.hold.line.session.lease_id();
+        [
+            Compare::create_revision(self.key().to_vec(), CompareOp::Equal, self.rev()),
+            Compare::lease(self.key().to_vec(), CompareOp::Equal, lease),
+        ]
     }
 
     /// Makes this guard's "lost" signal `shared` (a guard over several holds: the first
@@ -248,7 +280,7 @@ impl Held {
         let owned = Owned::Revision(self.hold.rev);
         let Some(limit) = wait else {
             // Not waiting at all: the whole release runs in the background.
-            drop(spawn_removal(&line, owned, local_turn));
+            drop(spawn_removal_of(&line, &self.hold.key, owned, local_turn));
             return Ok(Released::NotCurrent);
         };
         // The first attempt runs on the caller's thread (no hand-over to the runtime on
@@ -256,9 +288,10 @@ impl Held {
         // hand.
         let rpc = line.session.client().rpc().clone();
         let started = crate::support::clock::now();
+        let key = &self.hold.key;
         let first = line.session.client().block_on(async {
-            let request = RequestKey::of(&line);
-            let removal = requests::remove_key_and_request(&rpc, &line.key, &request, owned);
+            let request = RequestKey::of(&line, key);
+            let removal = requests::remove_key_and_request(&rpc, key, &request, owned);
             Ok(tokio::time::timeout(limit, removal).await)
         })?;
         match first {
@@ -266,7 +299,7 @@ impl Held {
             Ok(Ok(false)) => Ok(Released::NotOurs),
             Ok(Err(e)) if !e.is_transient() => Err(e),
             _ => {
-                let pending = spawn_removal(&line, owned, local_turn);
+                let pending = spawn_removal_of(&line, &self.hold.key, owned, local_turn);
                 // What is left of the caller's bound; a timeout reports all of it.
                 let left = limit.saturating_sub(crate::support::clock::since(started));
                 self.await_release(pending, Some(left), started)
@@ -354,6 +387,26 @@ impl Held {
         proclaim(&self.hold, value, &Wait::forever())
     }
 
+    /// Ends the hold after its key was handed over to another session (`handover.rs`):
+    /// nothing to delete, the key is the successor's now. The guard reports the loss.
+    pub(super) fn end_handed_over(&self) {
+        let mut state = self.hold.state();
+        if state.generation != self.generation || state.ended {
+            return;
+        }
+        state.ended = true;
+        state.signal.fire();
+        state.local_turn = None;
+        drop(state);
+        let hold = &self.hold;
+        crate::support::telemetry::released(
+            &hold.line.name,
+            hold.kind.operation(),
+            hold.acquired,
+            || None,
+        );
+    }
+
     /// Supersedes this guard with a new one on the same hold (a re-campaign): this one
     /// reports the loss, the new one is live.
     pub(crate) fn supersede(hold: &Arc<Hold>) -> Option<Held> {
@@ -417,7 +470,7 @@ pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8], wait: &Wait) -> Result<bo
 /// then). Either way the newer revision becomes the base and the Txn goes again; each round
 /// needs a write in between, which the caller's wait and the session bound.
 async fn proclaim_once(rpc: &Rpc, hold: &Hold, value: &[u8]) -> Result<bool> {
-    let key = &hold.line.key;
+    let key = &hold.key;
     let lease = hold.line.session.lease_id();
     let mut base = hold.state().value_rev;
     let done = |revision: i64| {
@@ -432,10 +485,14 @@ async fn proclaim_once(rpc: &Rpc, hold: &Hold, value: &[u8]) -> Result<bool> {
             Err(e) => return Err(e),
         }
         match queue::read_key(rpc, key).await? {
-            Some(kv) if kv.create_revision == hold.rev && kv.value == value => {
-                return done(kv.mod_revision);
+            // Ours: our create revision *and* our lease (a leadership handed over keeps
+            // its create revision on the successor's lease: never put it back on ours).
+            Some(kv) if kv.create_revision == hold.rev && kv.lease == lease => {
+                if kv.value == value {
+                    return done(kv.mod_revision);
+                }
+                base = kv.mod_revision;
             }
-            Some(kv) if kv.create_revision == hold.rev => base = kv.mod_revision,
             _ => {
                 hold.lose_key();
                 return Ok(false);
@@ -453,12 +510,22 @@ pub(super) fn spawn_removal(
     owned: Owned,
     local_turn: Option<OwnedMutexGuard<()>>,
 ) -> tokio::sync::oneshot::Receiver<Result<bool>> {
+    spawn_removal_of(line, &line.key, owned, local_turn)
+}
+
+/// [`spawn_removal`] of `key`, a hold's key (the line's, or one handed over to it).
+pub(super) fn spawn_removal_of(
+    line: &Place,
+    key: &[u8],
+    owned: Owned,
+    local_turn: Option<OwnedMutexGuard<()>>,
+) -> tokio::sync::oneshot::Receiver<Result<bool>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let session = &line.session;
     let rpc = session.client().rpc().clone();
     let shared = session.lease().clone();
-    let key = line.key.clone();
-    let request = RequestKey::of(line);
+    let request = RequestKey::of(line, key);
+    let key = key.to_vec();
     session.client().spawn(async move {
         let answer = remove_until_answered(&rpc, &shared, &key, &request, owned).await;
         let _ = tx.send(answer);
@@ -468,7 +535,7 @@ pub(super) fn spawn_removal(
 }
 
 /// [`requests::remove_key_and_request`] until etcd answers, the session is lost, or the client closes.
-async fn remove_until_answered(
+pub(super) async fn remove_until_answered(
     rpc: &Rpc,
     session: &LeaseState,
     key: &[u8],

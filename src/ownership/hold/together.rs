@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Held, Released, spawn_removal};
+use super::{Held, Released, spawn_removal_of};
 use crate::client::removal::Owned;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
@@ -31,9 +31,9 @@ pub(crate) fn release_together(
         }
         outcomes.push(Ok(Released::NotCurrent));
         if let Some(local_turn) = held.end() {
-            let line = &held.hold.line;
+            let (line, key) = (&held.hold.line, &held.hold.key);
             let owned = Owned::Revision(held.hold.rev);
-            removals.push((i, spawn_removal(line, owned, local_turn)));
+            removals.push((i, spawn_removal_of(line, key, owned, local_turn)));
         }
     }
     let (Some(limit), Some(first)) = (wait, helds.first()) else {
@@ -92,7 +92,7 @@ pub(crate) fn guarded_txn_all(helds: &[Held], txn: Txn) -> Result<Option<TxnResp
     for held in helds {
         held.hold.line.session.lease().check()?;
     }
-    let ownership = helds.iter().map(Held::ownership).collect();
+    let ownership = helds.iter().flat_map(Held::ownership).collect();
     guarded_txn(first.hold.line.session.client(), ownership, txn)
 }
 

@@ -3,6 +3,7 @@
 //! (`docs/election.md`): watching an election without taking part (`observe.rs`) and the
 //! supervised leader loop (`leader_loop/`).
 
+mod handover;
 pub(crate) mod leader_loop;
 pub(crate) mod observe;
 
@@ -182,7 +183,7 @@ impl Election {
                 return Err(Error::NotLeader);
             }
             let held = Held::supersede(&hold).ok_or(Error::NotLeader)?;
-            tracing::info!(fencing_token = held.rev(), "re-campaigned");
+            tracing::info!(fencing_token = held.token(), "re-campaigned");
             return Ok(Guard::new(held));
         }
         let held =
@@ -190,7 +191,7 @@ impl Election {
                 TryLockError::Error(Error::LockLost) | TryLockError::WouldBlock => Error::NotLeader,
                 TryLockError::Error(other) => other,
             })?;
-        tracing::info!(fencing_token = held.rev(), "elected leader");
+        tracing::info!(fencing_token = held.token(), "elected leader");
         Ok(Guard::new(held))
     }
 

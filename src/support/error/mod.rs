@@ -245,6 +245,20 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// A [`Leadership::hand_over`](crate::Leadership::hand_over) did not happen, and we
+    /// **still lead** (the guard stays valid): the candidate named was not waiting behind
+    /// us, its session ended, it did not take the hand-over within the call's limit (a
+    /// candidate of another client, such as Go's `Election` or `etcdctl elect`, never
+    /// does), or another hand-over to it was under way.
+    /// [`is_hand_over_failed`](Error::is_hand_over_failed) asks for it.
+    #[error("leadership not handed over to {to}: {reason}; we still lead")]
+    HandOverFailed {
+        /// The candidate's key, or what the caller named it by if no key matched.
+        to: String,
+        /// What happened.
+        reason: String,
+    },
+
     /// etcd answered with an error status.
     #[error("etcd returned {code:?}: {message}")]
     Server {

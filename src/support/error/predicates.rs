@@ -220,6 +220,20 @@ impl Error {
         matches!(self, Error::Conflict { .. })
     }
 
+    /// True for [`HandOverFailed`](Error::HandOverFailed): a hand-over of leadership did
+    /// not happen, and the caller still leads.
+    ///
+    /// ```
+    /// use etcd_sync::Error;
+    /// let e = Error::HandOverFailed { to: "e/694d".into(), reason: "not waiting".into() };
+    /// assert!(e.is_hand_over_failed());
+    /// assert!(!e.is_retryable());
+    /// assert!(!Error::NotLeader.is_hand_over_failed());
+    /// ```
+    pub fn is_hand_over_failed(&self) -> bool {
+        matches!(self, Error::HandOverFailed { .. })
+    }
+
     /// True for [`Deadlock`](Error::Deadlock): the wait would have completed a cycle of
     /// waits across sessions and was ended, its key removed, so that the others can go on
     /// (only with [`ClientBuilder::deadlock_detection`](crate::ClientBuilder::deadlock_detection)).

@@ -52,6 +52,10 @@ fn every_error() -> Vec<Error> {
         Error::Closed,
         Error::Conflict { attempts: 3 },
         a_deadlock(),
+        Error::HandOverFailed {
+            to: "e/694d".into(),
+            reason: "not waiting".into(),
+        },
     ];
     errors.extend(
         [

@@ -1,0 +1,155 @@
+//! Leadership handed over to a chosen waiting candidate (issue 53), against a real etcd:
+//! who leads, with which token, who keeps their place, and what a failed hand-over leaves.
+
+#![cfg(feature = "testing")]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, etcd, eventually, keys, session};
+use etcd_sync::{Error, LeaderEvent, Txn, TxnOp};
+
+fn wait_until_waiting(election: &etcd_sync::Election, n: usize) {
+    assert!(
+        eventually(Duration::from_secs(5), || election
+            .status()
+            .map(|s| s.waiters.len() == n)
+            .unwrap_or(false)),
+        "{n} candidates never waited"
+    );
+}
+
+#[test]
+fn the_named_candidate_leads_next_and_the_others_keep_their_places() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (sa, sb, sc) = (session(&c, 10), session(&c, 10), session(&c, 10));
+    let ea = sa.election("ho").unwrap();
+    let a = ea.campaign("a").unwrap();
+    let observer = ea.observe().unwrap();
+    let eb = sb.election("ho").unwrap();
+    let b = std::thread::spawn(move || eb.campaign("b").map(|l| (l.fencing_token(), l)));
+    wait_until_waiting(&ea, 1);
+    let ec = sc.election("ho").unwrap();
+    let cand = std::thread::spawn(move || {
+        let l = ec.campaign("c");
+        (Instant::now(), l)
+    });
+    wait_until_waiting(&ea, 2);
+
+    let asked = Instant::now();
+    let next = a.hand_over("c").unwrap();
+    assert_eq!(next.value, b"c");
+    assert_eq!(
+        next.lease,
+        sc.lease_id(),
+        "the key is on the successor's lease"
+    );
+    assert_eq!(next.key, a.key(), "the successor holds our key");
+    assert!(!a.is_leader(), "the old leader no longer leads");
+    assert!(
+        a.lost().recv_timeout(Duration::from_secs(1)).is_err(),
+        "lost() fired"
+    );
+    let (led_at, c_lead) = cand.join().unwrap();
+    let mut c_lead = c_lead.unwrap();
+    assert!(led_at.duration_since(asked) < Duration::from_secs(2));
+    assert!(c_lead.is_leader());
+    assert_eq!(c_lead.key(), a.key());
+    assert!(
+        c_lead.fencing_token() > a.fencing_token(),
+        "tokens grow across a hand-over: {} then {}",
+        a.fencing_token(),
+        c_lead.fencing_token()
+    );
+    // The old leader's guarded writes fail; the new one's pass.
+    assert!(matches!(a.put("fenced", "old"), Err(Error::NotLeader)));
+    assert!(c_lead.put("fenced", "new").is_ok());
+    // Everyone else kept their place: b still waits, first in line behind c.
+    assert!(!b.is_finished(), "b led after a hand-over to c");
+    let status = sa.election("ho").unwrap().status().unwrap();
+    assert_eq!(status.holder().unwrap().value, b"c");
+    assert_eq!(status.waiters.len(), 1);
+    assert_eq!(status.waiters[0].value, b"b");
+    // Observers see an ordinary change of value under the leader key.
+    let seen = eventually(Duration::from_secs(5), || {
+        matches!(observer.recv_timeout(Duration::from_millis(100)),
+            Ok(LeaderEvent::Elected(l) | LeaderEvent::Proclaimed(l)) if l.value == b"c")
+    });
+    assert!(seen, "the observer never saw c lead");
+    // The request is gone with the hand-over.
+    assert!(keys(&c, "ho.handover/").is_empty());
+    // Dropping the old guard deletes nothing; c's resign passes it to b.
+    drop(a);
+    assert!(c_lead.is_leader());
+    let c_token = c_lead.fencing_token();
+    c_lead.resign().unwrap();
+    let (b_token, b_lead) = b.join().unwrap().unwrap();
+    assert!(b_lead.is_leader());
+    assert!(b_token > c_token, "{b_token} after {c_token}");
+    assert_eq!(keys(&c, "ho/").len(), 1);
+}
+
+#[test]
+fn a_candidate_that_never_answers_leaves_the_leader_leading() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let sa = session(&c, 10);
+    let a = sa.election("quiet").unwrap().campaign("a").unwrap();
+    // A candidate of another client (Go's shape): a key under the name on its own lease,
+    // which never answers a hand-over request.
+    let go = session(&c, 10);
+    let key = format!("quiet/{:x}", go.lease_id());
+    c.txn(Txn::new().and_then([TxnOp::put_with_lease(key.clone(), "go", go.lease_id())]))
+        .unwrap();
+
+    let started = Instant::now();
+    let e = a
+        .hand_over_timeout(&key, Duration::from_millis(700))
+        .unwrap_err();
+    assert!(e.is_hand_over_failed(), "{e:?}");
+    assert!(started.elapsed() >= Duration::from_millis(600));
+    assert!(a.is_leader(), "a failed hand-over keeps the leader");
+    assert!(a.put("fenced", "still").is_ok());
+    assert!(
+        eventually(Duration::from_secs(3), || keys(&c, "quiet.handover/")
+            .is_empty()),
+        "the request was left behind"
+    );
+    // Nobody of that name: refused at once.
+    let e = a.hand_over("nobody").unwrap_err();
+    assert!(e.is_hand_over_failed(), "{e:?}");
+    assert!(a.is_leader());
+    drop(go);
+}
+
+#[test]
+fn the_old_leaders_session_does_not_take_back_the_key_it_handed_over() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (sa, sc) = (session(&c, 10), session(&c, 10));
+    let ea = sa.election("back").unwrap();
+    let a = ea.campaign("a").unwrap();
+    let ec = sc.election("back").unwrap();
+    let cand = std::thread::spawn(move || ec.campaign("c"));
+    wait_until_waiting(&ea, 1);
+    a.hand_over("c").unwrap();
+    let c_lead = cand.join().unwrap().unwrap();
+    // The key is named after a's lease: a's session may neither adopt nor remove it.
+    let e = ea
+        .campaign_timeout("a again", Duration::from_secs(2))
+        .unwrap_err();
+    assert!(e.is_invalid_argument(), "{e:?}");
+    let m = sa.mutex("back").unwrap().try_lock();
+    assert!(m.is_err(), "a's session locked the name c leads");
+    assert!(c_lead.is_leader());
+    let leader = ea.leader().unwrap().unwrap();
+    assert_eq!(leader.lease, sc.lease_id());
+    assert_eq!(leader.value, b"c");
+    // Proclaiming keeps the key on c's lease.
+    c_lead.proclaim("c2").unwrap();
+    assert_eq!(ea.leader().unwrap().unwrap().lease, sc.lease_id());
+    drop(c_lead);
+    assert!(keys(&c, "back/").is_empty());
+}
