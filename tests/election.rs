@@ -284,7 +284,15 @@ fn resumed_session_recampaigns_and_keeps_leadership() {
         .unwrap()
         .campaign("def")
         .unwrap();
-    assert_eq!(l2.fencing_token(), token, "kept its place");
+    let leader = resumed
+        .election("restart")
+        .unwrap()
+        .leader()
+        .unwrap()
+        .unwrap();
+    assert_eq!(leader.create_revision, token, "kept its place");
+    // A new term of the same key: its token grows (the crashed guard's writes are stale).
+    assert!(l2.fencing_token() > token);
     assert!(matches!(waiter.join().unwrap(), Err(Error::Timeout { .. })));
     let observer = resumed.election("restart").unwrap().observe().unwrap();
     assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("def"));

@@ -119,3 +119,47 @@ fn observer_reports_etcdctl_leadership_changes() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A hand-over (issue 53) seen by etcd's own clients: an `etcdctl elect` candidate ahead
+/// of the successor keeps waiting (it does not lead on the hand-over), `etcdctl elect -l`
+/// sees an ordinary change of leader, and the Go candidate leads after the successor
+/// resigns.
+#[test]
+fn etcdctl_sees_a_hand_over_as_a_change_of_leader_and_keeps_its_place() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (sa, sc) = (session(&c, 10), session(&c, 10));
+    let ea = sa.election("hx").unwrap();
+    let a = ea.campaign("a").unwrap();
+    let mut listener = ChildGuard::spawn(etcdctl(&server.endpoint(), &["elect", "-l", "hx"]));
+    let listened = common::child_lines(listener.child()).unwrap();
+    let mut go = ChildGuard::spawn(etcdctl(&server.endpoint(), &["elect", "hx", "go"]));
+    let go_lines = common::child_lines(go.child()).unwrap();
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "hx/").len() == 2));
+    let ec = sc.election("hx").unwrap();
+    let cand = std::thread::spawn(move || ec.campaign("c"));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "hx/").len() == 3));
+
+    let next = a.hand_over("c").unwrap();
+    assert_eq!(next.lease, sc.lease_id());
+    let mut c_lead = cand.join().unwrap().unwrap();
+    // The Go candidate, ahead of c in line, did not lead on the hand-over.
+    assert!(
+        go_lines.recv_timeout(Duration::from_millis(800)).is_err(),
+        "etcdctl elect led after a hand-over to another candidate"
+    );
+    // etcdctl elect -l printed a's value, then c's under the same key.
+    let mut seen = Vec::new();
+    while let Ok(line) = listened.recv_timeout(Duration::from_millis(500)) {
+        seen.push(line);
+    }
+    assert!(seen.iter().any(|l| l == "a"), "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("c"), "{seen:?}");
+    // c resigns: the Go candidate leads.
+    c_lead.resign().unwrap();
+    let led = go_lines.recv_timeout(Duration::from_secs(5));
+    assert!(led.is_ok_and(|l| l.starts_with("hx/")), "etcdctl never led");
+    drop(a);
+    go.kill();
+    listener.kill();
+}

@@ -199,7 +199,9 @@ async fn wait_behind(
                 let at = (enqueued.rev, enqueued.seen_at);
                 Box::pin(handover::answer(rpc, watches, line, at, &answered))
             });
-            let our_turn = async {
+            // Boxed: one future the size of the wait inline more overflowed a debug
+            // build's thread stack (the simulation's tests).
+            let our_turn = Box::pin(async {
                 let Some(answering) = answering else {
                     return our_turn.await;
                 };
@@ -208,7 +210,7 @@ async fn wait_behind(
                     granted = our_turn => granted,
                     never = answering => match never {},
                 }
-            };
+            });
             let turn_came = wait.bound(kind.operation(), async {
                 let our_turn = async {
                     let Some(reading) = reading else {

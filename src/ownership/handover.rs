@@ -20,16 +20,15 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use super::hold::{Held, remove_until_answered};
 use super::requests::RequestKey;
 use super::{Place, Wait};
+use crate::client::lease::LeaseState;
 use crate::client::removal::{self, Owned};
 use crate::line::handed::{self, Handed};
 use crate::line::mode::Mode;
 use crate::line::wait::Granted;
-use crate::support::backoff::Backoff;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, text};
@@ -124,6 +123,13 @@ pub(super) async fn adopted(rpc: &Rpc, line: &Place, rev: i64) -> Result<Option<
     }))
 }
 
+/// Whether `kv`, a key of our lease under the name, is a leader's key handed over to us:
+/// an exclusive key named after another lease (our own keys are named after ours).
+fn handed_to_us(line: &Place, kv: &KeyValue) -> bool {
+    Mode::of_key(&line.prefix, &kv.key) == Some(Mode::Exclusive)
+        && Mode::lease_of(&line.prefix, &kv.key) != Some(line.session.lease_id())
+}
+
 /// A wait that answered a hand-over and failed anyway (its limit, a cancel, the session):
 /// removes our key (created at `rev`) until etcd answers, then any key of our lease in the
 /// line that is not the line's own (a hand-over applied before our key went: nobody holds
@@ -145,7 +151,7 @@ pub(super) fn remove_after_answer(
             let lease = line.session.lease_id();
             let range = Range::prefix(&line.prefix);
             if let Ok(read) = session.retry_while_alive(|| rpc.read(&range)).await {
-                for kv in read.kvs.iter().filter(|kv| kv.lease == lease && kv.key != line.key) {
+                for kv in read.kvs.iter().filter(|kv| kv.lease == lease && handed_to_us(&line, kv)) {
                     tracing::info!(key = %text(&kv.key), "removing a leadership handed over to a wait that ended");
                     let owned = Owned::Revision(kv.create_revision);
                     let _ = session.retry_while_alive(|| removal::remove(&rpc, &kv.key, owned)).await;
@@ -175,10 +181,16 @@ pub(crate) fn hand_over(held: &Held, to: &[u8], wait: &Wait) -> Result<KeyValue>
     let ours = (hold.key.clone(), hold.rev, line.session.lease_id());
     // Bounded as a campaign is (the wait's limit, token and the session); a limit that
     // passed is reported as the hand-over's failure.
-    let outcome = client.block_on(wait.bound_alive(Operation::Campaign, &session, async {
+    let outcome = client.block_on(async {
         let watches = client.watches();
-        hand_over_async(&rpc, watches, &line, &ours, to).await
-    }));
+        let asking = ask(&rpc, watches, &line, &ours, to);
+        let asked = wait
+            .bound_alive(Operation::Campaign, &session, asking)
+            .await?;
+        // From here only etcd's answer (or our session's end) ends the call: an adoption
+        // cut short could apply later, while this guard still said it led.
+        adopt(&rpc, &session, &ours, asked).await
+    });
     let holder = outcome.map_err(|e| match e {
         Error::Timeout { after, .. } if e.is_wait_timeout() => Error::HandOverFailed {
             to: text(to).into_owned(),
@@ -199,18 +211,29 @@ pub(crate) fn hand_over(held: &Held, to: &[u8], wait: &Wait) -> Result<KeyValue>
     Ok(holder)
 }
 
-/// The request, the answer and the adoption (see the module's steps 1 to 3).
-async fn hand_over_async(
+/// A request answered: the candidate's key as read, the request key and the revision of
+/// the answer.
+struct Asked {
+    candidate: KeyValue,
+    request: Vec<u8>,
+    answered_at: i64,
+}
+
+fn failed(to: &[u8], reason: &str) -> Error {
+    Error::HandOverFailed {
+        to: text(to).into_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// The request and its answer (the module's steps 1 and 2).
+async fn ask(
     rpc: &Rpc,
     watches: &Watches,
     line: &Place,
     (key, rev, lease): &(Vec<u8>, i64, i64),
     to: &[u8],
-) -> Result<KeyValue> {
-    let failed = |to: &[u8], reason: &str| Error::HandOverFailed {
-        to: text(to).into_owned(),
-        reason: reason.to_owned(),
-    };
+) -> Result<Asked> {
     let read = rpc.read(&Range::prefix(&line.prefix)).await?;
     let exclusive = |kv: &&KeyValue| Mode::of_key(&line.prefix, &kv.key) == Some(Mode::Exclusive);
     if !read
@@ -298,8 +321,32 @@ async fn hand_over_async(
             None => {}
         }
     };
-    // 3. The adoption: one Txn, retried until answered (its compares make a late copy a
-    // no-op: the request and the candidate's key are gone once it applied).
+    Ok(Asked {
+        candidate: c,
+        request,
+        answered_at,
+    })
+}
+
+/// The adoption (the module's step 3): one Txn, retried until etcd answers it or our
+/// session ends (its compares make a late copy a no-op: the request and the candidate's
+/// key are gone once it applied); then one read of our key says who holds it.
+async fn adopt(
+    rpc: &Rpc,
+    session: &LeaseState,
+    (key, rev, lease): &(Vec<u8>, i64, i64),
+    asked: Asked,
+) -> Result<KeyValue> {
+    let Asked {
+        candidate: c,
+        request,
+        answered_at,
+    } = asked;
+    let leading = [
+        Compare::create_revision(key.clone(), CompareOp::Equal, *rev),
+        Compare::lease(key.clone(), CompareOp::Equal, *lease),
+        Compare::create_revision(c.key.clone(), CompareOp::Equal, c.create_revision),
+    ];
     let adopt = Txn::new()
         .when(leading.iter().cloned().chain([Compare::mod_revision(
             request.clone(),
@@ -311,21 +358,21 @@ async fn hand_over_async(
             TxnOp::delete(c.key.clone()),
             TxnOp::delete(request.clone()),
         ]);
-    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
-    let applied = loop {
-        match rpc.txn(&adopt, Retry::Safe).await {
-            Ok(r) if r.succeeded => break Some(r.revision),
-            Ok(_) => break None,
-            Err(e) if e.is_transient() => backoff.sleep().await,
-            Err(Error::Server { message, .. })
-                if message.contains(crate::support::etcd_text::LEASE_NOT_FOUND) =>
-            {
-                return Err(failed(&c.key, "its session ended"));
-            }
-            Err(e) => return Err(e),
+    let applied = match session
+        .retry_while_alive(|| rpc.txn(&adopt, Retry::Safe))
+        .await
+    {
+        Ok(r) => r.succeeded.then_some(r.revision),
+        Err(Error::Server { message, .. })
+            if message.contains(crate::support::etcd_text::LEASE_NOT_FOUND) =>
+        {
+            return Err(failed(&c.key, "its session ended"));
         }
+        Err(e) => return Err(e),
     };
-    let now = rpc.read(&Range::key(key)).await?.kvs.into_iter().next();
+    let range = Range::key(key);
+    let now = session.retry_while_alive(|| rpc.read(&range)).await?;
+    let now = now.kvs.into_iter().next();
     match (applied, now) {
         (Some(at), Some(kv))
         | (

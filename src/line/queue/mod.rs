@@ -511,9 +511,7 @@ pub(crate) async fn enqueue(
         // A key of ours exists: a lock replaces whichever exists (a downgradable write is
         // always a lock), so the position is not read.
         let mine = ranges.next().and_then(|kvs| kvs.into_iter().next());
-        if let Some(mine) = &mine {
-            crate::line::handed::not_handed_over(mine, lease)?;
-        }
+        (mine.iter()).try_for_each(|mine| crate::line::handed::not_handed_over(mine, lease))?;
         let _owner = ranges.next();
         let twin_kv = ranges.next().and_then(|kvs| kvs.into_iter().next());
         return Ok(Enqueued {

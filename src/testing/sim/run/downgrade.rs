@@ -34,7 +34,7 @@ pub(super) fn hold(
     if rng.below(2) == 0 {
         return super::holding::release(world, me, what, guard);
     }
-    let token = guard.fencing_token();
+    let token = super::judge::created(&guard);
     // A quarter of them race an operator who forces the write's release (deletes its
     // writer key alone), up to 100 ms before: the downgrade must fail (issue 48, item 2).
     let forced = guard.is_held() && rng.below(4) == 0;

@@ -47,7 +47,7 @@ pub(super) fn hold_and<K: GuardKind>(
 /// Releases a guard and records what the release did.
 pub(super) fn release<K: GuardKind>(world: &World, me: &str, what: Kind, guard: Guard<K>) {
     let request = crate::line::request::request_key(what.name().as_bytes(), guard.key());
-    let token = guard.fencing_token();
+    let token = super::judge::created(&guard);
     let called = world.tick();
     let name = Some(what.name());
     match guard.release() {
@@ -91,7 +91,7 @@ pub(super) fn watch<K: GuardKind>(
 ) {
     let name = what.name();
     let key = guard.key_str().into_owned();
-    let token = guard.fencing_token();
+    let token = super::judge::created(guard);
     let lease = lease_of(&key).unwrap_or_default();
     let mode = match what {
         Kind::Read => Mode::Shared,

@@ -108,11 +108,11 @@ pub(super) fn lost_fires(world: &World, me: &str, lost: &crossbeam_channel::Rece
 /// A third of the leaders proclaim, drawn from a stream of their own (so schedules stay
 /// as they were).
 pub(super) fn proclaims(world: &World, me: &str, guard: &Guard<LeaderKind>) {
-    if Rng(guard.fencing_token() as u64 ^ 0x9c1a).below(3) != 0 {
+    if Rng(created(guard) as u64 ^ 0x9c1a).below(3) != 0 {
         return;
     }
     let key = guard.key_str().into_owned();
-    let token = guard.fencing_token();
+    let token = created(guard);
     let value = format!("{me} proclaims at {}", world.now_ms());
     match guard.proclaim(&value) {
         Ok(()) => match value_of(world, &key) {
@@ -328,5 +328,32 @@ pub(super) fn judge_deadlock(world: &World, me: &str, e: &crate::support::error:
                 format!("Deadlock named a cycle the store did not have at {revision}: {cycle}"),
             );
         }
+    }
+}
+
+/// The create revision of the guard's key: what the run's record of holders and its
+/// fencing checks follow (a leadership's fencing token is the revision its term began,
+/// see [`leads_after`]).
+pub(super) fn created<K: crate::recipes::guard::GuardKind>(guard: &Guard<K>) -> i64 {
+    guard.held.rev()
+}
+
+/// A leadership's fencing token (the revision its term began) exceeds every earlier
+/// leadership's of the name, the earlier life's of a resumed lease included, and is at
+/// least its key's create revision.
+pub(super) fn leads_after(world: &World, me: &str, guard: &Guard<LeaderKind>) {
+    let name = Kind::Lead.name();
+    let token = guard.fencing_token();
+    let mut log = world.log();
+    let last = log.last_term.insert(name, token);
+    drop(log);
+    if last.is_some_and(|last| token <= last) || token < created(guard) {
+        world.violation(
+            me,
+            format!(
+                "leadership token {token} after {last:?} (key created at {})",
+                created(guard)
+            ),
+        );
     }
 }

@@ -239,6 +239,9 @@ struct Log {
     waiting: BTreeMap<usize, Waiting>,
     /// The last fencing token of each name whose holders exclude each other.
     last_token: BTreeMap<&'static str, i64>,
+    /// The fencing token of the last leadership returned per name (the revision its term
+    /// began): each must exceed the one before.
+    last_term: BTreeMap<&'static str, i64>,
     /// When each process last restarted (resumed its lease with a new client), and the
     /// store's revision then.
     restarted: BTreeMap<usize, (Instant, i64)>,

@@ -302,7 +302,7 @@ fn take_and_hold(
                     (false, |_| {}),
                 );
                 // The loop resigns after the term, out of the run's sight.
-                let token = leadership.fencing_token();
+                let token = super::judge::created(leadership);
                 since = world.tick();
                 world.record(
                     me,
@@ -318,6 +318,7 @@ fn take_and_hold(
         }
         Kind::Lead => {
             let guard = super::judge::campaign(world, me, &session.election(name)?, options)?;
+            super::judge::leads_after(world, me, &guard);
             got(world);
             let guard = if rng.below(3) == 0 {
                 re_campaign(world, me, session, guard, limit)
@@ -356,23 +357,26 @@ fn re_campaign(
         .and_then(|election| election.campaign_timeout(format!("{me}+"), limit));
     match again {
         Ok(new) => {
-            world.note(me, format!("re-campaigned, token {}", new.fencing_token()));
+            world.note(
+                me,
+                format!("re-campaigned, token {}", super::judge::created(&new)),
+            );
             let acquired = What::Acquire {
                 mode: Mode::Exclusive,
                 lease: lease_of(&new.key_str()).unwrap_or_default(),
-                token: new.fencing_token(),
+                token: super::judge::created(&new),
             };
             world.record(me, Some(Kind::Lead.name()), acquired, (called, true));
             if old.is_held() && new.is_held() {
                 world.violation(me, format!("two live guards over {}", new.key_str()));
             }
-            if new.fencing_token() != old.fencing_token() {
+            if super::judge::created(&new) != super::judge::created(&old) {
                 world.violation(
                     me,
                     format!(
                         "a re-campaign moved from token {} to {}",
-                        old.fencing_token(),
-                        new.fencing_token()
+                        super::judge::created(&old),
+                        super::judge::created(&new)
                     ),
                 );
             }
