@@ -66,6 +66,20 @@ fn the_named_candidate_leads_next_and_the_others_keep_their_places() {
     // The old leader's guarded writes fail; the new one's pass.
     assert!(matches!(a.put("fenced", "old"), Err(Error::NotLeader)));
     assert!(c_lead.put("fenced", "new").is_ok());
+    // In etcd: the old leader's create revision still matches (the key kept it), its
+    // lease does not; the new leader's both do.
+    let write = |compares: [etcd_sync::Compare; 2]| {
+        c.txn(
+            Txn::new()
+                .when(compares)
+                .and_then([TxnOp::put("fenced", "x")]),
+        )
+        .unwrap()
+        .succeeded
+    };
+    assert!(!write([a.ownership_compare(), a.lease_compare()]));
+    assert!(write([c_lead.ownership_compare(), c_lead.lease_compare()]));
+    assert_eq!(a.ownership_compare(), c_lead.ownership_compare());
     // Everyone else kept their place: b still waits, first in line behind c.
     assert!(!b.is_finished(), "b led after a hand-over to c");
     let status = sa.election("ho").unwrap().status().unwrap();

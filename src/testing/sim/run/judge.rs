@@ -339,15 +339,16 @@ pub(super) fn created<K: crate::recipes::guard::GuardKind>(guard: &Guard<K>) -> 
 }
 
 /// A leadership's fencing token (the revision its term began) exceeds every earlier
-/// leadership's of the name, the earlier life's of a resumed lease included, and is at
-/// least its key's create revision.
+/// leadership's of the name (equals it only for the same key: a resumed lease's earlier
+/// life, nothing written between), and is at least its key's create revision.
 pub(super) fn leads_after(world: &World, me: &str, guard: &Guard<LeaderKind>) {
     let name = Kind::Lead.name();
     let token = guard.fencing_token();
     let mut log = world.log();
-    let last = log.last_term.insert(name, token);
+    let last = log.last_term.insert(name, (token, created(guard)));
     drop(log);
-    if last.is_some_and(|last| token <= last) || token < created(guard) {
+    let stale = |(last, key): (i64, i64)| token < last || (token == last && key != created(guard));
+    if last.is_some_and(stale) || token < created(guard) {
         world.violation(
             me,
             format!(

@@ -240,8 +240,9 @@ struct Log {
     /// The last fencing token of each name whose holders exclude each other.
     last_token: BTreeMap<&'static str, i64>,
     /// The fencing token of the last leadership returned per name (the revision its term
-    /// began): each must exceed the one before.
-    last_term: BTreeMap<&'static str, i64>,
+    /// began) and its key's create revision: each must exceed the one before, or equal it
+    /// for the same key (a resumed lease's re-campaign, nothing written between).
+    last_term: BTreeMap<&'static str, (i64, i64)>,
     /// When each process last restarted (resumed its lease with a new client), and the
     /// store's revision then.
     restarted: BTreeMap<usize, (Instant, i64)>,
