@@ -641,3 +641,44 @@ fn tls_and_auth_flags_reach_a_secured_etcd() {
         wrong.stderr()
     );
 }
+
+/// `elect --hand-over-to`: a signal hands leadership to the named waiting candidate
+/// instead of resigning; the candidate ahead of it keeps waiting (issue 53).
+#[test]
+fn elect_hands_over_to_the_named_candidate_on_a_signal() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &["elect", "hv", "first", "--hand-over-to", "chosen"],
+    ));
+    let key = p.line(WAIT);
+    assert_eq!(p.line(WAIT), "first");
+    let (sb, sc) = (session(&c, 10), session(&c, 10));
+    let eb = sb.election("hv").unwrap();
+    let b = std::thread::spawn(move || eb.campaign_timeout("other", Duration::from_secs(8)));
+    assert!(eventually(WAIT, || keys(&c, "hv/").len() == 2));
+    let ec = sc.election("hv").unwrap();
+    let chosen = std::thread::spawn(move || ec.campaign("chosen"));
+    assert!(eventually(WAIT, || keys(&c, "hv/").len() == 3));
+
+    p.signal(libc::SIGTERM);
+    assert_eq!(p.code(WAIT), 0, "stderr: {}", p.stderr());
+    assert!(
+        p.stderr().contains("handed over to chosen"),
+        "{}",
+        p.stderr()
+    );
+    let leadership = chosen.join().unwrap().unwrap();
+    assert_eq!(
+        leadership.key_str(),
+        key,
+        "the successor holds the old leader's key"
+    );
+    assert!(!b.is_finished(), "the candidate ahead led");
+    drop(leadership);
+    assert!(
+        b.join().unwrap().is_ok(),
+        "the candidate ahead leads after the successor"
+    );
+}

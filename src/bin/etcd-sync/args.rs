@@ -445,8 +445,16 @@ NAME/<lease id in hex>, in etcd's concurrency.Election format, so etcd-sync and 
 Without CMD: print the key and the value (two lines) once elected, lead until SIGINT, \
 SIGTERM or SIGHUP, resign and exit 0. If leadership is lost, exit 3.
 
+With --hand-over-to CANDIDATE: where it would resign (a signal, a request with \
+--release-on-request, CMD's end), hand leadership to the waiting etcd-sync candidate \
+CANDIDATE (its value, or its key as `etcd-sync status` shows it) instead: it leads next, \
+with no moment without a leader, and every other candidate keeps its place. If that fails \
+(no such candidate waits, or it did not take it within the request timeout), resign as \
+usual; either way the exit code is as without it.
+
 With CMD (after `--`): run CMD while leading, with ETCD_ELECT_KEY and ETCD_ELECT_REV (the \
-key's create revision) in its environment; on loss or signals, as for `etcd-sync lock`.
+fencing token: the revision the term began, the key's create revision if it led at once) in \
+its environment; on loss or signals, as for `etcd-sync lock`.
 
 With --listen (-l): print the current leader, then one line per change, until SIGINT, \
 SIGTERM or SIGHUP: `leader <key> <value>` or `no-leader`; with --json one object per line: \
@@ -529,6 +537,11 @@ pub struct ElectArgs {
     /// The value to campaign with (the leader's value while we lead); required unless --listen
     #[arg(required_unless_present = "listen")]
     pub proposal: Option<String>,
+
+    /// Where we would resign, hand leadership to this waiting candidate (its value or its
+    /// key) instead; resign if that fails
+    #[arg(long, value_name = "CANDIDATE", conflicts_with = "listen")]
+    pub hand_over_to: Option<String>,
 
     #[command(flatten)]
     pub hold: HoldOpts,

@@ -22,8 +22,9 @@ use crate::wait::{TICK, Waited, interruptible_with};
 pub enum Held {
     /// A lock, read lock or permit (`etcd-sync lock`, whatever the mode).
     Lock(Box<dyn LockGuard>),
-    /// The leadership and the value we campaigned with.
-    Leadership(Leadership, String),
+    /// The leadership, the value we campaigned with, and the candidate to hand it to
+    /// instead of resigning (`--hand-over-to`).
+    Leadership(Leadership, String, Option<String>),
 }
 
 impl Held {
@@ -38,14 +39,14 @@ impl Held {
     fn key(&self) -> String {
         match self {
             Held::Lock(guard) => guard.key(),
-            Held::Leadership(leadership, _) => leadership.key_str().into_owned(),
+            Held::Leadership(leadership, ..) => leadership.key_str().into_owned(),
         }
     }
 
     pub fn lost(&self) -> Receiver<()> {
         match self {
             Held::Lock(guard) => guard.lost(),
-            Held::Leadership(leadership, _) => leadership.lost(),
+            Held::Leadership(leadership, ..) => leadership.lost(),
         }
     }
 
@@ -56,7 +57,7 @@ impl Held {
         }
         match self {
             Held::Lock(guard) => guard.release_requested(),
-            Held::Leadership(leadership, _) => leadership.release_requested(),
+            Held::Leadership(leadership, ..) => leadership.release_requested(),
         }
     }
 
@@ -67,7 +68,7 @@ impl Held {
                 ("ETCD_LOCK_KEY", self.key()),
                 ("ETCD_LOCK_REV", guard.fencing_token().to_string()),
             ],
-            Held::Leadership(leadership, _) => vec![
+            Held::Leadership(leadership, ..) => vec![
                 ("ETCD_ELECT_KEY", self.key()),
                 ("ETCD_ELECT_REV", leadership.fencing_token().to_string()),
             ],
@@ -79,16 +80,38 @@ impl Held {
     fn announcement(&self) -> String {
         match self {
             Held::Lock(_) => format!("{}\n", self.key()),
-            Held::Leadership(_, value) => format!("{}\n{value}\n", self.key()),
+            Held::Leadership(_, value, _) => format!("{}\n{value}\n", self.key()),
         }
     }
 
-    /// Unlocks, releases the permit, or resigns (deleting the key only if it is still ours).
+    /// Unlocks, releases the permit, or resigns (deleting the key only if it is still ours);
+    /// with `--hand-over-to`, hands leadership over first, and resigns if that fails.
     fn release(self) -> etcd_sync::Result<()> {
         match self {
             Held::Lock(guard) => guard.release(),
-            Held::Leadership(mut leadership, _) => leadership.resign(),
+            Held::Leadership(leadership, _, Some(to)) => hand_over(leadership, &to),
+            Held::Leadership(mut leadership, _, None) => leadership.resign(),
         }
+    }
+}
+
+/// `--hand-over-to`: hands `leadership` to the candidate `to`; resigns if it still leads
+/// after a failed attempt.
+fn hand_over(mut leadership: Leadership, to: &str) -> etcd_sync::Result<()> {
+    match leadership.hand_over(to) {
+        Ok(next) => {
+            eprintln!(
+                "etcd-sync: leadership handed over to {} ({})",
+                next.value_str(),
+                next.key_str()
+            );
+            Ok(())
+        }
+        Err(e) if leadership.is_leader() => {
+            eprintln!("etcd-sync: {e}; resigning");
+            leadership.resign()
+        }
+        Err(e) => Err(e),
     }
 }
 

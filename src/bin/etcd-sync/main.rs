@@ -175,10 +175,11 @@ fn elect(session: &Session, args: &ElectArgs, quiet: bool) -> Exit {
     };
     let proposal = args.proposal.clone().unwrap_or_default();
     let timeout = args.hold.timeout;
+    let successor = args.hand_over_to.clone();
     let acquired = acquire(session, &args.name, timeout, quiet, move |options| {
         election
             .campaign_with(&proposal, options)
-            .map(|leadership| Held::Leadership(leadership, proposal))
+            .map(|leadership| Held::Leadership(leadership, proposal, successor))
     });
     match acquired {
         Ok(held) => hold(session, held, &args.hold),
