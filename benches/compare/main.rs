@@ -20,7 +20,7 @@
 //! [`revoke`] (asking a holder to let go, beside a mutex), [`barriers`] (barrier, latch and
 //! double-barrier wakes beside a mutex), [`downgrade`] (a write that goes on as a read,
 //! beside a mutex and a plain write), [`permits`] (one and three permits at once, beside a
-//! mutex),
+//! mutex), [`handover`] (the gap of a change of leader: resign against hand-over),
 //! [`resources`] (threads, memory and the held-locks figures). The summary ends with the figures of issue #12.
 
 mod args;
@@ -32,6 +32,7 @@ mod downgrade;
 mod election;
 mod fleet;
 mod handoff_floor;
+mod handover;
 mod herd;
 mod metrics;
 mod multi;
@@ -229,6 +230,7 @@ fn main() {
     run("permits", wants("permits"), &permits::permits);
     run("barriers", wants("barriers"), &barriers::barriers);
     run("election", wants("election"), &election::election);
+    run("handover", wants("handover"), &handover::handover);
     run("cost", wants("cost"), &cost::cost);
     // Right before the handoffs it is the floor of, in the same process.
     let floor = wants("floor") || wants("contended") || wants("scaling");
