@@ -382,6 +382,7 @@ pub(super) fn new_hold(
             signal: Arc::new(Signal::new()),
             local_turn: Some(local_turn),
             ended: false,
+            handing_over: false,
             value_rev,
         }),
         proclaiming: tokio::sync::Mutex::new(()),

@@ -187,10 +187,18 @@ pub(crate) fn hand_over(held: &Held, to: &[u8], wait: &Wait) -> Result<KeyValue>
         let asked = wait
             .bound_alive(Operation::Campaign, &session, asking)
             .await?;
+        // The guard stops leading before the successor can (and leads again if the
+        // adoption fails): never two guards that say they lead.
+        if !held.handing_over(true) {
+            return Err(Error::NotLeader);
+        }
         // From here only etcd's answer (or our session's end) ends the call: an adoption
-        // cut short could apply later, while this guard still said it led.
+        // cut short could apply later, while this guard led again.
         adopt(&rpc, &session, &ours, asked).await
     });
+    if outcome.is_err() {
+        held.handing_over(false);
+    }
     let holder = outcome.map_err(|e| match e {
         Error::Timeout { after, .. } if e.is_wait_timeout() => Error::HandOverFailed {
             to: text(to).into_owned(),
@@ -370,20 +378,25 @@ async fn adopt(
         }
         Err(e) => return Err(e),
     };
+    if let Some(at) = applied {
+        tracing::info!(from = %text(key), to = %text(&c.key), at, "leadership handed over");
+        // The key as the Txn left it (the successor may have changed or released it since).
+        return Ok(KeyValue {
+            key: key.clone(),
+            value: c.value,
+            lease: c.lease,
+            create_revision: *rev,
+            mod_revision: at,
+            version: 0,
+        });
+    }
+    // Refused: an earlier copy of ours applied (the key is on the successor's lease), or
+    // the compares failed.
     let range = Range::key(key);
     let now = session.retry_while_alive(|| rpc.read(&range)).await?;
-    let now = now.kvs.into_iter().next();
-    match (applied, now) {
-        (Some(at), Some(kv))
-        | (
-            None,
-            Some(
-                kv @ KeyValue {
-                    mod_revision: at, ..
-                },
-            ),
-        ) if kv.create_revision == *rev && kv.lease == c.lease => {
-            tracing::info!(from = %text(key), to = %text(&c.key), at, "leadership handed over");
+    match now.kvs.into_iter().next() {
+        Some(kv) if kv.create_revision == *rev && kv.lease == c.lease => {
+            tracing::info!(from = %text(key), to = %text(&c.key), "leadership handed over");
             Ok(kv)
         }
         _ => Err(not_leading_or_gone(rpc, (key, rev, lease), &c).await),

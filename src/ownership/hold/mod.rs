@@ -60,6 +60,9 @@ pub(super) struct HoldState {
     /// The local turn, until the release (or its cleanup) is answered.
     pub(super) local_turn: Option<OwnedMutexGuard<()>>,
     pub(super) ended: bool,
+    /// A hand-over's adoption is on its way (`handover.rs`): the guard does not lead
+    /// meanwhile (it leads again if the hand-over fails, and ends if it applied).
+    pub(super) handing_over: bool,
     /// Mod revision of our key as we last wrote or read it (proclaim's condition).
     pub(super) value_rev: i64,
 }
@@ -177,7 +180,19 @@ impl Held {
     /// Whether this guard is the hold's live one and the hold has not ended.
     pub(crate) fn is_current(&self) -> bool {
         let state = self.hold.state();
-        state.generation == self.generation && !state.ended
+        state.generation == self.generation && !state.ended && !state.handing_over
+    }
+
+    /// Marks (`true`) or unmarks a hand-over's adoption on its way: while marked the guard
+    /// does not lead ([`is_current`](Held::is_current) is false), so it never says it leads
+    /// once the successor may. `false` if this guard no longer owns the hold.
+    pub(super) fn handing_over(&self, on: bool) -> bool {
+        let mut state = self.hold.state();
+        if state.generation != self.generation || state.ended {
+            return false;
+        }
+        state.handing_over = on;
+        true
     }
 
     /// Runs `txn` inside a transaction that first checks that our key still has our
@@ -394,6 +409,7 @@ impl Held {
         if state.generation != self.generation || state.ended {
             return;
         }
+        state.handing_over = false;
         state.ended = true;
         state.signal.fire();
         state.local_turn = None;
