@@ -87,9 +87,13 @@ fn seeded_schedules_under_faults_break_no_invariant() {
                 .find(|m| format!("{m:?}") == name)
                 .expect("ETCD_SYNC_SIM_MUTATION names a Mutation")
         });
+        // A seed of `leaders_that_hand_over_break_no_invariant`: ETCD_SYNC_SIM_HANDOVERS=1.
+        let handovers = std::env::var_os("ETCD_SYNC_SIM_HANDOVERS").is_some();
+        let config = RunConfig::from_seed(seed);
         let outcome = run(&RunConfig {
             mutation,
-            ..RunConfig::from_seed(seed)
+            handovers: handovers || config.handovers,
+            ..config
         })
         .expect("a run");
         for line in &outcome.trace {
@@ -438,4 +442,54 @@ fn a_campaign_that_adopted_an_earlier_lifes_key_may_lose_it_to_that_lifes_remova
         outcome.trace.iter().any(|l| l.contains("Lead: lock lost")),
         "the schedule no longer meets the case"
     );
+}
+
+/// Issue 53: leaders hand their leadership to the last candidate waiting behind them,
+/// under every fault: no invariant breaks (the successor's guard is judged as every
+/// guard is, the old one must not lead), and the outside judge accepts every history,
+/// whose hold goes on on the successor's lease.
+#[test]
+fn leaders_that_hand_over_break_no_invariant() {
+    // Seeds that found defects: the follow task's sweep of a late-applied join deleted a
+    // key of ours by its create revision after its leadership was handed over (the key
+    // is the successor's then: the sweep compares the lease too).
+    for seed in [1_795_884_093_217_944] {
+        let outcome = run(&RunConfig {
+            handovers: true,
+            ..RunConfig::from_seed(seed)
+        })
+        .expect("a run");
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed}: {:?}",
+            outcome.violations
+        );
+        let verdict = fenced::sim::check(&outcome);
+        assert!(verdict.failures.is_empty(), "seed {seed}: {verdict:?}");
+    }
+    let base = common::sweep_base();
+    let (mut handovers, mut schedules) = (0, 0);
+    let started = Instant::now();
+    while handovers < 5 || schedules < 12 {
+        let seed = base + schedules;
+        let outcome = run(&RunConfig {
+            handovers: true,
+            ..RunConfig::from_seed(seed)
+        })
+        .expect("a run");
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed} (replay: ETCD_SYNC_SIM_HANDOVERS=1 ETCD_SYNC_SIM_SEED={seed}): {:?}",
+            outcome.violations
+        );
+        let verdict = fenced::sim::check(&outcome);
+        assert!(verdict.failures.is_empty(), "seed {seed}: {verdict:?}");
+        handovers += outcome.handovers;
+        schedules += 1;
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "{handovers} hand-overs in {schedules} schedules"
+        );
+    }
+    println!("{handovers} hand-overs in {schedules} schedules");
 }

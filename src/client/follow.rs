@@ -392,7 +392,10 @@ fn spawn_sweep(
             if session.loss_reason().is_some() {
                 return;
             }
-            match removal::remove(&rpc, &key, Owned::Revision(created)).await {
+            // Still on our lease: a key of ours handed over to a successor keeps its
+            // create revision, and is the successor's.
+            let owned = Owned::Leased(created, session.id());
+            match removal::remove(&rpc, &key, owned).await {
                 Ok(removed) => {
                     if removed {
                         tracing::warn!(key = %text(&key), "removed a late-applied enqueue");

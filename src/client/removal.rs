@@ -13,6 +13,10 @@ pub(crate) enum Owned {
     /// a newer holder's key (upstream #22082), and neither can a copy of the request that
     /// etcd applies late.
     Revision(i64),
+    /// The key still has this create revision *and* this lease: a key of ours whose
+    /// leadership was handed over keeps its create revision on the successor's lease, and
+    /// a sweep of our late-applied joins must not take it (found by the simulation).
+    Leased(i64, i64),
 }
 
 /// After a join whose outcome is unknown: reads `key` and, if it is bound to `lease`,
@@ -28,7 +32,7 @@ pub(crate) async fn remove_if_leased(rpc: &Rpc, key: &[u8], lease: i64) -> Resul
     if let Some(kv) = read.kvs.first()
         && kv.lease == lease
     {
-        remove(rpc, key, Owned::Revision(kv.create_revision)).await?;
+        remove(rpc, key, Owned::Leased(kv.create_revision, lease)).await?;
     }
     Ok(read.revision)
 }
@@ -74,7 +78,10 @@ async fn remove_at_with(
     owned: Owned,
     also: Option<&[u8]>,
 ) -> Result<(bool, i64)> {
-    let Owned::Revision(rev) = owned;
+    let (rev, lease) = match owned {
+        Owned::Revision(rev) => (rev, None),
+        Owned::Leased(rev, lease) => (rev, Some(lease)),
+    };
     if mutation(Mutation::UnguardedRelease) {
         let resp = rpc
             .txn(&Txn::new().and_then([TxnOp::delete(key)]), Retry::Safe)
@@ -86,9 +93,12 @@ async fn remove_at_with(
         return Ok((deleted, resp.revision));
     }
     let ours = Compare::create_revision(key, CompareOp::Equal, rev);
+    let leased = lease.map(|lease| Compare::lease(key, CompareOp::Equal, lease));
     let mut deletes = vec![TxnOp::delete(key)];
     deletes.extend(also.map(TxnOp::delete));
-    let txn = Txn::new().when([ours]).and_then(deletes);
+    let txn = Txn::new()
+        .when([ours].into_iter().chain(leased))
+        .and_then(deletes);
     let resp = rpc.txn(&txn, Retry::Safe).await?;
     Ok((resp.succeeded, resp.revision))
 }

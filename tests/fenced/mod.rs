@@ -22,6 +22,9 @@
 //!   again), a removal the client sent and never saw answered (`Remove`, usually pending:
 //!   it may apply at any time after it was sent, or never), and what a crashed process had
 //!   on its way (`LeaseKeys`: its lease's keys up to a revision).
+//! - `HandOver(t, to)`: an exclusive hold `t` goes on under lease `to` (a leadership handed
+//!   over keeps its key and token); only while `t` holds. The successor's acquire then
+//!   returns `t` on lease `to`: the same hold.
 //!
 //! So a key may go only when something could remove it, never comes back, and a name is
 //! never held by two conflicting keys: a history passes if some order of its operations,
@@ -79,6 +82,12 @@ pub enum Op {
     LeaseKeys {
         lease: i64,
         upto: i64,
+    },
+    /// The exclusive hold `token` goes on, on lease `to`: a leadership handed over (its
+    /// key kept its create revision and moved to the successor's lease).
+    HandOver {
+        token: i64,
+        to: i64,
     },
 }
 
@@ -203,6 +212,11 @@ impl FencedLock {
                     *mode = Mode::Shared;
                 }
             }
+            Op::HandOver { token, to } => {
+                if let Some((_, lease)) = self.held.get_mut(token) {
+                    *lease = *to;
+                }
+            }
             Op::Acquire { .. } | Op::Observe(_) => {}
         }
     }
@@ -239,6 +253,11 @@ impl SequentialSpec for FencedLock {
                 holds
             }
             (Op::Observe(token), Ret::Absent) => !self.held.contains_key(token),
+            (Op::HandOver { token, to }, Ret::Done) => {
+                let exclusive = matches!(self.held.get(token), Some((Mode::Exclusive, _)));
+                self.apply(op);
+                exclusive && !self.ended.contains(to)
+            }
             // The key is gone when the release returns, maybe by its own first attempt,
             // whose answer was lost before a retry found nothing (`LockLost`).
             (Op::Release(_), Ret::Gone) => {

@@ -60,6 +60,7 @@ pub(super) fn settle(events: Vec<Event>) -> Vec<Event> {
         let token = match (&e.op, &e.ret) {
             (_, Ret::Acquired(token)) => Some(*token),
             (Op::Release(t) | Op::Observe(t) | Op::Downgrade(t) | Op::Remove(t), _) => Some(*t),
+            (Op::HandOver { token, .. }, _) => Some(*token),
             _ => None,
         };
         let lease = match &e.op {

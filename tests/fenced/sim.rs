@@ -34,6 +34,7 @@ pub fn event(operation: &Operation) -> Event {
         What::RemoveAll => (Op::RemoveAll, Ret::Done),
         What::EndLease { lease } => (Op::EndLease(lease), Ret::Done),
         What::Crashed { lease, upto } => (Op::LeaseKeys { lease, upto }, Ret::Done),
+        What::HandOver { token, lease } => (Op::HandOver { token, to: lease }, Ret::Done),
     };
     Event {
         name: operation.name.map(str::to_string),

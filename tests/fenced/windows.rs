@@ -60,6 +60,8 @@ fn after(state: &FencedLock, window: &[Event]) -> Option<FencedLock> {
             (Op::EndLease(lease), _) => {
                 next.ended.insert(*lease);
             }
+            // A hold that changes lease: not followed here, so no cut after it.
+            (Op::HandOver { .. }, _) => return None,
             _ => {}
         }
     }

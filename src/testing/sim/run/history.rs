@@ -27,7 +27,8 @@ pub enum What {
         mode: Mode,
         /// The lease its key is bound to.
         lease: i64,
-        /// Its fencing token (its key's create revision).
+        /// Its key's create revision (a lock's fencing token; a leadership's token is the
+        /// revision its term began, which the history does not follow).
         token: i64,
     },
     /// The holder of `token` released: `deleted` if etcd deleted our key by it (`Ok`),
@@ -50,6 +51,14 @@ pub enum What {
         token: i64,
         /// Whether the key was there, with that create revision.
         present: bool,
+    },
+    /// The leader of `token` handed its leadership over: the hold goes on, on `lease`
+    /// (the successor's); its key keeps its create revision.
+    HandOver {
+        /// The hold's key's create revision.
+        token: i64,
+        /// The successor's lease.
+        lease: i64,
     },
     /// The key of `token` may be removed: a release that etcd did not answer, or a hold
     /// whose end the run does not follow (a leader loop's resignation).
@@ -137,10 +146,4 @@ impl World {
         let called = self.tick();
         self.record(actor, name, what, (called, true));
     }
-}
-
-/// The lease of a lock key (`<name>/<lease hex>[.suffix]`).
-pub(super) fn lease_of(key: &str) -> Option<i64> {
-    let hex = key.rsplit('/').next()?.split('.').next()?;
-    i64::from_str_radix(hex, 16).ok()
 }

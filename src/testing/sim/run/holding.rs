@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::history::{Mode, What, lease_of};
+use super::history::{Mode, What};
 use super::judge::{enters, reports_gone};
 use super::kinds::{Kind, PERMITS, kind, present};
 use super::requests::{self, Listening};
@@ -92,7 +92,8 @@ pub(super) fn watch<K: GuardKind>(
     let name = what.name();
     let key = guard.key_str().into_owned();
     let token = super::judge::created(guard);
-    let lease = lease_of(&key).unwrap_or_default();
+    // The guard's own lease: a leadership handed over holds a key named after another.
+    let lease = guard.held.lease_id();
     let mode = match what {
         Kind::Read => Mode::Shared,
         Kind::Permit => Mode::Permit(PERMITS as u32),

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::history::{Mode, What, lease_of};
-use super::holding::{hold, hold_and, watch};
+use super::history::{Mode, What};
+use super::holding::{hold, watch};
 use super::judge::{judge_deadlock, left_behind, options};
 use super::kinds::{Kind, PERMITS, kind};
 use super::requests;
@@ -328,13 +328,9 @@ fn take_and_hold(
             if let Some(guard) = guard {
                 let proclaims =
                     |guard: &Guard<LeaderKind>| super::judge::proclaims(world, me, guard);
-                hold_and(
-                    world,
-                    (me, p),
-                    (what, guard, session, called),
-                    rng,
-                    proclaims,
-                );
+                let held = (what, &guard, session, called);
+                watch(world, (me, p), held, rng, (true, proclaims));
+                super::handover::hand_over_or_release(world, me, session, guard);
             }
         }
     }
@@ -363,7 +359,7 @@ fn re_campaign(
             );
             let acquired = What::Acquire {
                 mode: Mode::Exclusive,
-                lease: lease_of(&new.key_str()).unwrap_or_default(),
+                lease: new.held.lease_id(),
                 token: super::judge::created(&new),
             };
             world.record(me, Some(Kind::Lead.name()), acquired, (called, true));

@@ -1,0 +1,95 @@
+//! Leaders that hand their leadership to a waiting candidate instead of resigning
+//! ([`RunConfig::handovers`](super::RunConfig::handovers), issue 53), and what is judged
+//! of it: the successor's `campaign` returns a guard over the old leader's key on its own
+//! lease (checked as every guard is, by `enters` and `watch`), the old guard no longer
+//! leads, and the history records the hold going on on the successor's lease
+//! ([`What::HandOver`]), which the outside judge (`tests/fenced`) checks.
+
+use std::time::Duration;
+
+use super::history::What;
+use super::holding::release;
+use super::kinds::{Kind, kind};
+use super::{Rng, World};
+use crate::recipes::guard::{Guard, LeaderKind};
+use crate::session::Session;
+use crate::support::error::Error;
+use crate::support::kv::Range;
+
+/// Ends a leadership: a third of the time, when another session's candidate waits, by a
+/// hand-over to the last one waiting (so that others ahead of it must keep their places);
+/// else (and if the hand-over fails) by a resignation. Drawn from a stream of its own.
+pub(super) fn hand_over_or_release(
+    world: &World,
+    me: &str,
+    session: &Session,
+    guard: Guard<LeaderKind>,
+) {
+    let token = super::judge::created(&guard);
+    let draw = Rng(token as u64 ^ 0x4a0d).below(3);
+    let name = Kind::Lead.name();
+    let lease = guard.held.lease_id();
+    let status = match (world.handovers && draw == 0, session.election(name)) {
+        (true, Ok(election)) => election.status().ok(),
+        _ => None,
+    };
+    let to = status.and_then(|s| {
+        s.waiters
+            .into_iter()
+            .rev()
+            .find(|w| w.lease != lease && w.lease != 0)
+    });
+    let Some(to) = to.filter(|_| guard.is_held()) else {
+        return release(world, me, Kind::Lead, guard);
+    };
+    let called = world.tick();
+    let limit = Duration::from_millis(200 + (token as u64 % 5) * 300);
+    match guard.hand_over_timeout(&to.key, limit) {
+        Ok(next) => {
+            let handed = What::HandOver {
+                token,
+                lease: next.lease,
+            };
+            world.record(me, Some(name), handed, (called, true));
+            world.log().outcome.handovers += 1;
+            world.note(me, format!("handed over to {}", next.value_str()));
+            if guard.is_held() {
+                world.violation(me, "still leads after handing over".into());
+            }
+            if next.key != guard.key() || next.lease != to.lease {
+                let what = format!("handed over to {:?}, asked for {:?}", next, to);
+                world.violation(me, what);
+            }
+            drop(guard); // deletes nothing: the key is the successor's
+        }
+        Err(e) => {
+            world.note(me, format!("hand-over: {}", kind(&e)));
+            if matches!(e, Error::SessionLost(_)) {
+                // The adoption may have been on its way: it may apply, or not.
+                let handed = What::HandOver {
+                    token,
+                    lease: to.lease,
+                };
+                world.record(me, Some(name), handed, (called, false));
+            } else if e.is_hand_over_failed() && !guard.is_held() && session.is_alive() {
+                // A failed hand-over keeps the leader, unless its key went meanwhile.
+                if lease_of_key(world, guard.key()) == Some(lease) {
+                    world.violation(me, format!("a failed hand-over ended the leadership: {e}"));
+                }
+            }
+            release(world, me, Kind::Lead, guard);
+        }
+    }
+}
+
+/// The lease `key` is bound to in the store now, if it exists.
+pub(super) fn lease_of_key(world: &World, key: &[u8]) -> Option<i64> {
+    let range = Range::key(key);
+    let request = crate::transport::generated::etcdserverpb::RangeRequest {
+        key: range.key,
+        ..Default::default()
+    };
+    let state = world.cluster.shared.lock();
+    let found = state.store.range(&request).ok()?;
+    found.kvs.first().map(|kv| kv.lease)
+}
