@@ -444,7 +444,7 @@ fn a_campaign_that_adopted_an_earlier_lifes_key_may_lose_it_to_that_lifes_remova
     );
 }
 
-/// Issue 53: leaders hand their leadership to the last candidate waiting behind them,
+/// Issue 53: leaders hand their leadership to the candidate next in line,
 /// under every fault: no invariant breaks (the successor's guard is judged as every
 /// guard is, the old one must not lead), and the outside judge accepts every history,
 /// whose hold goes on on the successor's lease.
@@ -453,7 +453,7 @@ fn leaders_that_hand_over_break_no_invariant() {
     // Seeds that found defects: the follow task's sweep of a late-applied join deleted a
     // key of ours by its create revision after its leadership was handed over (the key
     // is the successor's then: the sweep compares the lease too).
-    for seed in [1_795_884_093_217_944] {
+    for seed in [1_795_884_535_808_105] {
         let outcome = run(&RunConfig {
             handovers: true,
             ..RunConfig::from_seed(seed)

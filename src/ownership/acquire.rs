@@ -351,9 +351,8 @@ pub(super) fn hold_from(
 /// key was known to exist; `at_once`: subscribe now, not after the deferral; `keep`: the
 /// name's watcher, kept running until the follow subscribed to it).
 /// `handed`: the leader's key handed over to this wait, held instead of the line's own.
-/// A leadership's fencing token is the revision its term began at (`alive_at`, the proof),
-/// so that it grows across handovers, whose key keeps the old leader's create revision
-/// (docs/design/handover.md); a lock's is its key's create revision.
+/// The fencing token is the create revision of the key the acquisition joined with (for
+/// a hand-over, its own key's, not the adopted one's: docs/design/handover.md).
 pub(super) fn new_hold(
     line: &Arc<Place>,
     (kind, enqueued, handed): (Kind, &queue::Enqueued, Option<&Handed>),
@@ -365,10 +364,10 @@ pub(super) fn new_hold(
         Some(handed) => (handed.key.clone(), handed.rev, handed.value_rev),
         None => (line.key.clone(), enqueued.rev, enqueued.value_rev),
     };
-    let token = match kind {
-        Kind::Lead => alive_at.max(rev),
-        Kind::Lock(_) => rev,
-    };
+    // A leadership handed over keeps the old leader's key and create revision: its token
+    // is the create revision of the key it waited with, which is above the old leader's
+    // (it was behind it) and below every key that joined after it.
+    let token = enqueued.rev;
     let hold = Arc::new(Hold {
         line: line.clone(),
         key,

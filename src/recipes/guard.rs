@@ -275,14 +275,14 @@ impl<K: GuardKind> Guard<K> {
         text(self.key())
     }
 
-    /// The fencing token. It grows with every acquisition under the name (successive
-    /// leaders included), so storage that remembers the highest token it has seen can
-    /// reject a write from a holder that has since lost its hold. For a lock it is our
-    /// key's create revision; for a [`Leadership`](crate::Leadership), the revision at
-    /// which the term began (the key's create revision if it led at once, else the
-    /// revision that proved its turn, or that of the handover that made it leader), since
-    /// a key handed over keeps the old leader's create revision (Go's `Rev()` is the
-    /// create revision).
+    /// The fencing token: our key's create revision. It grows with every acquisition
+    /// under the name (successive leaders included), so storage that remembers the
+    /// highest token it has seen can reject a write from a holder that has since lost its
+    /// hold. A [`Leadership`](crate::Leadership) handed over to us
+    /// ([`hand_over`](Guard::hand_over)) holds the old leader's key, and its token is the
+    /// create revision of the key we waited with: above the old leader's. (A candidate
+    /// the hand-over passed over, waiting between the two, gets a smaller token when it
+    /// leads later.)
     ///
     /// ```no_run
     /// # fn main() -> etcd_sync::Result<()> {

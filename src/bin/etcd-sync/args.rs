@@ -453,8 +453,7 @@ with no moment without a leader, and every other candidate keeps its place. If t
 usual; either way the exit code is as without it.
 
 With CMD (after `--`): run CMD while leading, with ETCD_ELECT_KEY and ETCD_ELECT_REV (the \
-fencing token: the revision the term began, the key's create revision if it led at once) in \
-its environment; on loss or signals, as for `etcd-sync lock`.
+key's create revision) in its environment; on loss or signals, as for `etcd-sync lock`.
 
 With --listen (-l): print the current leader, then one line per change, until SIGINT, \
 SIGTERM or SIGHUP: `leader <key> <value>` or `no-leader`; with --json one object per line: \

@@ -36,8 +36,8 @@ pub(crate) struct Hold {
     pub(super) key: Vec<u8>,
     /// The key's create revision: what guarded writes and the release compare.
     pub(super) rev: i64,
-    /// The fencing token: the create revision for a lock; for a leadership, the revision
-    /// at which its term began (docs/design/handover.md).
+    /// The fencing token: the create revision of the key it joined the line with (for a
+    /// leadership handed over, that key's, not the adopted key's: docs/design/handover.md).
     pub(super) token: i64,
     pub(super) kind: Kind,
     /// When the hold began, for the hold-time metric (zero-sized without `metrics`).

@@ -16,9 +16,9 @@ use crate::session::Session;
 use crate::support::error::Error;
 use crate::support::kv::Range;
 
-/// Ends a leadership: a third of the time, when another session's candidate waits, by a
-/// hand-over to the last one waiting (so that others ahead of it must keep their places);
-/// else (and if the hand-over fails) by a resignation. Drawn from a stream of its own.
+/// Ends a leadership: a third of the time, when another session's candidate waits next in
+/// line, by a hand-over to it (whose token must exceed ours: `leads_after`); else (and if
+/// the hand-over fails) by a resignation. Drawn from a stream of its own.
 pub(super) fn hand_over_or_release(
     world: &World,
     me: &str,
@@ -33,12 +33,10 @@ pub(super) fn hand_over_or_release(
         (true, Ok(election)) => election.status().ok(),
         _ => None,
     };
-    let to = status.and_then(|s| {
-        s.waiters
-            .into_iter()
-            .rev()
-            .find(|w| w.lease != lease && w.lease != 0)
-    });
+    // The next in line: then fencing tokens keep growing (a candidate passed over would
+    // get a smaller token than its successor's; `tests/handover.rs` passes one over).
+    let to = status.and_then(|s| s.waiters.into_iter().next());
+    let to = to.filter(|w| w.lease != lease && w.lease != 0);
     let Some(to) = to.filter(|_| guard.is_held()) else {
         return release(world, me, Kind::Lead, guard);
     };

@@ -27,8 +27,8 @@ pub enum What {
         mode: Mode,
         /// The lease its key is bound to.
         lease: i64,
-        /// Its key's create revision (a lock's fencing token; a leadership's token is the
-        /// revision its term began, which the history does not follow).
+        /// Its key's create revision (its fencing token, but for a leadership handed over,
+        /// whose key is the old leader's).
         token: i64,
     },
     /// The holder of `token` released: `deleted` if etcd deleted our key by it (`Ok`),

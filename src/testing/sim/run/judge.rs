@@ -340,9 +340,9 @@ pub(super) fn created<K: crate::recipes::guard::GuardKind>(guard: &Guard<K>) -> 
     guard.held.rev()
 }
 
-/// A leadership's fencing token (the revision its term began) exceeds every earlier
-/// leadership's of the name (equals it only for the same key: a resumed lease's earlier
-/// life, nothing written between), and is at least its key's create revision.
+/// A leadership's fencing token exceeds every earlier leadership's of the name (equals it
+/// only for the same key: a resumed lease's earlier life), and is its key's create
+/// revision, or for a leadership handed over to it, above it (the key it waited with).
 pub(super) fn leads_after(world: &World, me: &str, guard: &Guard<LeaderKind>) {
     let name = Kind::Lead.name();
     let token = guard.fencing_token();

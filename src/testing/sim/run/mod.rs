@@ -87,8 +87,8 @@ pub struct RunConfig {
     /// store at the revision it names (off by default and in [`from_seed`](Self::from_seed):
     /// `tests/simulation.rs` sweeps seeds with it on).
     pub deadlock_detection: bool,
-    /// A third of the leaders that have a candidate waiting behind them hand their
-    /// leadership over to it instead of resigning (`Leadership::hand_over`; from a seed:
+    /// A third of the leaders that have another session's candidate next in line hand
+    /// their leadership over to it instead of resigning (`Leadership::hand_over`; from a seed:
     /// two thirteenths of the seeds, none of those pinned before hand-overs were in the
     /// workload).
     pub handovers: bool,
@@ -248,9 +248,9 @@ struct Log {
     waiting: BTreeMap<usize, Waiting>,
     /// The last fencing token of each name whose holders exclude each other.
     last_token: BTreeMap<&'static str, i64>,
-    /// The fencing token of the last leadership returned per name (the revision its term
-    /// began) and its key's create revision: each must exceed the one before, or equal it
-    /// for the same key (a resumed lease's re-campaign, nothing written between).
+    /// The fencing token of the last leadership returned per name and its key's create
+    /// revision: each must exceed the one before, or equal it for the same key (a resumed
+    /// lease's re-campaign).
     last_term: BTreeMap<&'static str, (i64, i64)>,
     /// When each process last restarted (resumed its lease with a new client), and the
     /// store's revision then.
