@@ -453,7 +453,8 @@ fn leaders_that_hand_over_break_no_invariant() {
     // Seeds that found defects: the follow task's sweep of a late-applied join deleted a
     // key of ours by its create revision after its leadership was handed over (the key
     // is the successor's then: the sweep compares the lease too).
-    for seed in [1_795_884_535_808_105] {
+    {
+        let seed = 1_795_884_535_808_105;
         let outcome = run(&RunConfig {
             handovers: true,
             ..RunConfig::from_seed(seed)

@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use super::history::What;
 use super::holding::release;
-use super::kinds::{Kind, kind};
+use super::kinds::{Kind, kind, lease_of_key};
 use super::{Rng, World};
 use crate::recipes::guard::{Guard, LeaderKind};
 use crate::session::Session;
 use crate::support::error::Error;
-use crate::support::kv::Range;
 
 /// Ends a leadership: a third of the time, when another session's candidate waits next in
 /// line, by a hand-over to it (whose token must exceed ours: `leads_after`); else (and if
@@ -78,16 +77,4 @@ pub(super) fn hand_over_or_release(
             release(world, me, Kind::Lead, guard);
         }
     }
-}
-
-/// The lease `key` is bound to in the store now, if it exists.
-pub(super) fn lease_of_key(world: &World, key: &[u8]) -> Option<i64> {
-    let range = Range::key(key);
-    let request = crate::transport::generated::etcdserverpb::RangeRequest {
-        key: range.key,
-        ..Default::default()
-    };
-    let state = world.cluster.shared.lock();
-    let found = state.store.range(&request).ok()?;
-    found.kvs.first().map(|kv| kv.lease)
 }

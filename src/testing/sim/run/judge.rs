@@ -75,7 +75,7 @@ pub(super) fn none_left_at_rest(world: &World, me: &str, session: &Session, cras
         let ours = format!("{name}/{lease:x}");
         for (key, rev) in line(world, name) {
             // A key named after our lease but bound to another was handed over.
-            let handed = super::handover::lease_of_key(world, key.as_bytes()) != Some(lease);
+            let handed = super::kinds::lease_of_key(world, key.as_bytes()) != Some(lease);
             if key.starts_with(&ours) && rev > crashed_upto && !handed {
                 world.violation(
                     me,

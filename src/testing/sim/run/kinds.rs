@@ -142,3 +142,15 @@ pub(super) fn delete_key(world: &World, key: &str) {
     let revision = state.store.revision();
     state.watchers.notify(&changes, revision);
 }
+
+/// The lease `key` is bound to in the store now, if it exists.
+pub(super) fn lease_of_key(world: &World, key: &[u8]) -> Option<i64> {
+    let range = crate::support::kv::Range::key(key);
+    let request = crate::transport::generated::etcdserverpb::RangeRequest {
+        key: range.key,
+        ..Default::default()
+    };
+    let state = world.cluster.shared.lock();
+    let found = state.store.range(&request).ok()?;
+    found.kvs.first().map(|kv| kv.lease)
+}
