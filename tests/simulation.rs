@@ -452,9 +452,16 @@ fn a_campaign_that_adopted_an_earlier_lifes_key_may_lose_it_to_that_lifes_remova
 fn leaders_that_hand_over_break_no_invariant() {
     // Seeds that found defects: the follow task's sweep of a late-applied join deleted a
     // key of ours by its create revision after its leadership was handed over (the key
-    // is the successor's then: the sweep compares the lease too).
-    {
-        let seed = 1_795_884_535_808_105;
+    // is the successor's then: the sweep compares the lease too); the adoption put the
+    // value the candidate's key had before its campaign proclaimed a new one (it reads
+    // it again once answered, and requires it unchanged); the outside judge settled a
+    // lease's end before the hand-over of a hold on it (a token's operations count for
+    // every lease it was on).
+    for seed in [
+        1_795_884_535_808_105,
+        213_935_860_906_273,
+        213_935_860_906_793,
+    ] {
         let outcome = run(&RunConfig {
             handovers: true,
             ..RunConfig::from_seed(seed)

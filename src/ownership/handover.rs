@@ -329,6 +329,13 @@ async fn ask(
             None => {}
         }
     };
+    // The candidate's value as it waits now (a campaign on a resumed lease proclaims its
+    // new value before it waits, and answers only while it waits): the adoption puts it,
+    // and requires it unchanged.
+    let now = rpc.read(&Range::key(&c.key)).await?.kvs.into_iter().next();
+    let Some(c) = now.filter(|kv| kv.create_revision == c.create_revision) else {
+        return Err(failed(&c.key, "it no longer waits"));
+    };
     Ok(Asked {
         candidate: c,
         request,
@@ -354,6 +361,7 @@ async fn adopt(
         Compare::create_revision(key.clone(), CompareOp::Equal, *rev),
         Compare::lease(key.clone(), CompareOp::Equal, *lease),
         Compare::create_revision(c.key.clone(), CompareOp::Equal, c.create_revision),
+        Compare::mod_revision(c.key.clone(), CompareOp::Equal, c.mod_revision),
     ];
     let adopt = Txn::new()
         .when(leading.iter().cloned().chain([Compare::mod_revision(

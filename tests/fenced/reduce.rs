@@ -46,10 +46,16 @@ pub(super) fn thin(events: Vec<Event>) -> Vec<Event> {
 /// tester's search, which tries every unreturned operation at every step on a thread of
 /// its own, stays small.
 pub(super) fn settle(events: Vec<Event>) -> Vec<Event> {
-    let mut lease_of = BTreeMap::new();
+    // Every lease a token's hold was on: its acquirer's, and a hand-over's successor's
+    // (an operation on the token counts for each: a later horizon is only more orders).
+    let mut lease_of: BTreeMap<i64, BTreeSet<i64>> = BTreeMap::new();
     for e in &events {
-        if let (Op::Acquire { lease, .. }, Ret::Acquired(token)) = (&e.op, &e.ret) {
-            lease_of.insert(*token, *lease);
+        match (&e.op, &e.ret) {
+            (Op::Acquire { lease, .. }, Ret::Acquired(token))
+            | (Op::HandOver { token, to: lease }, _) => {
+                lease_of.entry(*token).or_default().insert(*lease);
+            }
+            _ => {}
         }
     }
     let (mut by_token, mut by_lease) = (BTreeMap::new(), BTreeMap::new());
@@ -63,15 +69,21 @@ pub(super) fn settle(events: Vec<Event>) -> Vec<Event> {
             (Op::HandOver { token, .. }, _) => Some(*token),
             _ => None,
         };
-        let lease = match &e.op {
-            Op::Acquire { lease, .. } => Some(*lease),
-            _ => token.and_then(|t| lease_of.get(&t).copied()),
+        let leases: Vec<i64> = match &e.op {
+            Op::Acquire { lease, .. } => vec![*lease],
+            _ => token
+                .and_then(|t| lease_of.get(&t))
+                .map(|leases| leases.iter().copied().collect())
+                .unwrap_or_default(),
         };
-        for (key, map) in [(token, &mut by_token), (lease, &mut by_lease)] {
-            if let Some(key) = key {
-                let at: &mut u64 = map.entry(key).or_default();
-                *at = (*at).max(returned);
-            }
+        let keys = token.map(|t| (t, &mut by_token)).into_iter();
+        for (key, map) in keys {
+            let at: &mut u64 = map.entry(key).or_default();
+            *at = (*at).max(returned);
+        }
+        for lease in leases {
+            let at: &mut u64 = by_lease.entry(lease).or_default();
+            *at = (*at).max(returned);
         }
     }
     events
@@ -85,7 +97,7 @@ pub(super) fn settle(events: Vec<Event>) -> Vec<Event> {
                     // same lease (a lease lives on across many holds) are not its business.
                     Op::LeaseKeys { lease, upto } => lease_of
                         .iter()
-                        .filter(|(t, l)| *l == lease && *t <= upto)
+                        .filter(|(t, l)| l.contains(lease) && *t <= upto)
                         .filter_map(|(t, _)| by_token.get(t).copied())
                         .max(),
                     _ => Some(last),

@@ -40,6 +40,7 @@ fn after(state: &FencedLock, window: &[Event]) -> Option<FencedLock> {
     let mut acquired: BTreeMap<i64, (Mode, i64, &Event)> = BTreeMap::new();
     let mut gone = BTreeSet::new();
     let mut downgraded = BTreeSet::new();
+    let mut handed = BTreeMap::new();
     for e in window {
         match (&e.op, &e.ret) {
             (Op::Acquire { mode, lease }, Ret::Acquired(t)) => {
@@ -60,8 +61,9 @@ fn after(state: &FencedLock, window: &[Event]) -> Option<FencedLock> {
             (Op::EndLease(lease), _) => {
                 next.ended.insert(*lease);
             }
-            // A hold that changes lease: not followed here, so no cut after it.
-            (Op::HandOver { .. }, _) => return None,
+            (Op::HandOver { token, to }, _) => {
+                handed.insert(*token, *to);
+            }
             _ => {}
         }
     }
@@ -97,6 +99,19 @@ fn after(state: &FencedLock, window: &[Event]) -> Option<FencedLock> {
         }
         if held {
             next.held.insert(t, (mode, lease));
+        }
+    }
+    // A hold that moved to another lease: its new lease from here on. Not cut where a
+    // lease's end may have come before or after the move (which lease it ended with).
+    let lease_ends = window
+        .iter()
+        .any(|e| matches!(e.op, Op::EndLease(_) | Op::LeaseKeys { .. }));
+    if !handed.is_empty() && lease_ends {
+        return None;
+    }
+    for (t, to) in handed {
+        if let Some((_, lease)) = next.held.get_mut(&t) {
+            *lease = to;
         }
     }
     for t in downgraded {
