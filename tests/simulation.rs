@@ -124,6 +124,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
     let mut progress_notifications = 0;
     let (mut requests_asked, mut requests_heard) = (0, 0);
     let (mut multi_locks, mut multi_locks_in_one_txn) = (0, 0);
+    let mut handovers = 0;
     let mut failed = Vec::new();
     // The outside judge (issue 52): every schedule's history, linearizable against a
     // fenced lock (`tests/fenced/`).
@@ -141,6 +142,7 @@ fn seeded_schedules_under_faults_break_no_invariant() {
         requests_heard += outcome.requests_heard;
         multi_locks += outcome.multi_locks;
         multi_locks_in_one_txn += outcome.multi_locks_in_one_txn;
+        handovers += outcome.handovers;
         for (kind, n) in &outcome.faults {
             *faults.entry(*kind).or_insert(0u64) += n;
         }
@@ -163,8 +165,8 @@ fn seeded_schedules_under_faults_break_no_invariant() {
          {:.1} s of virtual time per schedule, {compacted_watchers} watchers resumed from \
          compacted history, {progress_notifications} progress notifications, \
          {requests_asked} holders asked to let go ({requests_heard} requests heard), \
-         {multi_locks} multi-locks held ({multi_locks_in_one_txn} joined in one Txn), faults \
-         {faults:?}",
+         {multi_locks} multi-locks held ({multi_locks_in_one_txn} joined in one Txn), \
+         {handovers} leaderships handed over, faults {faults:?}",
         virtual_time.as_secs_f64() / schedules.max(1) as f64
     );
     println!(
