@@ -238,6 +238,40 @@ fn election_campaign_and_observe(hop: &Hop) {
     assert_eq!(next, "node-b");
 }
 
+/// A hand-over (issue 53) through the proxy: the candidate's watch of its request, its
+/// answer, the adoption and its wait's read all pass through it.
+fn election_hands_over(hop: &Hop) {
+    let a = hop.client();
+    let sa = session(&a, 10);
+    let leadership = sa.election("ho").unwrap().campaign("node-a").unwrap();
+    let b = hop.client();
+    let next = on_thread(move || {
+        let sb = session(&b, 10);
+        sb.election("ho")
+            .unwrap()
+            .campaign_timeout("node-b", Duration::from_secs(20))
+            .map(|l| (l.is_leader(), l.key().to_vec(), l, sb))
+    });
+    let election = sa.election("ho").unwrap();
+    assert!(eventually(HANDOVER, || election
+        .status()
+        .is_ok_and(|s| s.waiters.len() == 1)));
+    let holder = leadership.hand_over("node-b").unwrap();
+    assert!(!leadership.is_leader());
+    let (leads, key, _leadership, _session) =
+        next.recv_timeout(HANDOVER).expect("node-b leads").unwrap();
+    assert!(leads);
+    assert_eq!(key, leadership.key(), "node-b holds node-a's key");
+    assert_eq!(holder.value, b"node-b");
+    let stored = hop.stored(&leadership.key_str());
+    let on_member = hop
+        .direct()
+        .get(&stored)
+        .unwrap()
+        .expect("the key on the member");
+    assert_eq!(on_member.value, b"node-b");
+}
+
 fn barrier_latch_and_multi_lock(hop: &Hop) {
     let c = hop.client();
     let barrier = c.barrier("gate").unwrap();
@@ -384,6 +418,7 @@ through_both!(
     rwlock_reader_behind_writer_and_downgrade,
     semaphore_waiter_admitted,
     election_campaign_and_observe,
+    election_hands_over,
     barrier_latch_and_multi_lock,
     stm_and_status,
     excludes_etcdctl_on_the_member,
