@@ -24,6 +24,19 @@ fn connections_to(port: u16) -> usize {
     let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
         return 0;
     };
+    // Only this process's sockets: etcd's own gateway dials its client port too, at a
+    // moment of its choosing, and the machine's table shows that connection as well.
+    let ours: std::collections::BTreeSet<String> = std::fs::read_dir("/proc/self/fd")
+        .map(|fds| {
+            fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                .filter_map(|link| {
+                    let link = link.to_string_lossy().into_owned();
+                    let inode = link.strip_prefix("socket:[")?.strip_suffix(']')?;
+                    Some(inode.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     table
         .lines()
         .skip(1)
@@ -33,7 +46,9 @@ fn connections_to(port: u16) -> usize {
                 .get(2)
                 .and_then(|remote| remote.split(':').nth(1))
                 .and_then(|hex| u16::from_str_radix(hex, 16).ok());
-            remote_port == Some(port) && fields.get(3) == Some(&"01")
+            remote_port == Some(port)
+                && fields.get(3) == Some(&"01")
+                && fields.get(9).is_some_and(|inode| ours.contains(*inode))
         })
         .count()
 }
