@@ -40,12 +40,7 @@ const HANDOVERS: &[u8] = b".handover/";
 /// leader's session), outside `<name>/` so that no line counts it. `None` if `key` is not
 /// under `<name>/`.
 pub(crate) fn request_key(name: &[u8], key: &[u8]) -> Option<Vec<u8>> {
-    let rest = key.strip_prefix(name)?.strip_prefix(b"/")?;
-    let mut request = Vec::with_capacity(name.len() + HANDOVERS.len() + rest.len());
-    request.extend_from_slice(name);
-    request.extend_from_slice(HANDOVERS);
-    request.extend_from_slice(rest);
-    Some(request)
+    crate::line::request::beside(name, HANDOVERS, key)
 }
 
 /// The request's value: "hand over to the key created at `rev`", so that a request meant

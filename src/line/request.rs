@@ -22,12 +22,19 @@ pub(crate) fn is_requests_prefix(prefix: &[u8]) -> bool {
 /// The request key for `key`, a key under `<name>/`: `<name>.revoke/<the rest of key>`.
 /// `None` if `key` is not under `<name>/`.
 pub(crate) fn request_key(name: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+    beside(name, REQUESTS, key)
+}
+
+/// `<name><suffix><the rest of key>` for `key` under `<name>/` (a key kept beside a line
+/// key, outside the line: release requests, hand-over requests); `None` if `key` is not
+/// under `<name>/`.
+pub(crate) fn beside(name: &[u8], suffix: &[u8], key: &[u8]) -> Option<Vec<u8>> {
     let rest = key.strip_prefix(name)?.strip_prefix(b"/")?;
-    let mut request = Vec::with_capacity(name.len() + REQUESTS.len() + rest.len());
-    request.extend_from_slice(name);
-    request.extend_from_slice(REQUESTS);
-    request.extend_from_slice(rest);
-    Some(request)
+    let mut beside = Vec::with_capacity(name.len() + suffix.len() + rest.len());
+    beside.extend_from_slice(name);
+    beside.extend_from_slice(suffix);
+    beside.extend_from_slice(rest);
+    Some(beside)
 }
 
 /// A request to let go of a held key, as its holder receives it from

@@ -335,7 +335,7 @@ pub(super) fn hold_from(
         keep,
     );
     tracing::debug!(
-        key = %text(&hold.key),
+        key = %text(hold.key()),
         fencing_token = hold.token,
         ?kind,
         existed = enqueued.existed,
@@ -360,9 +360,9 @@ pub(super) fn new_hold(
     (alive_at, at_once): (i64, bool),
     keep: Option<Pin>,
 ) -> Arc<Hold> {
-    let (key, rev, value_rev) = match handed {
-        Some(handed) => (handed.key.clone(), handed.rev, handed.value_rev),
-        None => (line.key.clone(), enqueued.rev, enqueued.value_rev),
+    let (handed_key, rev, value_rev) = match handed {
+        Some(handed) => (Some(handed.key.clone()), handed.rev, handed.value_rev),
+        None => (None, enqueued.rev, enqueued.value_rev),
     };
     // A leadership handed over keeps the old leader's key and create revision: its token
     // is the create revision of the key it waited with, which is above the old leader's
@@ -370,7 +370,7 @@ pub(super) fn new_hold(
     let token = enqueued.rev;
     let hold = Arc::new(Hold {
         line: line.clone(),
-        key,
+        handed_key,
         rev,
         token,
         kind,
@@ -395,7 +395,7 @@ pub(super) fn new_hold(
     line.session.client().follower().follow(Follow::Guard {
         prefix: line.prefix.clone(),
         own,
-        key: hold.key.clone(),
+        key: hold.key().to_vec(),
         rev,
         alive_at,
         at_once,

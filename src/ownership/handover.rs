@@ -178,7 +178,7 @@ pub(crate) fn hand_over(held: &Held, to: &[u8], wait: &Wait) -> Result<KeyValue>
     session.check()?;
     let client = line.session.client().clone();
     let rpc = client.rpc().clone();
-    let ours = (hold.key.clone(), hold.rev, line.session.lease_id());
+    let ours = (hold.key().to_vec(), hold.rev, line.session.lease_id());
     // Bounded as a campaign is (the wait's limit, token and the session); a limit that
     // passed is reported as the hand-over's failure.
     let outcome = client.block_on(async {

@@ -199,13 +199,13 @@ fn release_request_key(line: &Place, key: &[u8]) -> Option<Vec<u8>> {
 fn start(hold: &Arc<Hold>, sender: Sender<ReleaseRequest>) -> Stop {
     let (stop, stopped) = oneshot::channel();
     let client = hold.line.session.client();
-    let Some(request_key) = request::request_key(&hold.line.name, &hold.key) else {
+    let Some(request_key) = request::request_key(&hold.line.name, hold.key()) else {
         return Stop(stop); // our keys are always under the name: nothing to follow
     };
     let follower = Follower {
         rpc: client.rpc().clone(),
         watches: client.watches().clone(),
-        key: hold.key.clone(),
+        key: hold.key().to_vec(),
         request_key,
         created: hold.rev,
         sender,

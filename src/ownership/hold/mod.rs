@@ -31,9 +31,10 @@ pub(crate) use together::{guarded_txn_all, release_together};
 /// One acquisition of a line.
 pub(crate) struct Hold {
     pub(super) line: Arc<Place>,
-    /// The key held: the line's own, or, for a leadership handed over to this session,
-    /// the old leader's key, which now carries our lease (`handover.rs`).
-    pub(super) key: Vec<u8>,
+    /// For a leadership handed over to this session, the old leader's key, which now
+    /// carries our lease (`handover.rs`); `None`: the line's own key (no copy of it per
+    /// acquire).
+    pub(super) handed_key: Option<Vec<u8>>,
     /// The key's create revision: what guarded writes and the release compare.
     pub(super) rev: i64,
     /// The fencing token: the create revision of the key it joined the line with (for a
@@ -76,6 +77,11 @@ impl Hold {
         self.state().ended
     }
 
+    /// The key held: the line's own, or the one handed over to it.
+    pub(super) fn key(&self) -> &[u8] {
+        self.handed_key.as_deref().unwrap_or(&self.line.key)
+    }
+
     pub(crate) fn kind(&self) -> Kind {
         self.kind
     }
@@ -93,7 +99,7 @@ impl Hold {
         state.signal.fire();
         state.local_turn = None;
         drop(state);
-        requests::remove_after_loss(&self.line, &self.key);
+        requests::remove_after_loss(&self.line, self.key());
         crate::support::telemetry::key_lost(&self.line.name, self.kind.operation(), || {
             self.line.session.lease().loss_reason()
         });
@@ -146,7 +152,7 @@ impl Held {
     }
 
     pub(crate) fn key(&self) -> &[u8] {
-        &self.hold.key
+        self.hold.key()
     }
 
     /// The prefix of the line the key is in (`<name>/`).
@@ -295,7 +301,7 @@ impl Held {
         let owned = Owned::Revision(self.hold.rev);
         let Some(limit) = wait else {
             // Not waiting at all: the whole release runs in the background.
-            drop(spawn_removal_of(&line, &self.hold.key, owned, local_turn));
+            drop(spawn_removal_of(&line, self.hold.key(), owned, local_turn));
             return Ok(Released::NotCurrent);
         };
         // The first attempt runs on the caller's thread (no hand-over to the runtime on
@@ -303,7 +309,7 @@ impl Held {
         // hand.
         let rpc = line.session.client().rpc().clone();
         let started = crate::support::clock::now();
-        let key = &self.hold.key;
+        let key = self.hold.key();
         let first = line.session.client().block_on(async {
             let request = RequestKey::of(&line, key);
             let removal = requests::remove_key_and_request(&rpc, key, &request, owned);
@@ -314,7 +320,7 @@ impl Held {
             Ok(Ok(false)) => Ok(Released::NotOurs),
             Ok(Err(e)) if !e.is_transient() => Err(e),
             _ => {
-                let pending = spawn_removal_of(&line, &self.hold.key, owned, local_turn);
+                let pending = spawn_removal_of(&line, self.hold.key(), owned, local_turn);
                 // What is left of the caller's bound; a timeout reports all of it.
                 let left = limit.saturating_sub(crate::support::clock::since(started));
                 self.await_release(pending, Some(left), started)
@@ -486,7 +492,7 @@ pub(crate) fn proclaim(hold: &Arc<Hold>, value: &[u8], wait: &Wait) -> Result<bo
 /// then). Either way the newer revision becomes the base and the Txn goes again; each round
 /// needs a write in between, which the caller's wait and the session bound.
 async fn proclaim_once(rpc: &Rpc, hold: &Hold, value: &[u8]) -> Result<bool> {
-    let key = &hold.key;
+    let key = hold.key();
     let lease = hold.line.session.lease_id();
     let mut base = hold.state().value_rev;
     let done = |revision: i64| {

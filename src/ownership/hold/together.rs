@@ -31,7 +31,7 @@ pub(crate) fn release_together(
         }
         outcomes.push(Ok(Released::NotCurrent));
         if let Some(local_turn) = held.end() {
-            let (line, key) = (&held.hold.line, &held.hold.key);
+            let (line, key) = (&held.hold.line, held.hold.key());
             let owned = Owned::Revision(held.hold.rev);
             removals.push((i, spawn_removal_of(line, key, owned, local_turn)));
         }
