@@ -258,3 +258,71 @@ fn a_delete_at_exactly_the_compact_revision_reaches_a_resumed_waiter() {
     );
     drop(guard);
 }
+
+/// A waiter at the back of the line (it watches the key ahead and its own key, each
+/// alone) whose own key was deleted while its stream was down, with history compacted
+/// past the delete: its own key's watcher resumes late and the delete is never delivered.
+/// The waiter used to ignore that gap and wait on for the key ahead to go; when that key
+/// stays (a long hold, or the leader's key a hand-over made its own: the randomized
+/// checker found a successor's `campaign` that never returned through etcd's gRPC proxy),
+/// it waited without a key for as long. It now reads its own key after such a gap and
+/// ends with `LockLost`. Fails before the fix (the wait runs to its 25 s limit).
+#[test]
+fn a_waiter_at_the_back_learns_its_key_went_in_a_watch_gap() {
+    let _serial = serial();
+    let cl = common::cluster();
+    let leader = cl.leader().expect("a leader");
+    let (stalled, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    // Waits at the back with one key ahead (no front of waiters at all).
+    let cw = Client::builder()
+        .endpoints(starting_at(&cl, stalled))
+        .request_timeout(Duration::from_secs(2))
+        .line_tuning(etcd_sync::testing::LineTuning {
+            front: Some(0),
+            far_start: None,
+            poll_near: None,
+        })
+        .connect()
+        .expect("connect to etcd");
+    let ch = client_for(&starting_at(&cl, other));
+    let holder = session(&ch, 30);
+    let guard = holder.mutex("c-own-gap").unwrap().lock().unwrap();
+    let ws = session(&cw, 30);
+    let own = format!("c-own-gap/{:x}", ws.lease_id());
+    let mutex = ws.mutex("c-own-gap").unwrap();
+    let waiter = std::thread::spawn(move || {
+        let started = Instant::now();
+        (
+            mutex.lock_timeout(Duration::from_secs(25)).map(drop),
+            started.elapsed(),
+        )
+    });
+    assert!(eventually(Duration::from_secs(5), || common::keys(
+        &ch,
+        "c-own-gap/"
+    )
+    .len()
+        == 2));
+    std::thread::sleep(Duration::from_millis(500)); // parked: its watchers run
+    cl.pause(stalled).expect("pause the waiter's member");
+    let deleted = ch
+        .txn(etcd_sync::Txn::new().and_then([etcd_sync::TxnOp::delete(own)]))
+        .expect("delete the waiter's key");
+    noise_and_compact(&ch, "c-own-gap-noise");
+    assert!(deleted.revision > 0);
+    cl.kill(stalled).expect("kill the waiter's member");
+    let killed = Instant::now();
+    let (result, _) = waiter.join().expect("the waiter thread");
+    let took = killed.elapsed();
+    eprintln!("the waiter ended {took:?} after the failover: {result:?}");
+    assert!(
+        matches!(result, Err(etcd_sync::Error::LockLost)),
+        "the waiter whose key went ended with {result:?} after {took:?}"
+    );
+    assert!(
+        took <= Duration::from_secs(10),
+        "the waiter ended {took:?} after"
+    );
+    assert!(guard.is_held());
+    drop(guard);
+}

@@ -80,6 +80,9 @@ fn the_named_candidate_leads_next_and_the_others_keep_their_places() {
     assert!(!write([a.ownership_compare(), a.lease_compare()]));
     assert!(write([c_lead.ownership_compare(), c_lead.lease_compare()]));
     assert_eq!(a.ownership_compare(), c_lead.ownership_compare());
+    // The successor holds the old key: its create revision is the old leader's token.
+    assert_eq!(c_lead.create_revision(), a.fencing_token());
+    assert_eq!(a.create_revision(), a.fencing_token());
     // Everyone else kept their place: b still waits, first in line behind c.
     assert!(!b.is_finished(), "b led after a hand-over to c");
     let status = sa.election("ho").unwrap().status().unwrap();
@@ -172,4 +175,61 @@ fn the_old_leaders_session_does_not_take_back_the_key_it_handed_over() {
     assert_eq!(ea.leader().unwrap().unwrap().lease, sc.lease_id());
     drop(c_lead);
     assert!(keys(&c, "back/").is_empty());
+}
+
+/// A candidate that began waiting with more than the leader ahead of it (a holder, then
+/// the leader-to-be) takes a hand-over once the leader leads, whatever its line tuning (at
+/// the front, or at the back watching a lookout key: the adopted key is the one it
+/// watched, and it is never deleted). The randomized checker found such a campaign that
+/// never returned.
+#[test]
+fn a_candidate_that_waited_behind_two_keys_takes_the_hand_over() {
+    let server = etcd();
+    let tunings = [
+        etcd_sync::testing::LineTuning::default(),
+        etcd_sync::testing::LineTuning {
+            front: Some(0),
+            far_start: Some(200),
+            poll_near: Some(32),
+        },
+        etcd_sync::testing::LineTuning {
+            front: Some(0),
+            far_start: Some(200),
+            poll_near: Some(0),
+        },
+        etcd_sync::testing::LineTuning {
+            front: Some(16),
+            far_start: Some(0),
+            poll_near: Some(32),
+        },
+    ];
+    for (n, tuning) in tunings.into_iter().enumerate() {
+        let name = format!("two-ahead-{n}");
+        let c = etcd_sync::Client::builder()
+            .endpoints(server.endpoints())
+            .line_tuning(tuning)
+            .connect()
+            .unwrap();
+        let (sx, sa, sc) = (session(&c, 10), session(&c, 10), session(&c, 10));
+        let x = sx.mutex(&name).unwrap().lock().unwrap();
+        let ea = sa.election(&name).unwrap();
+        let a = std::thread::spawn(move || ea.campaign("a"));
+        wait_until_waiting(&sx.election(&name).unwrap(), 1);
+        let ec = sc.election(&name).unwrap();
+        let cand = std::thread::spawn(move || ec.campaign("c"));
+        wait_until_waiting(&sx.election(&name).unwrap(), 2);
+        x.release().unwrap();
+        let a = a.join().unwrap().unwrap();
+        let next = a.hand_over("c").unwrap();
+        assert_eq!(next.lease, sc.lease_id());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(cand.join()));
+        let led = rx.recv_timeout(Duration::from_secs(5));
+        let c_lead = led
+            .unwrap_or_else(|_| panic!("{tuning:?}: the successor's campaign never returned"))
+            .unwrap()
+            .unwrap();
+        assert!(c_lead.is_leader(), "{tuning:?}");
+        assert_eq!(c_lead.key(), a.key(), "{tuning:?}");
+    }
 }

@@ -53,10 +53,9 @@ pub(crate) const FRONT: usize = 16;
 pub(crate) const LOOKOUT_LEAVES: usize = 2;
 
 /// How far a lookout may be (keys to go, itself included) for its waiter to read it now and
-/// then while etcd may still be syncing its watcher ([`UNSYNCED_WINDOW`]): a near lookout
-/// may go before etcd would deliver its delete. A farther one is read only once, if its
-/// watcher started after the revision at which the waiter read it, and not at once: see
-/// [`gap_read_after`].
+/// then while etcd may still be syncing its watcher ([`UNSYNCED_WINDOW`]). A farther one is
+/// read only once, if its watcher started after the revision the waiter read it at, and not
+/// at once: see [`gap_read_after`].
 const POLL_NEAR: usize = 32;
 
 /// When a lookout further than [`POLL_NEAR`] whose watcher started after what the waiter
@@ -285,10 +284,9 @@ async fn all_there(rpc: &Rpc, session: &LeaseState, keys: &[(Vec<u8>, i64)]) -> 
 }
 
 /// Waits until a key of `lookout` is deleted after revision `known` (when they surely still
-/// existed), or our `own` key is, or the session is lost. Every watch is a single key, so
-/// this waiter hears of no other release of the name.
-///
-/// A far lookout's watcher starts right after `known` (unless one of its key runs already):
+/// existed), or our `own` key (created at `own_rev`) is, or the session is lost. Every
+/// watch is a single key, so this waiter hears of no other release of the name. A far
+/// lookout's watcher starts right after `known` (unless one of its key runs already):
 /// it covers everything. Otherwise a watcher that starts after `known` (a new one starts
 /// from etcd's "now"; one restarted after compaction too) does not cover the revisions in
 /// between: one read of its key tells whether it went meanwhile, made only if its delete
@@ -300,7 +298,7 @@ pub(crate) async fn wait_for_lookout(
     rpc: &Rpc,
     watches: &Watches,
     session: &LeaseState,
-    own: &[u8],
+    (own, own_rev): (&[u8], i64),
     lookout: &Lookout,
     known: i64,
 ) -> Result<Woken> {
@@ -330,6 +328,8 @@ pub(crate) async fn wait_for_lookout(
     let mut poll_until: Option<Instant> = None;
     // When the gap before the watchers' start is to be read, if no delete came first.
     let mut gap_read: Option<Instant> = None;
+    // Likewise for our own key's watcher.
+    let mut own_read: Option<Instant> = None;
     // Several lookouts (a permit's): their watchers start one by one, and once all have,
     // one read covers what each missed before its start.
     let mut starting = lookout.keys.len();
@@ -338,6 +338,7 @@ pub(crate) async fn wait_for_lookout(
         session.check()?;
         let poll = poll_until.filter(|until| crate::support::clock::now() < *until);
         let gap_due = gap_read.unwrap_or_else(crate::support::clock::now);
+        let own_due = own_read.unwrap_or_else(crate::support::clock::now);
         let (tag, delivery) = tokio::select! {
             delivery = deliveries.recv() => delivery.ok_or(Error::Closed)?,
             reason = session.wait_lost() => return Err(Error::SessionLost(reason)),
@@ -360,6 +361,13 @@ pub(crate) async fn wait_for_lookout(
                 };
                 if !there {
                     return Ok(Woken::LookoutGone);
+                }
+                continue;
+            }
+            _ = tokio::time::sleep_until(own_due.into()), if own_read.is_some() => {
+                own_read = None;
+                if !still_there(rpc, session, own, own_rev).await? {
+                    return Ok(Woken::OwnDeleted);
                 }
                 continue;
             }
@@ -395,8 +403,14 @@ pub(crate) async fn wait_for_lookout(
                     gap_read = Some(gap_read.map_or(due, |pending| pending.min(due)));
                 }
             }
-            // Our own key's watcher starting late leaves a gap we do not read for: a delete
-            // of our key there is found by the next read of the line, as at the front.
+            // Our own key's watcher started late (the proxy lost events, or history was
+            // compacted while the stream was down): read for a delete of our key in the gap.
+            // (A read of the line finds it only once a key ahead goes, and that may stay:
+            // a long hold, or the leader's key a hand-over gave to us.)
+            Delivery::From { after, .. } if after > known => {
+                let due = crate::support::clock::now() + gap_read_after(lookout.away);
+                own_read = Some(own_read.map_or(due, |pending| pending.min(due)));
+            }
             Delivery::From { .. } => {}
             Delivery::Failed(e) => return Err(e),
         }

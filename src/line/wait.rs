@@ -81,7 +81,8 @@ pub(crate) async fn wait_turn(
             // with what we know (exact at `seen_at`): the front's watcher starts later, so
             // its one read tells where we stand now.
             tracing::debug!(key = %text(key), lookouts = lookout.keys.len(), away = lookout.away, "waiting at the back");
-            let woken = behind::wait_for_lookout(rpc, watches, session, key, &lookout, seen_at);
+            let woken =
+                behind::wait_for_lookout(rpc, watches, session, (key, ours.rev), &lookout, seen_at);
             if woken.await? == Woken::OwnDeleted {
                 return Err(key_gone_error(rpc, session).await);
             }

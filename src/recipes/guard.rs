@@ -296,6 +296,23 @@ impl<K: GuardKind> Guard<K> {
         self.held.token()
     }
 
+    /// The create revision of the key we hold (Go's `Election.Rev()`): the revision
+    /// [`ownership_compare`](Guard::ownership_compare) compares. It equals the
+    /// [`fencing_token`](Guard::fencing_token), except for a leadership handed over to
+    /// us ([`hand_over`](Guard::hand_over)): that holds the old leader's key, created
+    /// before the key we waited with.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let guard = session.mutex("m")?.lock()?;
+    /// assert_eq!(guard.create_revision(), guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    pub fn create_revision(&self) -> i64 {
+        self.held.rev()
+    }
+
     /// Whether it is still held as far as this process knows: not released (nor, for a
     /// leadership, resigned or superseded by a re-campaign), the session's lease deadline
     /// has not passed, and our key has not been seen deleted. No request is sent; use a

@@ -26,8 +26,11 @@ pub(crate) struct Section {
     /// When its release (unlock, drop, or the re-campaign that superseded it) returned.
     pub(crate) released_at: u64,
     /// How it ended: `unlock`, `unlock_err`, `drop`, `recamp` (a re-campaign), `downgrade` (a write
-    /// that went on as a read).
+    /// that went on as a read), `handover` (a leadership handed to a waiting candidate).
     pub(crate) how: String,
+    /// Its key's create revision: the token, but for a leadership handed over to it (the
+    /// old leader's key).
+    pub(crate) rev: i64,
 }
 
 #[derive(Default)]
@@ -57,11 +60,12 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
         for line in text.lines() {
             let f: Vec<&str> = line.split(' ').collect();
             match (f.first(), f.len()) {
-                (Some(&"CS"), 16) => {
+                (Some(&"CS"), 16 | 17) => {
                     let parsed = (|| {
+                        let token = f[3].parse().ok()?;
                         Some(Section {
                             mode: f[2].to_string(),
-                            token: f[3].parse().ok()?,
+                            token,
                             holder: f[4].to_string(),
                             enter: f[5].parse().ok()?,
                             confirmed: f[6].parse().ok()?,
@@ -74,6 +78,7 @@ pub(crate) fn parse_logs(dir: &std::path::Path, files: usize) -> Totals {
                             lost_at: f[13].parse().ok()?,
                             released_at: f[14].parse().ok()?,
                             how: f[15].to_string(),
+                            rev: f.get(16).map_or(Some(token), |r| r.parse().ok())?,
                         })
                     })();
                     if let Some(section) = parsed {
@@ -239,6 +244,7 @@ mod tests {
             lost_at: 0,
             released_at: confirmed,
             how: "unlock".into(),
+            rev: token,
         }
     }
 

@@ -157,6 +157,7 @@ pub(crate) fn add_covers(sections: &mut HashMap<String, Vec<Section>>, parsed: &
             lost_at: 0,
             released_at: *end,
             how: "go".into(),
+            rev: -1,
         });
     }
 }
@@ -330,6 +331,7 @@ mod tests {
             lost_at: 0,
             released_at: confirmed,
             how: "unlock".into(),
+            rev: 7,
         }
     }
 

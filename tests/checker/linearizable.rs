@@ -3,7 +3,8 @@
 //! process), the parent adds the operator's deletes and the SIGKILLs, and `stateright`'s
 //! linearizability tester checks every name against the sequential fenced lock.
 //!
-//! Log lines (`-` for a return that never came: the operation may apply late, or never):
+//! Log lines (`-` for a return that never came: the operation may apply late, or never;
+//! a token is the key's create revision: a leadership handed over keeps its hold's):
 //!
 //! * `LA <name> <mode> <lease> <token> <called> <returned>`: a guard returned;
 //! * `LO <name> <token> <called> <returned> <1|0>`: a write conditional on the hold
@@ -11,6 +12,8 @@
 //! * `LR <name> <token> <called> <returned|-> <1|0>`: a release deleted the key (1) or found
 //!   it gone (0); a drop or an unanswered release never returns;
 //! * `LD <name> <token> <called> <returned>`: a write lock went on as a read;
+//! * `LH <name> <token> <lease> <called> <returned|->`: a leadership was handed over, its
+//!   hold going on under `lease` (`handover.rs`);
 //! * `LE <lease> <called> <returned|->`: a session closed, or seen lost (never returns;
 //!   called when it was last known alive: the client's deadline precedes etcd's expiry).
 
@@ -34,7 +37,8 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// A guard returned by a wait called at `called`.
 pub(crate) fn acquired(log_file: &Log, name: &str, guard: &Guard, lease: i64, called: u64) {
     let returned = super::common::monotonic_ns();
-    let (mode, token) = (guard.mode(), guard.token());
+    // The key's create revision: a leadership handed over to us is the old leader's hold.
+    let (mode, token) = (guard.mode(), guard.rev());
     log(
         log_file,
         format!("LA {name} {mode} {lease} {token} {called} {returned}"),
@@ -169,6 +173,13 @@ fn parse_child(text: &str, events: &mut Vec<Event>, leases: &mut Vec<i64>) {
                 at(3),
                 at(4),
             ),
+            ("LH", 6) => {
+                let op = Op::HandOver {
+                    token: num(2).unwrap_or_default(),
+                    to: num(3).unwrap_or_default(),
+                };
+                named(op, Ret::Done, at(4), at(5))
+            }
             ("LE", 4) => at(2).map(|called| Event {
                 name: None,
                 op: Op::EndLease(num(1).unwrap_or_default()),
@@ -215,12 +226,11 @@ fn history(nemesis: &str, logs: &[String], revokes_live_leases: bool) -> Vec<Eve
     for line in nemesis.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         match (f[0], f.len()) {
-            // DEL <key> <create revision> <before> <after>
-            ("DEL", 5) => {
-                // By key, not by revision: a key of that lease re-created since the
-                // nemesis read it goes too.
-                let lease = f[1].rsplit('/').next().and_then(|k| k.split('.').next());
-                let lease = lease.and_then(|hex| i64::from_str_radix(hex, 16).ok());
+            // DEL <key> <create revision> <before> <after> <lease>: the key that went,
+            // read in the delete's transaction (a handed-over key is on another lease
+            // than its name says).
+            ("DEL", 6) => {
+                let lease = f[5].parse::<i64>().ok();
                 let (Some((name, _)), Some(lease), Ok(before), Ok(after)) = (
                     f[1].split_once('/'),
                     lease,

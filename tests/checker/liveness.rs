@@ -138,7 +138,7 @@ pub(crate) struct Report {
 pub(crate) fn clip_deleted(sections: &mut HashMap<String, Vec<Section>>, events: &Events) {
     let deleted = deleted(events);
     for s in sections.values_mut().flatten() {
-        if let Some(d) = deleted.get(&(s.key.as_str(), s.token)) {
+        if let Some(d) = deleted.get(&(s.key.as_str(), s.rev)) {
             s.confirmed = s.confirmed.min(d.before.max(s.enter));
         }
     }
@@ -234,7 +234,7 @@ pub(crate) fn free_gaps(
             "unlock_err" => s.released_at + TTL.as_nanos() as u64,
             _ => s.released_at,
         };
-        if let Some(d) = deleted.get(&(s.key.as_str(), s.token)) {
+        if let Some(d) = deleted.get(&(s.key.as_str(), s.rev)) {
             end = end.min(d.after.max(s.enter));
         }
         // k permits taken at once weigh k.
@@ -370,7 +370,7 @@ pub(crate) fn check(
         let guard = sections
             .values()
             .flatten()
-            .filter(|s| s.key == d.key && s.token == d.token)
+            .filter(|s| s.key == d.key && s.rev == d.token)
             .max_by_key(|s| s.enter);
         let Some(s) = guard else {
             report.deleted_other += 1;
@@ -431,6 +431,7 @@ mod tests {
             lost_at: 0,
             released_at,
             how: "unlock".into(),
+            rev: 1,
         }
     }
 

@@ -55,6 +55,7 @@ mod deletion;
 #[path = "../fenced/mod.rs"]
 mod fenced;
 mod fleet;
+mod handover;
 mod hashes;
 mod linearizable;
 mod liveness;
@@ -424,6 +425,8 @@ fn randomized_checker() {
     }
     let requests = revoke::parse(&dir, spawned);
     violations.extend(requests.bad.iter().cloned());
+    let handovers = handover::parse(&dir, spawned);
+    violations.extend(handovers.bad.iter().cloned());
     // The outside judge (issue 52): every name's history, linearizable against a fenced
     // lock, by stateright's tester (`linearizable.rs`, `tests/fenced/`).
     let linearizability = linearizable::check(&dir, spawned);
@@ -514,6 +517,12 @@ fn randomized_checker() {
         deadlock_report.verdicts
     );
     println!("CHECKER release requests: {requests:?}");
+    let adopted = (totals.sections.values().flatten()).filter(|s| s.rev != s.token);
+    println!(
+        "CHECKER hand-overs: {:?}, successors' holds {}",
+        handovers.outcomes,
+        adopted.count()
+    );
     println!(
         "CHECKER seed={seed} safety_violations={} liveness_violations={}",
         violations.len(),

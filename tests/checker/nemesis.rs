@@ -2,13 +2,13 @@
 //! time, with quiet stretches of 5-7 s between some of them (where the liveness checks judge).
 //!
 //! Every fault is logged to the parent's log as `FAULT <kind> <start> <end>` (CLOCK_MONOTONIC
-//! ns), every operator delete as `DEL <key> <create revision> <before> <after>`.
+//! ns), every operator delete as `DEL <key> <create revision> <before> <after> <lease>`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use etcd_sync::testing::{EtcdCluster, EtcdProxy, Fault, NetFaults, Node};
-use etcd_sync::{Client, Txn};
+use etcd_sync::{Client, Txn, TxnOp, TxnOpResponse};
 
 use super::common::monotonic_ns;
 use super::{Log, NAMES, REQUEST_TIMEOUT, Rng, log};
@@ -360,12 +360,25 @@ impl Nemesis<'_> {
                 rng.below(keys.len().max(1) as u64) as usize
             };
             if let Some(kv) = keys.get(pick) {
+                // By key, as an operator does; read in the same transaction, so the log
+                // says which key went (a hand-over keeps the key name on another lease).
                 let before = monotonic_ns();
-                self.client.delete(&kv.key).map_err(|e| e.to_string())?;
+                let txn = Txn::new()
+                    .and_then([TxnOp::get(kv.key.clone()), TxnOp::delete(kv.key.clone())]);
+                let r = self.client.txn(txn).map_err(|e| e.to_string())?;
                 let after = monotonic_ns();
-                self.deletes += 1;
-                let (key, token) = (kv.key_str(), kv.create_revision);
-                log(&self.log, format!("DEL {key} {token} {before} {after}"));
+                let gone = match r.responses.first() {
+                    Some(TxnOpResponse::Get(kvs)) => kvs.first().cloned(),
+                    _ => None,
+                };
+                if let Some(kv) = gone {
+                    self.deletes += 1;
+                    let (key, token, lease) = (kv.key_str(), kv.create_revision, kv.lease);
+                    log(
+                        &self.log,
+                        format!("DEL {key} {token} {before} {after} {lease}"),
+                    );
+                }
             }
             std::thread::sleep(rng.millis(50, 300));
         }
