@@ -1,4 +1,4 @@
-//! Leadership hand-overs in the randomized checker (issue 53): a third of the leaderships
+//! Leadership hand-overs in the randomized checker (issue 53): half the leaderships
 //! that end while another session's key waits next in line hand over to it instead of
 //! resigning. The next in line may be one of our waiting campaigns (it answers and adopts
 //! the leader's key), a `Mutex` or multi-lock waiter, or Go's `etcdctl lock` (neither

@@ -619,7 +619,7 @@ pub(crate) fn worker(
         }
         let called = monotonic_ns();
         let handed = match &guard {
-            Guard::Lead(l) if rng.below(3) == 0 => {
+            Guard::Lead(l) if rng.below(2) == 0 => {
                 super::handover::hand_over_next(&session, name, l, log_file, &mut rng)
             }
             _ => false,
