@@ -286,8 +286,8 @@ async fn all_there(rpc: &Rpc, session: &LeaseState, keys: &[(Vec<u8>, i64)]) -> 
 /// Waits until a key of `lookout` is deleted after revision `known` (when they surely still
 /// existed), or our `own` key (created at `own_rev`) is, or the session is lost. Every
 /// watch is a single key, so this waiter hears of no other release of the name. A far
-/// lookout's watcher starts right after `known` (unless one of its key runs already):
-/// it covers everything. Otherwise a watcher that starts after `known` (a new one starts
+/// lookout's watcher and our key's start right after `known` (unless one runs already):
+/// they cover everything. Otherwise a watcher that starts after `known` (a new one starts
 /// from etcd's "now"; one restarted after compaction too) does not cover the revisions in
 /// between: one read of its key tells whether it went meanwhile, made only if its delete
 /// has not come within [`gap_read_after`]. A read at or after the watcher's start that
@@ -323,7 +323,7 @@ pub(crate) async fn wait_for_lookout(
             }
         })
         .collect();
-    let _own = watches.subscribe_to(Spec::key(own, Only::Deletes), known, Sink::new(OWN, sender));
+    let _own = watches.subscribe_from(Spec::key(own, Only::Deletes), known, Sink::new(OWN, sender));
     let near = lookout.keys.len() == 1 && lookout.away <= widths.poll_near;
     let mut poll_until: Option<Instant> = None;
     // When the gap before the watchers' start is to be read, if no delete came first.

@@ -183,7 +183,7 @@ async fn wait_behind(
             };
             let our_turn = wait::wait_turn(
                 rpc,
-                line.watches_for(far),
+                line.watches_for(far, enqueued.seen_at),
                 session,
                 line.ours(enqueued.rev),
                 (position.clone(), enqueued.seen_at),

@@ -182,8 +182,10 @@ impl Place {
     /// The client's watches, for a wait that starts `far` back in the line or at its
     /// front: at the front, the watcher of deletes under the name is pinned for the life of
     /// this line (waiters subscribe to it); far back, it is unpinned, and the watcher of
-    /// the line's own key is pinned instead, for the life of the line.
-    pub(crate) fn watches_for(&self, far: bool) -> &Watches {
+    /// the line's own key is pinned instead, for the life of the line: one created for it
+    /// starts right after `known` (a revision at which the key exists), so that it covers
+    /// the whole wait with no read.
+    pub(crate) fn watches_for(&self, far: bool, known: i64) -> &Watches {
         let watches = self.session.client().watches();
         let mut pinned = self
             .deletes_pinned
@@ -199,7 +201,7 @@ impl Place {
         if far {
             let mut own = self.own_pinned.lock().unwrap_or_else(|e| e.into_inner());
             if own.is_none() {
-                *own = Some(watches.pin(Spec::key(&self.key, Only::Deletes)));
+                *own = Some(watches.pin_from(Spec::key(&self.key, Only::Deletes), Some(known)));
             }
         }
         watches

@@ -179,8 +179,12 @@ impl Hub {
                 }
                 self.cancel_if_unwanted(&spec, stream);
             }
-            Command::Pin(spec) => {
-                self.watchers.entry(spec.clone()).or_default().pins += 1;
+            Command::Pin(spec, known) => {
+                let watcher = self.watchers.entry(spec.clone()).or_default();
+                if let Some(known) = known.filter(|&k| k > 0 && watcher.is_new()) {
+                    watcher.start_at(known);
+                }
+                watcher.pins += 1;
                 self.ensure_created(&spec, stream);
             }
             Command::Unpin(spec) => {

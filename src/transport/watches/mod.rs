@@ -139,7 +139,8 @@ enum Command {
         spec: Spec,
         id: u64,
     },
-    Pin(Spec),
+    /// With `Some(known)`, a watcher created for it starts right after `known`.
+    Pin(Spec, Option<i64>),
     Unpin(Spec),
 }
 
@@ -257,7 +258,13 @@ impl Watches {
     /// Keeps the watcher of `spec` (and its history) alive while the pin lives, even with no
     /// subscriber: the next subscriber then needs no create and usually no read.
     pub(crate) fn pin(&self, spec: Spec) -> Pin {
-        let _ = self.commands.send(Command::Pin(spec.clone()));
+        self.pin_from(spec, None)
+    }
+
+    /// [`pin`](Self::pin); a watcher created for it starts right after `known`, as for
+    /// [`subscribe_from`](Self::subscribe_from) (with `None`, from etcd's "now").
+    pub(crate) fn pin_from(&self, spec: Spec, known: Option<i64>) -> Pin {
+        let _ = self.commands.send(Command::Pin(spec.clone(), known));
         Pin {
             spec,
             commands: self.commands.clone(),
