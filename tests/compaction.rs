@@ -326,3 +326,64 @@ fn a_waiter_at_the_back_learns_its_key_went_in_a_watch_gap() {
     assert!(guard.is_held());
     drop(guard);
 }
+
+/// A waiter's key deleted during its lock-delay while its stream is down, with history
+/// compacted past the delete: the name's watcher resumes with a gap, and the proof that
+/// the key is still ours must be read again there (`ownership/proof.rs`), or the wait
+/// returns a guard over a key that is gone (rule 4). Kills `still_ours` answering "ours"
+/// without a read, which the simulation's sweeps did not (docs/design/mutation-score.md).
+#[test]
+fn a_key_deleted_in_a_watch_gap_during_the_lock_delay_ends_the_wait() {
+    let _serial = serial();
+    let cl = common::cluster();
+    let leader = cl.leader().expect("a leader");
+    let (stalled, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let cw = client_for(&starting_at(&cl, stalled));
+    let ch = client_for(&starting_at(&cl, other));
+    let holder = session(&ch, 2);
+    let held = holder.mutex("c-delay").unwrap().lock().unwrap();
+    let holder_key = held.key_str().into_owned();
+    let ws = session(&cw, 30);
+    let own = format!("c-delay/{:x}", ws.lease_id());
+    let mutex = ws
+        .mutex("c-delay")
+        .unwrap()
+        .lock_delay(Duration::from_secs(8))
+        .unwrap();
+    let waiter = std::thread::spawn(move || mutex.lock_timeout(Duration::from_secs(40)).map(drop));
+    assert!(eventually(Duration::from_secs(5), || common::keys(
+        &ch, "c-delay/"
+    )
+    .len()
+        == 2));
+    // The holder's keep-alive stops: etcd expires its lease, and the waiter's turn comes
+    // with its lock-delay to wait.
+    holder.orphan();
+    std::mem::forget(held);
+    assert!(eventually(Duration::from_secs(10), || !common::keys(
+        &ch, "c-delay/"
+    )
+    .contains(&holder_key)));
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        !waiter.is_finished(),
+        "the waiter did not wait out its lock-delay"
+    );
+    cl.pause(stalled).expect("pause the waiter's member");
+    ch.delete(&own).expect("delete the waiter's key");
+    noise_and_compact(&ch, "c-delay-noise");
+    cl.kill(stalled).expect("kill the waiter's member");
+    let killed = Instant::now();
+    let result = waiter.join().expect("the waiter thread");
+    let took = killed.elapsed();
+    eprintln!("the delayed wait ended {took:?} after the failover: {result:?}");
+    assert!(
+        matches!(&result, Err(e) if e.is_lost()),
+        "the delayed wait whose key went in a watch gap returned {result:?} after {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(6),
+        "it ended {took:?} after the failover"
+    );
+    assert!(common::keys(&ch, "c-delay/").is_empty());
+}
