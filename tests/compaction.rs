@@ -122,6 +122,24 @@ fn starting_at(cluster: &EtcdCluster, first: usize) -> Vec<String> {
         .collect()
 }
 
+/// The member a waiter's client talks to first (it will stall), and one to write through:
+/// neither is the leader, so a pause of the first leaves the cluster writable at once.
+fn stalled_and_other(cluster: &EtcdCluster) -> (usize, usize) {
+    let leader = cluster.leader().expect("a leader");
+    ((leader + 1) % 3, (leader + 2) % 3)
+}
+
+/// Deletes `key` through `c` while member `stalled` is paused, compacts past the delete,
+/// and kills the member: its clients resume their watchers elsewhere with the delete in a
+/// compacted gap. Returns when the member was killed.
+fn delete_in_a_watch_gap(cluster: &EtcdCluster, stalled: usize, c: &Client, key: &str) -> Instant {
+    cluster.pause(stalled).expect("pause the waiter's member");
+    c.delete(key).expect("delete the key");
+    noise_and_compact(c, "watch-gap-noise");
+    cluster.kill(stalled).expect("kill the waiter's member");
+    Instant::now()
+}
+
 /// Kills member 0 (SIGKILL) and waits until the client answers through another one.
 fn fail_over(cluster: &EtcdCluster, c: &Client) {
     cluster.kill(0).expect("kill member 0");
@@ -224,8 +242,7 @@ fn progress_notifications_keep_a_quiet_watcher_resumable() {
 fn a_delete_at_exactly_the_compact_revision_reaches_a_resumed_waiter() {
     let _serial = serial();
     let cl = common::cluster();
-    let leader = cl.leader().expect("a leader");
-    let (stalled, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let (stalled, other) = stalled_and_other(&cl);
     let cw = client_for(&starting_at(&cl, stalled));
     let ch = client_for(&starting_at(&cl, other));
     let holder = session(&ch, 30);
@@ -271,8 +288,7 @@ fn a_delete_at_exactly_the_compact_revision_reaches_a_resumed_waiter() {
 fn a_waiter_at_the_back_learns_its_key_went_in_a_watch_gap() {
     let _serial = serial();
     let cl = common::cluster();
-    let leader = cl.leader().expect("a leader");
-    let (stalled, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let (stalled, other) = stalled_and_other(&cl);
     // Waits at the back with one key ahead (no front of waiters at all).
     let cw = Client::builder()
         .endpoints(starting_at(&cl, stalled))
@@ -304,14 +320,7 @@ fn a_waiter_at_the_back_learns_its_key_went_in_a_watch_gap() {
     .len()
         == 2));
     std::thread::sleep(Duration::from_millis(500)); // parked: its watchers run
-    cl.pause(stalled).expect("pause the waiter's member");
-    let deleted = ch
-        .txn(etcd_sync::Txn::new().and_then([etcd_sync::TxnOp::delete(own)]))
-        .expect("delete the waiter's key");
-    noise_and_compact(&ch, "c-own-gap-noise");
-    assert!(deleted.revision > 0);
-    cl.kill(stalled).expect("kill the waiter's member");
-    let killed = Instant::now();
+    let killed = delete_in_a_watch_gap(&cl, stalled, &ch, &own);
     let (result, _) = waiter.join().expect("the waiter thread");
     let took = killed.elapsed();
     eprintln!("the waiter ended {took:?} after the failover: {result:?}");
@@ -336,8 +345,7 @@ fn a_waiter_at_the_back_learns_its_key_went_in_a_watch_gap() {
 fn a_key_deleted_in_a_watch_gap_during_the_lock_delay_ends_the_wait() {
     let _serial = serial();
     let cl = common::cluster();
-    let leader = cl.leader().expect("a leader");
-    let (stalled, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let (stalled, other) = stalled_and_other(&cl);
     let cw = client_for(&starting_at(&cl, stalled));
     let ch = client_for(&starting_at(&cl, other));
     let holder = session(&ch, 2);
@@ -369,11 +377,7 @@ fn a_key_deleted_in_a_watch_gap_during_the_lock_delay_ends_the_wait() {
         !waiter.is_finished(),
         "the waiter did not wait out its lock-delay"
     );
-    cl.pause(stalled).expect("pause the waiter's member");
-    ch.delete(&own).expect("delete the waiter's key");
-    noise_and_compact(&ch, "c-delay-noise");
-    cl.kill(stalled).expect("kill the waiter's member");
-    let killed = Instant::now();
+    let killed = delete_in_a_watch_gap(&cl, stalled, &ch, &own);
     let result = waiter.join().expect("the waiter thread");
     let took = killed.elapsed();
     eprintln!("the delayed wait ended {took:?} after the failover: {result:?}");

@@ -97,15 +97,12 @@ pub(crate) struct Totals {
 /// Reads every child's `HO` and `HBAD` lines.
 pub(crate) fn parse(dir: &std::path::Path, files: usize) -> Totals {
     let mut totals = Totals::default();
-    for n in 1..=files {
-        let text = std::fs::read_to_string(dir.join(format!("log-{n}"))).unwrap_or_default();
-        for line in text.lines() {
-            if let Some(outcome) = line.strip_prefix("HO ") {
-                *totals.outcomes.entry(outcome.to_string()).or_default() += 1;
-            } else if let Some(what) = line.strip_prefix("HBAD ") {
-                totals.bad.push(format!("hand-over: {what} (log-{n})"));
-            }
+    super::processes::each_log_line(dir, files, |n, line| {
+        if let Some(outcome) = line.strip_prefix("HO ") {
+            *totals.outcomes.entry(outcome.to_string()).or_default() += 1;
+        } else if let Some(what) = line.strip_prefix("HBAD ") {
+            totals.bad.push(format!("hand-over: {what} (log-{n})"));
         }
-    }
+    });
     totals
 }

@@ -138,3 +138,16 @@ impl Children {
         (clean_exits, hung)
     }
 }
+
+/// Calls `each` with every line of every child's log (`log-1` to `log-<files>`), and the
+/// child's number; a log that is missing reads as empty.
+pub(crate) fn each_log_line(
+    dir: &std::path::Path,
+    files: usize,
+    mut each: impl FnMut(usize, &str),
+) {
+    for n in 1..=files {
+        let text = std::fs::read_to_string(dir.join(format!("log-{n}"))).unwrap_or_default();
+        text.lines().for_each(|line| each(n, line));
+    }
+}

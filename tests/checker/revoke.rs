@@ -70,26 +70,23 @@ pub(crate) struct Totals {
 /// Reads every child's `RQA`/`RQH` lines.
 pub(crate) fn parse(dir: &std::path::Path, files: usize) -> Totals {
     let mut totals = Totals::default();
-    for n in 1..=files {
-        let text = std::fs::read_to_string(dir.join(format!("log-{n}"))).unwrap_or_default();
-        for line in text.lines() {
-            let fields: Vec<&str> = line.split(' ').collect();
-            match fields[..] {
-                ["RQA", ..] => totals.asked += 1,
-                ["RQH", _, key, token, request_key, revision] => {
-                    totals.heard += 1;
-                    let token: i64 = token.parse().unwrap_or(i64::MAX);
-                    let revision: i64 = revision.parse().unwrap_or(0);
-                    if request_key != key || revision <= token {
-                        totals.bad.push(format!(
-                            "release request: {key} token {token} heard one for \
-                             {request_key} at revision {revision} (log-{n})"
-                        ));
-                    }
+    super::processes::each_log_line(dir, files, |n, line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields[..] {
+            ["RQA", ..] => totals.asked += 1,
+            ["RQH", _, key, token, request_key, revision] => {
+                totals.heard += 1;
+                let token: i64 = token.parse().unwrap_or(i64::MAX);
+                let revision: i64 = revision.parse().unwrap_or(0);
+                if request_key != key || revision <= token {
+                    totals.bad.push(format!(
+                        "release request: {key} token {token} heard one for \
+                         {request_key} at revision {revision} (log-{n})"
+                    ));
                 }
-                _ => {}
             }
+            _ => {}
         }
-    }
+    });
     totals
 }
