@@ -288,40 +288,10 @@ fn a_delete_at_exactly_the_compact_revision_reaches_a_resumed_waiter() {
 fn a_waiter_at_the_back_learns_its_key_went_in_a_watch_gap() {
     let _serial = serial();
     let cl = common::cluster();
-    let (stalled, other) = stalled_and_other(&cl);
-    // Waits at the back with one key ahead (no front of waiters at all).
-    let cw = Client::builder()
-        .endpoints(starting_at(&cl, stalled))
-        .request_timeout(Duration::from_secs(2))
-        .line_tuning(etcd_sync::testing::LineTuning {
-            front: Some(0),
-            far_start: None,
-            poll_near: None,
-        })
-        .connect()
-        .expect("connect to etcd");
-    let ch = client_for(&starting_at(&cl, other));
-    let holder = session(&ch, 30);
-    let guard = holder.mutex("c-own-gap").unwrap().lock().unwrap();
-    let ws = session(&cw, 30);
-    let own = format!("c-own-gap/{:x}", ws.lease_id());
-    let mutex = ws.mutex("c-own-gap").unwrap();
-    let waiter = std::thread::spawn(move || {
-        let started = Instant::now();
-        (
-            mutex.lock_timeout(Duration::from_secs(25)).map(drop),
-            started.elapsed(),
-        )
-    });
-    assert!(eventually(Duration::from_secs(5), || common::keys(
-        &ch,
-        "c-own-gap/"
-    )
-    .len()
-        == 2));
-    std::thread::sleep(Duration::from_millis(500)); // parked: its watchers run
-    let killed = delete_in_a_watch_gap(&cl, stalled, &ch, &own);
-    let (result, _) = waiter.join().expect("the waiter thread");
+    let back = Back::park(&cl, "c-own-gap", None);
+    let own = format!("c-own-gap/{:x}", back.session.lease_id());
+    let killed = delete_in_a_watch_gap(&cl, back.stalled, &back.other, &own);
+    let (result, _) = back.waiter.join().expect("the waiter thread");
     let took = killed.elapsed();
     eprintln!("the waiter ended {took:?} after the failover: {result:?}");
     assert!(
@@ -332,8 +302,91 @@ fn a_waiter_at_the_back_learns_its_key_went_in_a_watch_gap() {
         took <= Duration::from_secs(10),
         "the waiter ended {took:?} after"
     );
-    assert!(guard.is_held());
-    drop(guard);
+    assert!(back.guard.is_held());
+}
+
+/// The same gap for the key ahead: a waiter at the back whose lookout (here the holder's
+/// key) was deleted while its stream was down, with history compacted past the delete,
+/// reads the lookout once its watcher resumes and takes its turn. Without that read it
+/// waits for a delete that was never delivered (to its 25 s limit): kills the mutants of
+/// `line/behind.rs` that drop or misroute the lookout's gap read
+/// (docs/design/mutation-score.md).
+#[test]
+fn a_waiter_at_the_back_takes_its_turn_when_the_key_ahead_went_in_a_watch_gap() {
+    let _serial = serial();
+    let cl = common::cluster();
+    // The lookout counts as far (no polling while its watcher may sync): its start gap is
+    // read once, late.
+    let back = Back::park(&cl, "c-ahead-gap", Some(0));
+    let ahead = back.guard.key_str().into_owned();
+    let killed = delete_in_a_watch_gap(&cl, back.stalled, &back.other, &ahead);
+    let (result, _) = back.waiter.join().expect("the waiter thread");
+    let took = killed.elapsed();
+    eprintln!("the waiter ended {took:?} after the failover: {result:?}");
+    assert!(
+        result.is_ok(),
+        "the waiter whose lookout went ended with {result:?} after {took:?}"
+    );
+    assert!(
+        took <= Duration::from_secs(10),
+        "the waiter took its turn {took:?} after"
+    );
+    assert!(!back.guard.is_held(), "the holder's key is gone");
+}
+
+/// A waiter parked at the back of a line (no front of waiters at all) with one key ahead,
+/// a holder's; the waiter's client talks to `stalled` first, the holder's to `other`.
+/// `poll_near`: the line's `POLL_NEAR` (`None`: the default).
+struct Back {
+    stalled: usize,
+    other: Client,
+    guard: etcd_sync::MutexGuard,
+    _holder: etcd_sync::Session,
+    session: etcd_sync::Session,
+    waiter: JoinHandle<(Result<()>, Duration)>,
+}
+
+impl Back {
+    fn park(cl: &EtcdCluster, name: &str, poll_near: Option<usize>) -> Back {
+        let (stalled, other) = stalled_and_other(cl);
+        let cw = Client::builder()
+            .endpoints(starting_at(cl, stalled))
+            .request_timeout(Duration::from_secs(2))
+            .line_tuning(etcd_sync::testing::LineTuning {
+                front: Some(0),
+                far_start: None,
+                poll_near,
+            })
+            .connect()
+            .expect("connect to etcd");
+        let ch = client_for(&starting_at(cl, other));
+        let holder = session(&ch, 30);
+        let guard = holder.mutex(name).unwrap().lock().unwrap();
+        let ws = session(&cw, 30);
+        let mutex = ws.mutex(name).unwrap();
+        let waiter = std::thread::spawn(move || {
+            let started = Instant::now();
+            (
+                mutex.lock_timeout(Duration::from_secs(25)).map(drop),
+                started.elapsed(),
+            )
+        });
+        let prefix = format!("{name}/");
+        assert!(eventually(Duration::from_secs(5), || common::keys(
+            &ch, &prefix
+        )
+        .len()
+            == 2));
+        std::thread::sleep(Duration::from_millis(500)); // parked: its watchers run
+        Back {
+            stalled,
+            other: ch,
+            guard,
+            _holder: holder,
+            session: ws,
+            waiter,
+        }
+    }
 }
 
 /// A waiter's key deleted during its lock-delay while its stream is down, with history

@@ -341,6 +341,38 @@ fn guard_is_released_when_the_holding_thread_panics() {
     assert!(keys(&c, "panic2/").is_empty());
 }
 
+/// A release that finds its key already gone (an operator deleted it, before the guard's
+/// follow heard of it) reports the loss and costs two Txns: the guarded delete, and the
+/// removal of the key's release request while the key is still gone. Nothing is asked
+/// again in the background (a mutant of `Held::release` that treated "not ours" as
+/// unanswered asked twice more; docs/design/mutation-score.md).
+#[test]
+fn a_release_that_finds_its_key_gone_asks_once_and_reports_the_loss() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 30);
+    let m = s.mutex("gone-at-release").unwrap();
+    let count = || handled(&server.metrics().unwrap(), "Txn");
+    for _ in 0..3 {
+        let g = m.lock().unwrap();
+        // Within the follow's 200 ms deferral: the guard cannot know yet.
+        c.delete(g.key()).unwrap();
+        let before = count();
+        let released = g.release();
+        std::thread::sleep(Duration::from_millis(300)); // a background retry would be done
+        assert_eq!(
+            count() - before,
+            2,
+            "the guarded delete and the release request's removal"
+        );
+        assert!(
+            matches!(&released, Err(e) if e.is_lost()),
+            "released: {released:?}"
+        );
+        assert!(keys(&c, "gone-at-release/").is_empty());
+    }
+}
+
 /// Cost per operation, from etcd's own request counters.
 #[test]
 fn acquire_and_release_cost_one_request_and_handoff_no_read() {

@@ -308,4 +308,40 @@ mod tests {
         assert!(matches!(receiver.try_recv(), Ok(Wake::From { .. })));
         assert!(matches!(receiver.try_recv(), Ok(Wake::Verdict(12))));
     }
+
+    /// What a waiter reads as "delivered through" is the newest revision its watcher
+    /// handed it, verdict or not (a wait that polls an unsynced watcher stops polling once
+    /// it is past the revision it read at).
+    #[test]
+    fn a_waiter_has_seen_through_the_newest_event_delivered_to_it() {
+        let (sender, receiver) = unbounded_channel();
+        let (commands, _) = unbounded_channel();
+        let seen = Arc::new(AtomicI64::new(0));
+        let waiting: Waiting<Reaches> = Waiting {
+            handle: Subscribed {
+                spec: Spec::key(b"k", crate::transport::watch::Only::Deletes),
+                id: 1,
+                commands,
+                waiter: None,
+            },
+            sender: sender.downgrade(),
+            receiver,
+            seen: seen.clone(),
+        };
+        assert_eq!(waiting.seen_through(), 0, "nothing delivered yet");
+        let mut judged = Judged {
+            condition: Some(Reaches(30)),
+            known: 10,
+            sender,
+            seen,
+        };
+        assert!(judged.tell(Delivery::From {
+            after: 10,
+            fresh: false
+        }));
+        assert!(judged.events(&batch(&[11, 17])));
+        assert_eq!(waiting.seen_through(), 17);
+        assert!(judged.events(&batch(&[23])));
+        assert_eq!(waiting.seen_through(), 23);
+    }
 }

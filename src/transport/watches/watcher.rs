@@ -328,8 +328,50 @@ mod tests {
                         !fresh_when_welcomed(&w),
                         "virtual time passed: no longer fresh"
                     );
+                    // The window is half-open: fresh for less than it, not at its end.
+                    w.start_fresh(11);
+                    tokio::time::advance(UNSYNCED_WINDOW - std::time::Duration::from_nanos(1))
+                        .await;
+                    assert!(fresh_when_welcomed(&w), "just inside the window");
+                    tokio::time::advance(std::time::Duration::from_nanos(1)).await;
+                    assert!(!fresh_when_welcomed(&w), "at the window's end");
                 });
             }
+        }
+    }
+
+    /// Only a watcher nobody has created, asked for or pinned is new (a far lookout's
+    /// watcher may then start after its first subscriber's read, `Watches::subscribe_from`).
+    #[test]
+    fn a_watcher_is_new_only_before_anything_wants_or_created_it() {
+        assert!(Watcher::default().is_new());
+        assert!(!covering(10).is_new(), "it covers a revision");
+        let sent = Watcher {
+            id: Some(1),
+            ..Default::default()
+        };
+        assert!(!sent.is_new(), "its create was sent");
+        let pinned = Watcher {
+            pins: 1,
+            ..Default::default()
+        };
+        assert!(!pinned.is_new(), "a line pins it");
+        let mut subscribed = Watcher::default();
+        subscribed
+            .subscribers
+            .insert(1, Box::new(Ignore) as Subscriber);
+        assert!(!subscribed.is_new(), "it has a subscriber");
+    }
+
+    /// A subscriber that takes every delivery and keeps none.
+    struct Ignore;
+
+    impl Receiver for Ignore {
+        fn tell(&mut self, _: Delivery) -> bool {
+            true
+        }
+        fn events(&mut self, _: &Batch) -> bool {
+            true
         }
     }
 
