@@ -596,3 +596,44 @@ fn silent_watchers_are_rechecked_through_a_proxy_only() {
         Err(etcd_sync::crossbeam_channel::RecvTimeoutError::Timeout)
     ));
 }
+
+/// Requests of gRPC method `method` the member has handled, from anyone.
+fn handled_at(etcd: &EtcdServer, method: &str) -> f64 {
+    let text = etcd.metrics().unwrap();
+    let metrics = etcd_sync::testing::metrics::parse(&text).unwrap();
+    metrics.sum("grpc_server_handled_total", &[("grpc_method", method)])
+}
+
+/// Through a proxy, with a request timeout as short as the silence bound: a confirmed
+/// watcher that hears nothing is created again about once a second, not every recheck, and
+/// its stream stays open (only a create the proxy never confirms ends it). Each stream
+/// opened asks the member's Status once (`transport/watches/hub.rs`), so the member's
+/// Status count shows a stream ended. Kills the mutants of `recheck_through_proxy` that
+/// end the stream for a quiet confirmed watcher or restart every watcher at every recheck
+/// (docs/design/mutation-score.md).
+#[test]
+fn a_silent_watcher_through_a_proxy_is_created_again_on_the_same_stream() {
+    let hop = Hop::start(None);
+    let a = common::try_client_for(&[hop.proxy.endpoint()], Duration::from_secs(1))
+        .expect("connect through the proxy");
+    let sa = session(&a, 30);
+    let m = sa.mutex("quiet").unwrap();
+    let guard = m.lock().unwrap();
+    // The guard's follow subscribes after 200 ms; then its watcher hears nothing.
+    thread::sleep(Duration::from_millis(1500));
+    let (status0, watches0) = (handled_at(&hop.etcd, "Status"), watch_messages(&hop.etcd));
+    thread::sleep(Duration::from_secs(4));
+    let status = handled_at(&hop.etcd, "Status") - status0;
+    let watches = watch_messages(&hop.etcd) - watches0;
+    eprintln!("4 idle seconds through the proxy: {status} Status, {watches} watch requests");
+    assert_eq!(status, 0.0, "the client's watch stream was opened again");
+    // One watcher (the guard's name: the other name's went with its uncontended guard),
+    // created again after a second of silence, at a recheck (every half second): about
+    // 4 / 1.5 ≈ 3 times, each a cancel and a create the proxy passes on (4 in the runs
+    // seen). A restart at every recheck would be 8 times, 16 requests.
+    assert!(
+        watches <= 10.0,
+        "{watches} watch requests in 4 idle seconds: a silent watcher restarted too often"
+    );
+    assert!(guard.is_held());
+}
