@@ -276,10 +276,10 @@ fn of_lease(prefix: &[u8], lease: i64) -> Range {
 /// The keys of `lease` in `kvs` (from [`of_lease`]) other than those created at `rev`
 /// (ours, and a downgradable write's twin). The range's prefix also covers longer lease
 /// ids that start with ours: the key names the lease.
-fn other_keys_of(prefix: &[u8], lease: i64, kvs: Vec<KeyValue>, rev: i64) -> Vec<Vec<u8>> {
-    kvs.into_iter()
+fn other_keys_of(prefix: &[u8], lease: i64, kvs: &[KeyValue], rev: i64) -> Vec<Vec<u8>> {
+    kvs.iter()
         .filter(|kv| kv.create_revision != rev && Mode::lease_of(prefix, &kv.key) == Some(lease))
-        .map(|kv| kv.key)
+        .map(|kv| kv.key.clone())
         .collect()
 }
 
@@ -479,11 +479,19 @@ pub(crate) async fn enqueue(
         let line = ranges.next().unwrap_or_default();
         let counted = counts.first().copied().unwrap_or(0);
         let long = counted > line.len() as i64;
-        let leased = match (twin, apart, long) {
-            (Some(_), ..) => Vec::new(),
-            (None, true, _) => ranges.next().unwrap_or_default(),
-            (None, false, false) => line.clone(),
-            (None, false, true) => rpc.read(&of_lease(prefix, lease)).await?.kvs,
+        // Our lease's other keys: read apart, or found in the line's read (not copied).
+        let read_apart;
+        let leased: &[KeyValue] = match (twin, apart, long) {
+            (Some(_), ..) => &[],
+            (None, true, _) => {
+                read_apart = ranges.next().unwrap_or_default();
+                &read_apart
+            }
+            (None, false, false) => &line,
+            (None, false, true) => {
+                read_apart = rpc.read(&of_lease(prefix, lease)).await?.kvs;
+                &read_apart
+            }
         };
         let leased = other_keys_of(prefix, lease, leased, txn_revision);
         let ours = Ours {
@@ -534,7 +542,7 @@ pub(crate) async fn enqueue(
     crate::line::handed::not_handed_over(&mine, lease)?;
     let owner = ranges.next().and_then(|kvs| kvs.into_iter().next());
     let rev = mine.create_revision;
-    let leased = other_keys_of(prefix, lease, ranges.next().unwrap_or_default(), rev);
+    let leased = other_keys_of(prefix, lease, &ranges.next().unwrap_or_default(), rev);
     let (position, seen_at) = match owner {
         Some(owner) if owner.create_revision == rev => (Position::Owner, txn_revision),
         _ => read_position_at(rpc, Ours { rev, ..ours }).await?,

@@ -342,10 +342,10 @@ fn the_reads_of_the_line_ask_for_keys_only_and_as_few_as_they_need() {
     let mut ours_first = found.clone();
     ours_first.truncate(2);
     assert_eq!(
-        other_keys_of(b"p/", 0x1f, found, 9),
+        other_keys_of(b"p/", 0x1f, &found, 9),
         vec![b"p/1f.permits-2".to_vec()]
     );
-    assert!(other_keys_of(b"p/", 0x1f, ours_first, 9).is_empty());
+    assert!(other_keys_of(b"p/", 0x1f, &ours_first, 9).is_empty());
     // The owner's read: the oldest key alone.
     let owner = first_created(b"p/");
     assert_eq!((owner.limit, owner.by_create_revision), (1, Some(true)));
