@@ -18,6 +18,7 @@ use crate::support::kv::{
 use crate::support::sim::{Mutation, mutation};
 use crate::transport::{Retry, Rpc};
 
+mod existing;
 mod many;
 
 pub(crate) use many::{Joining, MAX_LINES, enqueue_many};
@@ -403,25 +404,31 @@ pub(crate) struct Enqueued {
     pub(crate) long: bool,
 }
 
+/// How many times a join tries again when the key of ours that failed its compare was gone
+/// by the read that followed (deleted in between: by an operator, or a late copy swept).
+const JOIN_TRIES: usize = 3;
+
 /// Joins the line in one transaction, with the compare and put of Go's `Mutex.tryAcquire`
-/// / `Election.Campaign`: if our key does not exist, put it with our lease; else read it
-/// and the owner (Go's shape). Instead of Go's sorted read of the owner, the put branch
-/// reads the whole line, keys only (every other key is ahead of ours): so an uncontended
-/// acquire is one request, and a waiter knows what to wait for.
-/// Retry-safe: a second run finds the key and takes the read branch. It is sent to one
-/// endpoint only: the caller retries, because it must know that an attempt was ambiguous
-/// (it may still be applied late, after the key is gone again).
+/// / `Election.Campaign`: if our key does not exist, put it with our lease. Instead of Go's
+/// sorted read of the owner, the put branch reads the whole line, keys only (every other
+/// key is ahead of ours): so an uncontended acquire is one request, and a waiter knows
+/// what to wait for. If our key exists (the compare failed), a read-only Txn reads it and
+/// the owner right after ([`existing::found`]); the join's own Txn carries no reads for
+/// that rare case, so the common one sends and etcd decodes less.
+/// Retry-safe: a second run finds the key and reads it. It is sent to one endpoint only:
+/// the caller retries, because it must know that an attempt was ambiguous (it may still be
+/// applied late, after the key is gone again).
 ///
 /// `twin`: a downgradable write's reader key, put by the same Txn with the same lease, so
 /// that both keys have one create revision (docs/design/downgrade.md).
 /// The Txn then also requires the twin to be absent: a put on an existing reader key would
-/// keep that key's older revision, and it would be no twin. Its else branch reads the twin
-/// too; a key of ours found there (either one) is reported as `existed`, with `rev` 0 if
-/// only the twin existed. Without a twin, both branches also find every key of our lease
-/// under the name ([`Enqueued::leased`]): the put branch in its read of the line when that
-/// returns every key under the name (a short line: no read of its own, which cost etcd
-/// about 10 us a Txn), else by a read of our lease's keys, in the Txn when `apart` (the
-/// first enqueue of the line, or the last one found it long) or right after it.
+/// keep that key's older revision, and it would be no twin. A key of ours found then
+/// (either one) is reported as `existed`, with `rev` 0 if only the twin existed. Without a
+/// twin, every key of our lease under the name is found too ([`Enqueued::leased`]): in the
+/// put branch's read of the line when that returns every key under the name (a short
+/// line: no read of its own, which cost etcd about 10 us a Txn), else by a read of our
+/// lease's keys, in the Txn when `apart` (the first enqueue of the line, or the last one
+/// found it long) or right after it.
 pub(crate) async fn enqueue(
     rpc: &Rpc,
     ours: Ours<'_>,
@@ -430,39 +437,50 @@ pub(crate) async fn enqueue(
     whole_line: bool,
     twin: Option<&[u8]>,
 ) -> Result<Enqueued> {
+    for _ in 0..JOIN_TRIES {
+        if let Some(enqueued) =
+            enqueue_once(rpc, ours, value, (lease, apart), whole_line, twin).await?
+        {
+            return Ok(enqueued);
+        }
+    }
+    Err(Error::unavailable(
+        "our key under the name kept appearing and going while we joined the line",
+    ))
+}
+
+/// One try of [`enqueue`]: `None` if our key failed the compare but was gone by the read.
+async fn enqueue_once(
+    rpc: &Rpc,
+    ours: Ours<'_>,
+    value: &[u8],
+    (lease, apart): (i64, bool),
+    whole_line: bool,
+    twin: Option<&[u8]>,
+) -> Result<Option<Enqueued>> {
     let Ours {
         prefix, key, mode, ..
     } = ours;
     let widths = Widths::of(rpc);
     let line = the_line(widths, prefix, mode, whole_line);
     let limit = line.limit;
-    let mut absent = vec![Compare::create_revision(key, CompareOp::Equal, 0)];
-    let mut puts = vec![TxnOp::put_with_lease(key, value, lease)];
-    let mut reads = vec![
-        TxnOp::range(Range::key(key)),
-        TxnOp::range(first_created(prefix)),
-    ];
+    let mut absent = Vec::with_capacity(2);
+    if !mutation(Mutation::EnqueueWithoutCondition) {
+        absent.push(Compare::create_revision(key, CompareOp::Equal, 0));
+        if let Some(twin) = twin {
+            absent.push(Compare::create_revision(twin, CompareOp::Equal, 0));
+        }
+    }
+    let mut puts = Vec::with_capacity(4);
+    puts.push(TxnOp::put_with_lease(key, value, lease));
     if let Some(twin) = twin {
-        absent.push(Compare::create_revision(twin, CompareOp::Equal, 0));
         puts.push(TxnOp::put_with_lease(twin, value, lease));
-        reads.push(TxnOp::range(Range::key(twin)));
     }
     puts.push(TxnOp::range(line));
-    if twin.is_none() {
-        if apart {
-            puts.push(TxnOp::range(of_lease(prefix, lease)));
-        }
-        reads.push(TxnOp::range(of_lease(prefix, lease)));
+    if twin.is_none() && apart {
+        puts.push(TxnOp::range(of_lease(prefix, lease)));
     }
-    let absent: &[Compare] = if mutation(Mutation::EnqueueWithoutCondition) {
-        &[]
-    } else {
-        &absent
-    };
-    let txn = Txn::new()
-        .when(absent.iter().cloned())
-        .and_then(puts)
-        .or_else(reads);
+    let txn = Txn::new().when(absent).and_then(puts);
     let (resp, counts) = rpc.txn_counted(&txn, Retry::Never).await?;
     let txn_revision = resp.revision;
     tracing::debug!(
@@ -471,93 +489,51 @@ pub(crate) async fn enqueue(
         at = txn_revision,
         "enqueue txn"
     );
+    if !resp.succeeded {
+        return existing::found(rpc, ours, twin, lease).await;
+    }
     let mut ranges = resp.responses.into_iter().filter_map(|op| match op {
         TxnOpResponse::Get(kvs) => Some(kvs),
         _ => None,
     });
-    if resp.succeeded {
-        let line = ranges.next().unwrap_or_default();
-        let counted = counts.first().copied().unwrap_or(0);
-        let long = counted > line.len() as i64;
-        // Our lease's other keys: read apart, or found in the line's read (not copied).
-        let read_apart;
-        let leased: &[KeyValue] = match (twin, apart, long) {
-            (Some(_), ..) => &[],
-            (None, true, _) => {
-                read_apart = ranges.next().unwrap_or_default();
-                &read_apart
-            }
-            (None, false, false) => &line,
-            (None, false, true) => {
-                read_apart = rpc.read(&of_lease(prefix, lease)).await?.kvs;
-                &read_apart
-            }
-        };
-        let leased = other_keys_of(prefix, lease, leased, txn_revision);
-        let ours = Ours {
-            rev: txn_revision,
-            ..ours
-        };
-        let (position, seen_at) = match ahead_of_new(widths, line, (limit, counted), ours) {
-            Some(position) => (position, txn_revision),
-            // A reader or permit behind a very long line: the Txn's answer cannot tell.
-            None => read_position_at(rpc, ours).await?,
-        };
-        return Ok(Enqueued {
-            rev: txn_revision,
-            existed: false,
-            value: value.to_vec(),
-            value_rev: txn_revision,
-            position,
-            seen_at,
-            twin_existed: None,
-            leased,
-            long,
-        });
-    }
-    if twin.is_some() {
-        // A key of ours exists: a lock replaces whichever exists (a downgradable write is
-        // always a lock), so the position is not read.
-        let mine = ranges.next().and_then(|kvs| kvs.into_iter().next());
-        (mine.iter()).try_for_each(|mine| crate::line::handed::not_handed_over(mine, lease))?;
-        let _owner = ranges.next();
-        let twin_kv = ranges.next().and_then(|kvs| kvs.into_iter().next());
-        return Ok(Enqueued {
-            rev: mine.as_ref().map_or(0, |kv| kv.create_revision),
-            existed: true,
-            value: Vec::new(),
-            value_rev: 0,
-            position: Position::Gone,
-            seen_at: txn_revision,
-            twin_existed: twin_kv.map(|kv| kv.create_revision),
-            leased: Vec::new(),
-            long: false,
-        });
-    }
-    // Our key exists already (same session, earlier attempt or a resumed lease).
-    let Some(mine) = ranges.next().and_then(|kvs| kvs.into_iter().next()) else {
-        // Deleted between compare and read is impossible inside one txn; treat as gone.
-        return Err(Error::unavailable("inconsistent lock transaction result"));
+    let line = ranges.next().unwrap_or_default();
+    let counted = counts.first().copied().unwrap_or(0);
+    let long = counted > line.len() as i64;
+    // Our lease's other keys: read apart, or found in the line's read (not copied).
+    let read_apart;
+    let leased: &[KeyValue] = match (twin, apart, long) {
+        (Some(_), ..) => &[],
+        (None, true, _) => {
+            read_apart = ranges.next().unwrap_or_default();
+            &read_apart
+        }
+        (None, false, false) => &line,
+        (None, false, true) => {
+            read_apart = rpc.read(&of_lease(prefix, lease)).await?.kvs;
+            &read_apart
+        }
     };
-    crate::line::handed::not_handed_over(&mine, lease)?;
-    let owner = ranges.next().and_then(|kvs| kvs.into_iter().next());
-    let rev = mine.create_revision;
-    let leased = other_keys_of(prefix, lease, &ranges.next().unwrap_or_default(), rev);
-    let (position, seen_at) = match owner {
-        Some(owner) if owner.create_revision == rev => (Position::Owner, txn_revision),
-        _ => read_position_at(rpc, Ours { rev, ..ours }).await?,
+    let leased = other_keys_of(prefix, lease, leased, txn_revision);
+    let ours = Ours {
+        rev: txn_revision,
+        ..ours
     };
-    Ok(Enqueued {
-        rev,
-        existed: true,
-        value: mine.value,
-        value_rev: mine.mod_revision,
+    let (position, seen_at) = match ahead_of_new(widths, line, (limit, counted), ours) {
+        Some(position) => (position, txn_revision),
+        // A reader or permit behind a very long line: the Txn's answer cannot tell.
+        None => read_position_at(rpc, ours).await?,
+    };
+    Ok(Some(Enqueued {
+        rev: txn_revision,
+        existed: false,
+        value: value.to_vec(),
+        value_rev: txn_revision,
         position,
         seen_at,
         twin_existed: None,
         leased,
-        long: false,
-    })
+        long,
+    }))
 }
 
 /// Puts `value` under `key` only if the key still has create revision `rev` and mod
