@@ -47,8 +47,7 @@ fn floor(client: &Client, key: &str, lease: i64) -> Res<()> {
             .and_then([
                 TxnOp::put_with_lease(key, "", lease),
                 TxnOp::get_prefix("instructions/floor/"),
-            ])
-            .or_else([TxnOp::get(key)]),
+            ]),
     )?;
     client.txn(
         Txn::new()

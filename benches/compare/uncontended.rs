@@ -20,7 +20,8 @@ fn request_key(key: &str, prefix: &str) -> String {
 
 /// The lock's two requests through `Client::txn`: the acquire's put and read (the lock reads
 /// our key's place keys-only, newest first, which `Client::txn` cannot ask; here the one key
-/// with its value), and the release's guarded delete of the key and its release request.
+/// with its value; neither has an else branch), and the release's guarded delete of the key
+/// and its release request.
 fn floor_once(client: &Client, key: &str, prefix: &str, lease: i64) -> Res<(Duration, Duration)> {
     let t0 = Instant::now();
     let acquired = client.txn(
@@ -29,8 +30,7 @@ fn floor_once(client: &Client, key: &str, prefix: &str, lease: i64) -> Res<(Dura
             .and_then([
                 TxnOp::put_with_lease(key, "", lease),
                 TxnOp::get_prefix(prefix),
-            ])
-            .or_else([TxnOp::get(key)]),
+            ]),
     )?;
     let t1 = Instant::now();
     let deleted = client.txn(
