@@ -105,7 +105,7 @@ pub(crate) fn starts_far(watches: &Watches, ours: Ours<'_>, position: &Position)
 /// Whether a waiter of this name on this client waits at the front: then the client hears
 /// of every release of the name anyway, and another waiter of it waits there too.
 pub(crate) fn front_is_watched(watches: &Watches, ours: Ours<'_>) -> bool {
-    watches.has_waiters(&Spec::prefix(ours.prefix, Only::Deletes))
+    watches.has_waiters_under(ours.prefix)
 }
 
 /// How a wait at the front ended.

@@ -464,23 +464,16 @@ async fn enqueue_once(
     let widths = Widths::of(rpc);
     let line = the_line(widths, prefix, mode, whole_line);
     let limit = line.limit;
-    let mut absent = Vec::with_capacity(2);
-    if !mutation(Mutation::EnqueueWithoutCondition) {
-        absent.push(Compare::create_revision(key, CompareOp::Equal, 0));
-        if let Some(twin) = twin {
-            absent.push(Compare::create_revision(twin, CompareOp::Equal, 0));
-        }
-    }
-    let mut puts = Vec::with_capacity(4);
-    puts.push(TxnOp::put_with_lease(key, value, lease));
-    if let Some(twin) = twin {
-        puts.push(TxnOp::put_with_lease(twin, value, lease));
-    }
-    puts.push(TxnOp::range(line));
-    if twin.is_none() && apart {
-        puts.push(TxnOp::range(of_lease(prefix, lease)));
-    }
-    let txn = Txn::new().when(absent).and_then(puts);
+    // Our key (and the twin) absent; put them, then read the line (and our lease's keys).
+    let ours_and_twin = || std::iter::once(key).chain(twin);
+    let conditioned = !mutation(Mutation::EnqueueWithoutCondition);
+    let absent = ours_and_twin()
+        .filter(|_| conditioned)
+        .map(|k| Compare::create_revision(k, CompareOp::Equal, 0));
+    let puts = ours_and_twin().map(|k| TxnOp::put_with_lease(k, value, lease));
+    let leased_read = (twin.is_none() && apart).then(|| TxnOp::range(of_lease(prefix, lease)));
+    let reads = std::iter::once(TxnOp::range(line)).chain(leased_read);
+    let txn = Txn::new().when(absent).and_then(puts.chain(reads));
     let (resp, counts) = rpc.txn_counted(&txn, Retry::Never).await?;
     let txn_revision = resp.revision;
     tracing::debug!(

@@ -108,7 +108,7 @@ pub(crate) struct Watches {
     commands: UnboundedSender<Command>,
     next_subscriber: Arc<AtomicU64>,
     /// How many waiters ([`Watches::wait_for`]) each spec has now, counted on the caller's
-    /// side (see [`Watches::has_waiters`]).
+    /// side (see [`Watches::has_waiters_under`]).
     waiters: Counts,
 }
 
@@ -248,11 +248,14 @@ impl Watches {
         }
     }
 
-    /// Whether `spec` has a waiter now (a guard's follow and a pin do not count: they end
-    /// soon, or hear of nothing a waiter would not): then one more waiter costs etcd
-    /// nothing, since the client receives the events anyway for as long as it waits.
-    pub(crate) fn has_waiters(&self, spec: &Spec) -> bool {
-        lock(&self.waiters).contains_key(spec)
+    /// Whether the deletes under `prefix` have a waiter now (a guard's follow and a pin do
+    /// not count: they end soon, or hear of nothing a waiter would not): then one more
+    /// waiter costs etcd nothing, since the client receives the events anyway for as long
+    /// as it waits. Nothing is allocated when the client has no waiter at all (every
+    /// uncontended acquire asks).
+    pub(crate) fn has_waiters_under(&self, prefix: &[u8]) -> bool {
+        let waiters = lock(&self.waiters);
+        !waiters.is_empty() && waiters.contains_key(&Spec::prefix(prefix, Only::Deletes))
     }
 
     /// Keeps the watcher of `spec` (and its history) alive while the pin lives, even with no
