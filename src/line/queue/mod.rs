@@ -393,8 +393,8 @@ pub(crate) struct Enqueued {
     pub(crate) position: Position,
     /// The store revision at which `position` was read.
     pub(crate) seen_at: i64,
-    /// With a twin: its create revision when the else branch found it (a key of this
-    /// session's reader line, to be replaced with ours).
+    /// With a twin: its create revision when the read after a failed compare found it (a
+    /// key of this session's reader line, to be replaced with ours).
     pub(crate) twin_existed: Option<i64>,
     /// The other keys of our lease under the name, in any mode, as the Txn found them:
     /// leftovers to remove unless this process uses them (`ownership/leftover.rs`).
