@@ -437,54 +437,46 @@ pub(crate) async fn enqueue(
     whole_line: bool,
     twin: Option<&[u8]>,
 ) -> Result<Enqueued> {
-    for _ in 0..JOIN_TRIES {
-        if let Some(enqueued) =
-            enqueue_once(rpc, ours, value, (lease, apart), whole_line, twin).await?
-        {
-            return Ok(enqueued);
-        }
-    }
-    Err(Error::unavailable(
-        "our key under the name kept appearing and going while we joined the line",
-    ))
-}
-
-/// One try of [`enqueue`]: `None` if our key failed the compare but was gone by the read.
-async fn enqueue_once(
-    rpc: &Rpc,
-    ours: Ours<'_>,
-    value: &[u8],
-    (lease, apart): (i64, bool),
-    whole_line: bool,
-    twin: Option<&[u8]>,
-) -> Result<Option<Enqueued>> {
     let Ours {
         prefix, key, mode, ..
     } = ours;
     let widths = Widths::of(rpc);
-    let line = the_line(widths, prefix, mode, whole_line);
-    let limit = line.limit;
     // Our key (and the twin) absent; put them, then read the line (and our lease's keys).
     let ours_and_twin = || std::iter::once(key).chain(twin);
     let conditioned = !mutation(Mutation::EnqueueWithoutCondition);
-    let absent = ours_and_twin()
-        .filter(|_| conditioned)
-        .map(|k| Compare::create_revision(k, CompareOp::Equal, 0));
-    let puts = ours_and_twin().map(|k| TxnOp::put_with_lease(k, value, lease));
-    let leased_read = (twin.is_none() && apart).then(|| TxnOp::range(of_lease(prefix, lease)));
-    let reads = std::iter::once(TxnOp::range(line)).chain(leased_read);
-    let txn = Txn::new().when(absent).and_then(puts.chain(reads));
-    let (resp, counts) = rpc.txn_counted(&txn, Retry::Never).await?;
+    let mut tries = 0;
+    let (resp, counts, limit) = loop {
+        let line = the_line(widths, prefix, mode, whole_line);
+        let limit = line.limit;
+        let absent = ours_and_twin()
+            .filter(|_| conditioned)
+            .map(|k| Compare::create_revision(k, CompareOp::Equal, 0));
+        let puts = ours_and_twin().map(|k| TxnOp::put_with_lease(k, value, lease));
+        let leased_read = (twin.is_none() && apart).then(|| TxnOp::range(of_lease(prefix, lease)));
+        let reads = std::iter::once(TxnOp::range(line)).chain(leased_read);
+        let txn = Txn::new().when(absent).and_then(puts.chain(reads));
+        let (resp, counts) = rpc.txn_counted(&txn, Retry::Never).await?;
+        tracing::debug!(
+            key = %text(key),
+            succeeded = resp.succeeded,
+            at = resp.revision,
+            "enqueue txn"
+        );
+        if resp.succeeded {
+            break (resp, counts, limit);
+        }
+        // A key of ours is there: read it (gone again by the read: join again).
+        if let Some(enqueued) = existing::found(rpc, ours, twin, lease).await? {
+            return Ok(enqueued);
+        }
+        tries += 1;
+        if tries == JOIN_TRIES {
+            return Err(Error::unavailable(
+                "our key under the name kept appearing and going while we joined the line",
+            ));
+        }
+    };
     let txn_revision = resp.revision;
-    tracing::debug!(
-        key = %text(key),
-        succeeded = resp.succeeded,
-        at = txn_revision,
-        "enqueue txn"
-    );
-    if !resp.succeeded {
-        return existing::found(rpc, ours, twin, lease).await;
-    }
     let mut ranges = resp.responses.into_iter().filter_map(|op| match op {
         TxnOpResponse::Get(kvs) => Some(kvs),
         _ => None,
@@ -516,7 +508,7 @@ async fn enqueue_once(
         // A reader or permit behind a very long line: the Txn's answer cannot tell.
         None => read_position_at(rpc, ours).await?,
     };
-    Ok(Some(Enqueued {
+    Ok(Enqueued {
         rev: txn_revision,
         existed: false,
         value: value.to_vec(),
@@ -526,7 +518,7 @@ async fn enqueue_once(
         twin_existed: None,
         leased,
         long,
-    }))
+    })
 }
 
 /// Puts `value` under `key` only if the key still has create revision `rev` and mod
