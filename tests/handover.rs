@@ -127,10 +127,36 @@ fn a_candidate_that_never_answers_leaves_the_leader_leading() {
     c.txn(Txn::new().and_then([TxnOp::put_with_lease(key.clone(), "go", go.lease_id())]))
         .unwrap();
 
+    let go_created = c.get(&key).unwrap().unwrap().create_revision;
+
+    // While the leader waits for an answer, its request is beside the line, named after
+    // the candidate's key, on the leader's lease, naming the candidate key's revision.
+    let watching = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let mut seen = None;
+            eventually(Duration::from_millis(600), || {
+                seen = c.get_prefix("quiet.handover/").unwrap().into_iter().next();
+                seen.is_some()
+            });
+            seen
+        })
+    };
     let started = Instant::now();
     let e = a
         .hand_over_timeout(&key, Duration::from_millis(700))
         .unwrap_err();
+    let request = watching.join().unwrap().expect("the hand-over request");
+    assert_eq!(
+        request.key_str(),
+        format!("quiet.handover/{:x}", go.lease_id())
+    );
+    assert_eq!(request.lease, sa.lease_id(), "on the leader's lease");
+    assert_eq!(
+        request.value_str(),
+        format!("handover to={go_created}"),
+        "naming the candidate's key"
+    );
     assert!(e.is_hand_over_failed(), "{e:?}");
     assert!(started.elapsed() >= Duration::from_millis(600));
     assert!(a.is_leader(), "a failed hand-over keeps the leader");

@@ -54,3 +54,25 @@ pub(crate) fn request_value(rev: i64) -> Vec<u8> {
 pub(crate) fn ack_value(rev: i64) -> Vec<u8> {
     format!("handover taken={rev}").into_bytes()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The handshake's keys and values are a wire format: a leader and a candidate in
+    /// different processes (of different versions of this crate, in a rolling upgrade)
+    /// must agree on them, and operators read them (docs/design/handover.md).
+    #[test]
+    fn the_handshake_is_written_beside_the_line_and_names_the_candidates_key() {
+        assert_eq!(
+            request_key(b"jobs", b"jobs/694d").as_deref(),
+            Some(&b"jobs.handover/694d"[..])
+        );
+        assert_eq!(request_key(b"jobs", b"other/694d"), None);
+        assert_eq!(request_key(b"jobs", b"jobs694d"), None);
+        assert_eq!(request_value(42), b"handover to=42");
+        assert_eq!(ack_value(42), b"handover taken=42");
+        assert_ne!(request_value(42), request_value(43));
+        assert_ne!(ack_value(42), ack_value(43));
+    }
+}
