@@ -87,9 +87,11 @@ pub(crate) fn search(mut lines: Vec<Line>) -> Found {
             }
         }
     }
+    // Every lease whose waits all ended went through `free` into `gone`, and a lease in
+    // `gone` has none left: the stuck are those with a wait left.
     let stuck: BTreeSet<i64> = waiting
         .iter()
-        .filter(|(lease, w)| !w.is_empty() && !gone.contains(lease))
+        .filter(|(_, w)| !w.is_empty())
         .map(|(&lease, _)| lease)
         .collect();
 

@@ -130,6 +130,34 @@ fn readers_and_permits_need_older_keys_when_the_newest_let_them_hold() {
     ));
 }
 
+/// A permit waits for every key ahead of it that counts: older permits of its N (by weight)
+/// and keys that block it (here a key that is no lock key); `len` counts both kinds.
+#[test]
+fn a_permit_behind_full_permits_and_a_foreign_key_has_each_of_them_ahead() {
+    let full = vec![
+        kv(b"p/a.permits-2", 9),
+        kv(b"p/b.permits-2", 7),
+        kv(b"p/c.permits-2", 6),
+    ];
+    match position_of(full.clone(), ours(b"p/a.permits-2", Mode::Permits(2, 1), 9)) {
+        Some(Position::Behind(ahead)) => {
+            assert_eq!(ahead.len(), 2);
+            assert!(ahead.keys.blocking.is_empty());
+            assert_eq!(ahead.keys.counted.len(), 2);
+        }
+        other => panic!("expected Behind, got {other:?}"),
+    }
+    let mut with_foreign = full;
+    with_foreign.push(kv(b"p/plain", 3));
+    match position_of(with_foreign, ours(b"p/a.permits-2", Mode::Permits(2, 1), 9)) {
+        Some(Position::Behind(ahead)) => {
+            assert_eq!(ahead.len(), 3);
+            assert_eq!(ahead.keys.blocking.len(), 1);
+        }
+        other => panic!("expected Behind, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_new_key_has_every_other_key_of_the_line_ahead() {
     let a = ours(b"p/a", Mode::Exclusive, 5);
