@@ -355,7 +355,7 @@ fn check_here(events: Vec<Event>, budget: u64, deadline: Instant) -> Verdict {
         events.extend(every.iter().cloned());
         let started = Instant::now();
         verdict.pending += events.iter().filter(|e| e.returned.is_none()).count();
-        let events = reduce::settle(reduce::thin(events));
+        let events = reduce::settle(reduce::thin(reduce::untaken_hand_overs(events)));
         verdict.names += 1;
         verdict.operations += events.len();
         let windows = windows::cut(
