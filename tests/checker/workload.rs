@@ -461,18 +461,26 @@ pub(crate) fn worker(
         } else {
             current_session(client, slot)
         };
+        let mut seen_lost = None;
         if let Some((old, alive)) = previous.take_if(|(old, _)| !old.is_alive()) {
             linearizable::lease_ended(log_file, old.lease_id(), alive, false);
+            seen_lost = Some((old.lease_id(), alive));
         }
         let Some(session) = session else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
         let lease = session.lease_id();
-        let mut alive = match previous.take() {
-            Some((old, alive)) if old.lease_id() == lease => alive,
+        // How long the lease is known alive: what this thread knew of it (also when the
+        // slot hands back the session just seen lost: no new one could start), and its
+        // deadline now. Never 0 for a lease once known alive: a lease's end logged as
+        // "from 0 on" kept every window of the run open (seed 77584001365089).
+        let mut alive = match (previous.take(), seen_lost) {
+            (Some((old, alive)), _) if old.lease_id() == lease => alive,
+            (_, Some((old, alive))) if old == lease => alive,
             _ => 0,
-        };
+        }
+        .max(linearizable::alive_until(&session));
         let name = NAMES[rng.below(NAMES.len() as u64) as usize];
         attempts += 1;
         let id = format!("{who}#{attempts}");
