@@ -309,7 +309,7 @@ fn a_waiter_at_the_back_learns_its_key_went_in_a_watch_gap() {
 /// key) was deleted while its stream was down, with history compacted past the delete,
 /// reads the lookout once its watcher resumes and takes its turn. Without that read it
 /// waits for a delete that was never delivered (to its 25 s limit): kills the mutants of
-/// `line/behind.rs` that drop or misroute the lookout's gap read
+/// `line/behind/` that drop or misroute the lookout's gap read
 /// (docs/design/mutation-score.md).
 #[test]
 fn a_waiter_at_the_back_takes_its_turn_when_the_key_ahead_went_in_a_watch_gap() {

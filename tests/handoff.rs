@@ -213,10 +213,10 @@ fn observers_and_waiters_of_one_client_share_its_stream() {
     drop(leader);
 }
 
-/// How many waiters wait at the front of a line (`FRONT` in line/behind.rs).
+/// How many waiters wait at the front of a line (`FRONT` in line/behind/).
 const FRONT: usize = 16;
 /// How many keys ahead a waiter at the back has left when it joins the front
-/// (`LOOKOUT_LEAVES` in line/behind.rs).
+/// (`LOOKOUT_LEAVES` in line/behind/).
 const LOOKOUT_LEAVES: usize = 2;
 
 /// Issue 28: with one waiter per process, a release used to be delivered to every waiting
@@ -272,7 +272,7 @@ fn a_release_reaches_the_front_of_the_line_not_every_waiting_process() {
     assert_eq!(first.0, 0, "first come, first served");
     std::thread::sleep(Duration::from_millis(300));
     let delivered = events() - events_before;
-    // The front (`FRONT` = 16 waiters, line/behind.rs), the lookout's waiter and the holder's
+    // The front (`FRONT` = 16 waiters, line/behind/), the lookout's waiter and the holder's
     // own key: at most 18 clients hear of a release, not the 40 waiting processes (it was 41).
     assert!(
         (1..=FRONT as u64 + 2).contains(&delivered),

@@ -76,7 +76,7 @@ fn a_read_waits_for_a_live_writer_of_its_own_session() {
 }
 
 /// The same leftover far ahead: a reader key of our earlier life with a line behind it
-/// longer than the front (`line/behind.rs`, `FRONT`: 16), every waiter in it stuck behind
+/// longer than the front (`line/behind/`, `FRONT`: 16), every waiter in it stuck behind
 /// that key. A write joining that line reads only the newest keys ahead, so it never saw
 /// the leftover, waited at the back, and everyone waited out their limits (found by the
 /// simulation's back-of-line sweep, seed 1795584862204072, in CI). The enqueue now also

@@ -313,7 +313,7 @@ impl ClientBuilder {
         self
     }
 
-    /// Test tuning of how this client's waiters wait (`line/behind.rs`): the crate's own
+    /// Test tuning of how this client's waiters wait (`line/behind/`): the crate's own
     /// tests narrow the front of a line with it, so that short lines also wait at the back.
     /// Not part of the API.
     #[cfg(feature = "testing")]

@@ -1,5 +1,5 @@
 //! Waiting one's turn in the line: at the back of a long line on one lookout key
-//! (`line/behind.rs`), then at the front on the name's shared watcher, where the last key
+//! (`line/behind/`), then at the front on the name's shared watcher, where the last key
 //! ahead crossed off is the proof of ownership (`line/crossing.rs`), with no read.
 
 use std::time::Instant;
@@ -94,7 +94,7 @@ pub(crate) async fn wait_turn(
     }
 }
 
-/// Whether a wait at `position` starts at the back of the line (`line/behind.rs`): far
+/// Whether a wait at `position` starts at the back of the line (`line/behind/`): far
 /// from its turn, on a client where no other waiter of the name waits at the front (if one
 /// does, the client hears of every release anyway, and one more subscriber costs nothing).
 pub(crate) fn starts_far(watches: &Watches, ours: Ours<'_>, position: &Position) -> bool {

@@ -148,9 +148,9 @@ pub(crate) fn mutation(mutation: Mutation) -> bool {
 /// A rare path a simulated run counts (process-wide), for its outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mark {
-    /// A wait started at the back of a line, on a lookout key (`line/behind.rs`).
+    /// A wait started at the back of a line, on a lookout key (`line/behind/`).
     BackWait,
-    /// A read of a lookout's start gap, made when it was due (`line/behind.rs`).
+    /// A read of a lookout's start gap, made when it was due (`line/behind/`).
     GapRead,
 }
 

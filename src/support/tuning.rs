@@ -1,10 +1,10 @@
 //! Test tuning of how waiters wait: a hidden builder option
 //! (`ClientBuilder::line_tuning`, feature `testing`) that the randomized checker's worker
 //! processes and the simulation set, so that their short lines also wait at the back of
-//! the line (`line/behind.rs`), under every fault they inject. The library reads no
+//! the line (`line/behind/`), under every fault they inject. The library reads no
 //! environment variable for it: a test passes it to the builder.
 
-/// Overrides of the widths of `line/behind.rs` for one client (`None`: the library's own).
+/// Overrides of the widths of `line/behind/` for one client (`None`: the library's own).
 /// Not part of the API: for the crate's own tests.
 ///
 /// ```

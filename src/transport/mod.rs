@@ -54,7 +54,7 @@ pub(crate) struct RpcConfig {
     /// TLS settings for `https://` endpoints.
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<crate::support::tls::TlsConfig>,
-    /// Test tuning of how this client's waiters wait (`line/behind.rs`).
+    /// Test tuning of how this client's waiters wait (`line/behind/`).
     pub(crate) line_tuning: LineTuning,
     /// The prefix whose wait graph this client's waits check for a cycle they would
     /// complete (`ownership/deadlock.rs`); `None`: no check.

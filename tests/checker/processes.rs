@@ -88,7 +88,7 @@ impl Children {
             // The front of a line is 16 waiters wide; the few processes here rarely
             // queue that deep, so most children narrow it (the client builder's hidden
             // `line_tuning`), and their waiters also wait at the back on one lookout key
-            // (line/behind.rs).
+            // (line/behind/).
             (
                 "FRONT",
                 ["0", "1", "2", "16"][rng.below(4) as usize].to_string(),

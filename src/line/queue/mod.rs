@@ -91,7 +91,7 @@ pub(crate) struct Ahead {
     /// them (a very long line): then a read finds the rest when these are gone.
     pub(crate) complete: bool,
     /// For a waiter far from its turn: the key it watches instead of waiting at the front,
-    /// with its create revision (see `line/behind.rs`).
+    /// with its create revision (see `line/behind/`).
     pub(crate) lookout: Option<Lookout>,
     /// For a waiter that waits for every key ahead (no permits counted): the newest of
     /// them, with its create revision. While it exists, our turn has not come, which one
@@ -182,12 +182,12 @@ fn older_page(prefix: &[u8], oldest: i64, at: i64) -> Range {
 /// older than ours: the line ahead of us, keys only.
 ///
 /// An exclusive key needs only the newest keys ahead: with more than [`front`] of them it
-/// waits at the back, on one of those it read (`line/behind.rs`), and reads again when that
+/// waits at the back, on one of those it read (`line/behind/`), and reads again when that
 /// one goes. So it reads at most [`front`] + 1 keys besides its own, newest first, and a
 /// long line costs the answer a few keys, not one per waiting process (etcd reads the whole
 /// line either way). A permit of a semaphore of `n` likewise reads the newest [`front`] +
 /// `n` + 1 keys ahead: if there are more, those alone weigh more than `n` + [`front`]
-/// permits, so it waits at the back, on the newest of them (`line/behind.rs`), and reads
+/// permits, so it waits at the back, on the newest of them (`line/behind/`), and reads
 /// its place when they go. With 1,024 workers on 8 permits that is 26 keys in the answer
 /// instead of 1,023, which etcd encodes and sends and the waiter sorts (BENCHMARKS.md at
 /// `fe26d71`, "Eighth step"). Neither when another waiter of the client waits at the front

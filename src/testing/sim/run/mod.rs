@@ -187,7 +187,7 @@ pub struct Outcome {
     /// front).
     /// Counted process-wide: exact when no other run overlaps this one.
     pub back_waits: u64,
-    /// Of those, reads of the lookout's start gap, made when due (see `line/behind.rs`).
+    /// Of those, reads of the lookout's start gap, made when due (see `line/behind/`).
     pub gap_reads: u64,
     /// Every single-name hold's operations, in the run's order, for a check from outside
     /// (issue 52: `tests/fenced/`).
