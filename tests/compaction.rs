@@ -129,12 +129,19 @@ fn stalled_and_other(cluster: &EtcdCluster) -> (usize, usize) {
     ((leader + 1) % 3, (leader + 2) % 3)
 }
 
-/// Deletes `key` through `c` while member `stalled` is paused, compacts past the delete,
-/// and kills the member: its clients resume their watchers elsewhere with the delete in a
+/// Deletes `keys` through `c` while member `stalled` is paused, compacts past the deletes,
+/// and kills the member: its clients resume their watchers elsewhere with the deletes in a
 /// compacted gap. Returns when the member was killed.
-fn delete_in_a_watch_gap(cluster: &EtcdCluster, stalled: usize, c: &Client, key: &str) -> Instant {
+fn delete_in_a_watch_gap(
+    cluster: &EtcdCluster,
+    stalled: usize,
+    c: &Client,
+    keys: &[&str],
+) -> Instant {
     cluster.pause(stalled).expect("pause the waiter's member");
-    c.delete(key).expect("delete the key");
+    for key in keys {
+        c.delete(key).expect("delete the key");
+    }
     noise_and_compact(c, "watch-gap-noise");
     cluster.kill(stalled).expect("kill the waiter's member");
     Instant::now()
@@ -290,7 +297,7 @@ fn a_waiter_at_the_back_learns_its_key_went_in_a_watch_gap() {
     let cl = common::cluster();
     let back = Back::park(&cl, "c-own-gap", None);
     let own = format!("c-own-gap/{:x}", back.session.lease_id());
-    let killed = delete_in_a_watch_gap(&cl, back.stalled, &back.other, &own);
+    let killed = delete_in_a_watch_gap(&cl, back.stalled, &back.other, &[&own]);
     let (result, _) = back.waiter.join().expect("the waiter thread");
     let took = killed.elapsed();
     eprintln!("the waiter ended {took:?} after the failover: {result:?}");
@@ -319,7 +326,7 @@ fn a_waiter_at_the_back_takes_its_turn_when_the_key_ahead_went_in_a_watch_gap() 
     // read once, late.
     let back = Back::park(&cl, "c-ahead-gap", Some(0));
     let ahead = back.guard.key_str().into_owned();
-    let killed = delete_in_a_watch_gap(&cl, back.stalled, &back.other, &ahead);
+    let killed = delete_in_a_watch_gap(&cl, back.stalled, &back.other, &[&ahead]);
     let (result, _) = back.waiter.join().expect("the waiter thread");
     let took = killed.elapsed();
     eprintln!("the waiter ended {took:?} after the failover: {result:?}");
@@ -332,6 +339,61 @@ fn a_waiter_at_the_back_takes_its_turn_when_the_key_ahead_went_in_a_watch_gap() 
         "the waiter took its turn {took:?} after"
     );
     assert!(!back.guard.is_held(), "the holder's key is gone");
+}
+
+/// The same gap for a permit at the back, whose lookout is every permit ahead (two, of a
+/// semaphore of two): both deleted while the waiter's stream was down, history compacted
+/// past the deletes. The waiter reads its lookouts in one Txn once their watchers resume
+/// and takes its turn. Kills `all_there` answering "all there" without the read, or when
+/// none is (mutants of `line/behind/`, docs/design/mutation-score.md).
+#[test]
+fn a_permit_at_the_back_takes_its_turn_when_a_permit_ahead_went_in_a_watch_gap() {
+    let _serial = serial();
+    let cl = common::cluster();
+    let (stalled, other) = stalled_and_other(&cl);
+    let cw = Client::builder()
+        .endpoints(starting_at(&cl, stalled))
+        .request_timeout(Duration::from_secs(2))
+        .line_tuning(etcd_sync::testing::LineTuning {
+            front: Some(0),
+            far_start: None,
+            poll_near: None,
+        })
+        .connect()
+        .expect("connect to etcd");
+    let ch = client_for(&starting_at(&cl, other));
+    let holders = [session(&ch, 30), session(&ch, 30)];
+    let permits: Vec<_> = holders
+        .iter()
+        .map(|s| s.semaphore("c-permit-gap", 2).unwrap().acquire().unwrap())
+        .collect();
+    let ws = session(&cw, 30);
+    let sem = ws.semaphore("c-permit-gap", 2).unwrap();
+    let waiter = std::thread::spawn(move || {
+        sem.acquire_timeout(Duration::from_secs(25))
+            .map(|p| p.is_held())
+    });
+    assert!(eventually(Duration::from_secs(5), || common::keys(
+        &ch,
+        "c-permit-gap/"
+    )
+    .len()
+        == 3));
+    std::thread::sleep(Duration::from_millis(500)); // parked: its watchers run
+    let gone: Vec<String> = permits.iter().map(|p| p.key_str().into_owned()).collect();
+    let killed = delete_in_a_watch_gap(&cl, stalled, &ch, &[&gone[0], &gone[1]]);
+    let result = waiter.join().expect("the waiter thread");
+    let took = killed.elapsed();
+    eprintln!("the permit's waiter ended {took:?} after the failover: {result:?}");
+    assert!(
+        matches!(result, Ok(true)),
+        "the permit whose lookout went ended with {result:?} after {took:?}"
+    );
+    assert!(
+        took <= Duration::from_secs(10),
+        "the permit was taken {took:?} after"
+    );
+    assert!(!permits[1].is_held(), "its key is gone");
 }
 
 /// A waiter parked at the back of a line (no front of waiters at all) with one key ahead,
@@ -430,7 +492,7 @@ fn a_key_deleted_in_a_watch_gap_during_the_lock_delay_ends_the_wait() {
         !waiter.is_finished(),
         "the waiter did not wait out its lock-delay"
     );
-    let killed = delete_in_a_watch_gap(&cl, stalled, &ch, &own);
+    let killed = delete_in_a_watch_gap(&cl, stalled, &ch, &[&own]);
     let result = waiter.join().expect("the waiter thread");
     let took = killed.elapsed();
     eprintln!("the delayed wait ended {took:?} after the failover: {result:?}");
