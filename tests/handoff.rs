@@ -713,3 +713,39 @@ fn a_waiter_far_back_joins_and_waits_without_a_read() {
     waiter.join().unwrap().unwrap();
     assert!(keys(&c, "far/").is_empty());
 }
+
+/// A waiter at the back one key from its turn (a near lookout: the front narrowed to none)
+/// reads its lookout now and then only while the lookout's new watcher may be unsynced
+/// (120 ms), not for the rest of a long hold: 2 s behind one holder cost a few reads, not
+/// one every 30 ms.
+#[test]
+fn a_near_lookout_is_read_only_while_its_watcher_may_be_unsynced() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let cw = etcd_sync::Client::builder()
+        .endpoints(server.endpoints())
+        .line_tuning(etcd_sync::testing::LineTuning {
+            front: Some(0),
+            far_start: None,
+            poll_near: None,
+        })
+        .connect()
+        .expect("connect to etcd");
+    let holder = session(&c, 30);
+    let guard = holder.mutex("near-poll").unwrap().lock().unwrap();
+    let ws = session(&cw, 30);
+    let mutex = ws.mutex("near-poll").unwrap();
+    let reads = || handled(&server.metrics().unwrap(), "Range");
+    let before = reads();
+    let waiter = std::thread::spawn(move || mutex.lock_timeout(Duration::from_secs(20)).map(drop));
+    std::thread::sleep(Duration::from_secs(2));
+    let during = reads() - before;
+    drop(guard);
+    let result = waiter.join().expect("the waiter thread");
+    eprintln!("{during} reads in 2 s behind one holder");
+    assert!(result.is_ok(), "{result:?}");
+    assert!(
+        during <= 12,
+        "{during} reads while a waiter waited 2 s behind one holder"
+    );
+}
