@@ -104,7 +104,14 @@ impl Guard {
     fn release(self) -> Option<bool> {
         match self {
             Guard::Lock(g) => linearizable::seen(&g.release()),
-            Guard::Lead(mut l) if l.is_leader() => linearizable::seen(&l.resign()),
+            // `resign` answers Ok also when the key was already gone (as Go's `Resign`):
+            // it never confirms that the key was ours until then (seed 6812124288175: an
+            // operator deleted a leader's key 25 ms before it resigned; logged as a
+            // confirmed release, which the outside judge rightly found impossible).
+            Guard::Lead(mut l) if l.is_leader() => match linearizable::seen(&l.resign()) {
+                Some(true) => None,
+                other => other,
+            },
             Guard::Lead(_) => None,
             Guard::Read(g) => linearizable::seen(&g.release()),
             Guard::Write(g) => linearizable::seen(&g.release()),
