@@ -351,16 +351,7 @@ fn a_permit_at_the_back_takes_its_turn_when_a_permit_ahead_went_in_a_watch_gap()
     let _serial = serial();
     let cl = common::cluster();
     let (stalled, other) = stalled_and_other(&cl);
-    let cw = Client::builder()
-        .endpoints(starting_at(&cl, stalled))
-        .request_timeout(Duration::from_secs(2))
-        .line_tuning(etcd_sync::testing::LineTuning {
-            front: Some(0),
-            far_start: None,
-            poll_near: None,
-        })
-        .connect()
-        .expect("connect to etcd");
+    let cw = common::client_without_front(&starting_at(&cl, stalled), None);
     let ch = client_for(&starting_at(&cl, other));
     let holders = [session(&ch, 30), session(&ch, 30)];
     let permits: Vec<_> = holders
@@ -411,16 +402,7 @@ struct Back {
 impl Back {
     fn park(cl: &EtcdCluster, name: &str, poll_near: Option<usize>) -> Back {
         let (stalled, other) = stalled_and_other(cl);
-        let cw = Client::builder()
-            .endpoints(starting_at(cl, stalled))
-            .request_timeout(Duration::from_secs(2))
-            .line_tuning(etcd_sync::testing::LineTuning {
-                front: Some(0),
-                far_start: None,
-                poll_near,
-            })
-            .connect()
-            .expect("connect to etcd");
+        let cw = common::client_without_front(&starting_at(cl, stalled), poll_near);
         let ch = client_for(&starting_at(cl, other));
         let holder = session(&ch, 30);
         let guard = holder.mutex(name).unwrap().lock().unwrap();

@@ -722,15 +722,7 @@ fn a_waiter_far_back_joins_and_waits_without_a_read() {
 fn a_near_lookout_is_read_only_while_its_watcher_may_be_unsynced() {
     let server = etcd();
     let c = client(&server.endpoints());
-    let cw = etcd_sync::Client::builder()
-        .endpoints(server.endpoints())
-        .line_tuning(etcd_sync::testing::LineTuning {
-            front: Some(0),
-            far_start: None,
-            poll_near: None,
-        })
-        .connect()
-        .expect("connect to etcd");
+    let cw = common::client_without_front(&server.endpoints(), None);
     let holder = session(&c, 30);
     let guard = holder.mutex("near-poll").unwrap().lock().unwrap();
     let ws = session(&cw, 30);

@@ -83,6 +83,21 @@ pub fn try_client_for(
         .connect()
 }
 
+/// A client whose waiters have no front (every wait with a key ahead waits at the back, on
+/// a lookout), with `poll_near` (`None`: the library's own) and a 2 s request timeout.
+pub fn client_without_front(endpoints: &[String], poll_near: Option<usize>) -> Client {
+    Client::builder()
+        .endpoints(endpoints)
+        .request_timeout(Duration::from_secs(2))
+        .line_tuning(etcd_sync::testing::LineTuning {
+            front: Some(0),
+            far_start: None,
+            poll_near,
+        })
+        .connect()
+        .expect("connect to etcd")
+}
+
 pub fn session(client: &Client, ttl_secs: u64) -> Session {
     client
         .session_builder()
