@@ -647,18 +647,23 @@ func contended() error {
 	return nil
 }
 
-// rangeCost measures the ordered read both recipes use to find their place in line (newest
-// two keys created up to a revision; Go: waitDeletes, etcd-sync: the read after a delete
-// event) against the number of keys under the prefix. etcd 3.4 ignores the limit and reads
-// every key under the prefix when a range is sorted or filtered by create revision
-// (etcdserver/apply.go, applierV3backend.Range), so this read grows with the queue.
+// rangeCost measures the ordered reads both recipes use to find their place in line against
+// the number of keys under the prefix, in latency and in etcd's CPU per read (from its
+// process_cpu_seconds_total): the newest two keys created up to a revision (Go:
+// waitDeletes; etcd-sync: the read after its lookout's delete), the newest three (the read
+// in etcd-sync's join Txn), and for comparison the same limit unsorted (in key order) and a
+// count. etcd 3.4-3.7 ignore the limit and read every key under the prefix when a range is
+// sorted or filtered by create revision (etcdserver/apply.go, applierV3backend.Range): 3.4
+// reads each from bbolt, 3.5+ from its index; an unsorted limited range reads only the
+// limit (it still walks the index to count).
 func rangeCost() error {
 	cli, err := newClient()
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	for _, keys := range []int{3, 17, 257} {
+	const reads = 500
+	for _, keys := range []int{3, 17, 257, 1025} {
 		pfx := fmt.Sprintf("%s/rangecost/%d/", *prefix, keys)
 		var last int64
 		for i := 0; i < keys; i++ {
@@ -670,31 +675,45 @@ func rangeCost() error {
 			}
 			last = r.Header.Revision
 		}
-		measure := func(opts ...clientv3.OpOption) ([]time.Duration, error) {
+		measure := func(figure string, opts ...clientv3.OpOption) error {
 			var v []time.Duration
-			for i := 0; i < 300; i++ {
+			before, err := fetchCounters()
+			if err != nil {
+				return err
+			}
+			for i := 0; i < reads; i++ {
 				ctx, cancel := bounded()
 				t := time.Now()
 				_, err := cli.Get(ctx, pfx, opts...)
 				d := time.Since(t)
 				cancel()
 				if err != nil {
-					return nil, err
+					return err
 				}
 				v = append(v, d)
 			}
-			return v, nil
+			after, err := fetchCounters()
+			if err != nil {
+				return err
+			}
+			cpu := (after.plain["process_cpu_seconds_total"] - before.plain["process_cpu_seconds_total"]) * 1e6 / reads
+			report(fmt.Sprintf("%s_keys_%d", figure, keys), v, fmt.Sprintf("keys=%d etcd_cpu_us=%.0f", keys, cpu))
+			return nil
 		}
-		sorted, err := measure(append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(last), clientv3.WithLimit(2))...)
-		if err != nil {
+		joinRead := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(3),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
+		if err := measure("range_sorted", append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(last), clientv3.WithLimit(2))...); err != nil {
 			return err
 		}
-		count, err := measure(clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
+		if err := measure("range_join", joinRead...); err != nil {
 			return err
 		}
-		report(fmt.Sprintf("range_sorted_keys_%d", keys), sorted, fmt.Sprintf("keys=%d", keys))
-		report(fmt.Sprintf("range_count_keys_%d", keys), count, fmt.Sprintf("keys=%d", keys))
+		if err := measure("range_unsorted", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(3)); err != nil {
+			return err
+		}
+		if err := measure("range_count", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+			return err
+		}
 		ctx, cancel := bounded()
 		_, err = cli.Delete(ctx, pfx, clientv3.WithPrefix())
 		cancel()
