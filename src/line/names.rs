@@ -35,8 +35,9 @@ pub(crate) fn lines(prefix: &[u8], kvs: Vec<KeyValue>) -> Vec<(Vec<u8>, Vec<KeyV
         .filter_map(|kv| {
             let slash = kv.key.iter().rposition(|&b| b == b'/')?;
             let name_prefix = &kv.key[..=slash];
-            let whole = name_prefix.starts_with(prefix) && slash > 0;
-            (whole
+            // `/` is the empty name's prefix: no recipe of ours takes it, but Go's
+            // `concurrency` does, and a wait-for cycle may pass through it.
+            (name_prefix.starts_with(prefix)
                 && !request::is_requests_prefix(name_prefix)
                 && Mode::of_key(name_prefix, &kv.key).is_some())
             .then_some(name_prefix)
@@ -126,6 +127,41 @@ mod tests {
             named("p/a/"),
             Some((vec!["p/a/1".to_string(), "p/a/2".to_string()], 1))
         );
+        assert_eq!(lines.len(), 2);
+    }
+
+    fn named(
+        lines: &[(Vec<u8>, Vec<KeyValue>, usize)],
+        name: &str,
+    ) -> Option<(Vec<String>, usize)> {
+        lines
+            .iter()
+            .find(|(n, ..)| n == name.as_bytes())
+            .map(|(_, line, holding)| {
+                (
+                    line.iter().map(|kv| kv.key_str().into()).collect(),
+                    *holding,
+                )
+            })
+    }
+
+    #[test]
+    fn a_key_that_is_the_names_prefix_itself_is_in_its_line_and_blocks() {
+        // etcd's range of `p/a/` holds the key `p/a/` too, and every waiter there (ours and
+        // Go's) waits for it: the line that status() and the wait graph show must have it.
+        let lines = lines(b"p/", vec![kv("p/a/", 2), kv("p/a/1", 5)]);
+        let keys = ["p/a/", "p/a/1"].map(String::from).to_vec();
+        assert_eq!(named(&lines, "p/a/"), Some((keys, 1)));
+    }
+
+    #[test]
+    fn the_empty_name_of_a_go_lock_is_a_line_of_the_whole_keyspace() {
+        // Go's `concurrency.NewMutex(s, "")` queues under `/`; a wait-for cycle may pass
+        // through it, so the graph of the whole keyspace has its line.
+        let lines = lines(b"", vec![kv("/a0", 2), kv("/a1", 3), kv("x/b", 4)]);
+        let keys = ["/a0", "/a1"].map(String::from).to_vec();
+        assert_eq!(named(&lines, "/"), Some((keys, 1)));
+        assert_eq!(named(&lines, "x/"), Some((vec!["x/b".to_string()], 1)));
         assert_eq!(lines.len(), 2);
     }
 

@@ -411,4 +411,22 @@ mod tests {
         assert!(chosen(b"", kvs.clone(), 0xa, ours(b"y/a", 5)).is_none());
         assert!(chosen(b"", kvs, 0xb, ours(b"z/b", 6)).is_none());
     }
+
+    #[test]
+    fn a_cycle_through_a_go_lock_on_the_empty_name_is_found() {
+        // No recipe of ours takes the empty name, Go's does (keys `/<lease>`): a holds x,
+        // c holds y, b holds ""; b waits for x, c waits for "", a waits for y (youngest).
+        let kvs = by_rev(vec![
+            kv("x", 0xa, 2),
+            kv("y", 0xc, 3),
+            kv("", 0xb, 4),
+            kv("x", 0xb, 5),
+            kv("", 0xc, 6),
+            kv("y", 0xa, 7),
+        ]);
+        let (cycle, _, _) = chosen(b"", kvs, 0xa, ours(b"y/a", 7)).expect("a ends");
+        let mut leases: Vec<i64> = cycle.leases().collect();
+        leases.sort_unstable();
+        assert_eq!(leases, [0xa, 0xb, 0xc]);
+    }
 }
