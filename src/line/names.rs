@@ -155,6 +155,23 @@ mod tests {
     }
 
     #[test]
+    fn a_downgradable_writers_twin_is_left_out_and_every_other_reader_kept() {
+        // `p/a.shared` was put by the Txn that put `p/a` (same revision): part of its hold.
+        // `p/b.shared` is a reader; `p/d.shared`, put after `p/d`, is a reader too.
+        let kvs = vec![
+            kv("p/a", 5),
+            kv("p/a.shared", 5),
+            kv("p/b.shared", 6),
+            kv("p/d", 8),
+            kv("p/d.shared", 9),
+        ];
+        let (line, holding) = split(b"p/", kvs);
+        let keys: Vec<String> = line.iter().map(|kv| kv.key_str().into()).collect();
+        assert_eq!(keys, ["p/a", "p/b.shared", "p/d", "p/d.shared"]);
+        assert_eq!(holding, 1);
+    }
+
+    #[test]
     fn the_empty_name_of_a_go_lock_is_a_line_of_the_whole_keyspace() {
         // Go's `concurrency.NewMutex(s, "")` queues under `/`; a wait-for cycle may pass
         // through it, so the graph of the whole keyspace has its line.

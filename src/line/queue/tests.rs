@@ -23,6 +23,11 @@ fn keys_match_go_layout() {
     );
     assert!(key_prefix(b"").is_err());
     assert!(key_prefix(&vec![b'x'; MAX_NAME_LEN + 1]).is_err());
+    // The longest name is accepted.
+    assert_eq!(
+        key_prefix(&vec![b'x'; MAX_NAME_LEN]).map(|p| p.len()).ok(),
+        Some(MAX_NAME_LEN + 1)
+    );
 }
 
 #[test]
