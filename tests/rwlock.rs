@@ -602,3 +602,51 @@ fn a_reader_behind_more_than_a_thousand_readers_and_a_writer_waits_its_turn() {
         .release()
         .unwrap();
 }
+
+/// A reader behind exactly two full pages of readers (2 × 1,024, each put alone) and a
+/// writer beyond them: a full page does not end the line, so it reads another and waits.
+#[test]
+fn a_reader_behind_two_full_pages_of_readers_and_a_writer_waits_its_turn() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    // Last in key order (after every hex lease id): the unsorted read in the enqueue Txn
+    // does not reach it, the position read must.
+    c.put("pages/writer", "").unwrap();
+    for i in 1..=2 * 1_024u64 {
+        c.put(format!("pages/{i:x}.shared"), "").unwrap();
+    }
+    let s = session(&c, 10);
+    let rw = s.rwlock("pages").unwrap();
+    assert!(matches!(rw.try_read(), Err(TryLockError::WouldBlock)));
+    let e = rw.read_timeout(Duration::from_millis(300)).unwrap_err();
+    assert!(e.is_wait_timeout(), "{e:?}");
+    c.delete("pages/writer").unwrap();
+    rw.read_timeout(Duration::from_secs(5))
+        .unwrap()
+        .release()
+        .unwrap();
+}
+
+/// A writer's key put in one Txn with 99 readers' keys, then 1,023 readers each alone: the
+/// first page of a reader's place read (1,024 keys) ends among that Txn's keys, and the
+/// next page must read the rest of them, the writer's among them, not only older ones.
+/// Before, it skipped them, and the reader took its turn beside the writer.
+#[test]
+fn a_reader_sees_a_writer_put_in_one_txn_with_readers_across_a_page_boundary() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let one_txn = std::iter::once(etcd_sync::TxnOp::put("split/writer", ""))
+        .chain((1..=99u64).map(|i| etcd_sync::TxnOp::put(format!("split/{i:x}.shared"), "")));
+    c.txn(etcd_sync::Txn::new().and_then(one_txn)).unwrap();
+    for i in 100..100 + 1_023u64 {
+        c.put(format!("split/{i:x}.shared"), "").unwrap();
+    }
+    let s = session(&c, 10);
+    let rw = s.rwlock("split").unwrap();
+    assert!(matches!(rw.try_read(), Err(TryLockError::WouldBlock)));
+    c.delete("split/writer").unwrap();
+    rw.read_timeout(Duration::from_secs(5))
+        .unwrap()
+        .release()
+        .unwrap();
+}

@@ -5,7 +5,7 @@
 //! Joining the line (the enqueue Txn returns the keys before ours, keys only) and reading
 //! one's place in it; waiting for one's turn is `line/wait.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::client::lease::LeaseState;
 use crate::line::behind::{self, Lookout, Widths};
@@ -169,12 +169,16 @@ fn newest_up_to(prefix: &[u8], max_create: i64) -> Range {
 }
 
 /// The next page back of a position read at revision `at` (the same snapshot): the
-/// [`TRACKED`] newest keys created before `oldest`, the oldest key the last page held.
-fn older_page(prefix: &[u8], oldest: i64, at: i64) -> Range {
+/// [`TRACKED`] newest keys created before `oldest`, the oldest revision the pages held, and
+/// the `seen` keys created at `oldest` again, which sort first and the caller drops. One
+/// Txn can put several keys (a downgradable write and its twin, or anyone's), and a page
+/// may end among them: the next must not skip the rest. `seen` of `None`: every key up
+/// to `oldest`, unlimited (a Txn put more keys than a page).
+fn older_page(prefix: &[u8], oldest: i64, seen: Option<usize>, at: i64) -> Range {
     Range {
         revision: at,
-        limit: TRACKED,
-        ..newest_up_to(prefix, oldest - 1)
+        limit: seen.map_or(0, |seen| TRACKED + seen as i64),
+        ..newest_up_to(prefix, oldest)
     }
 }
 
@@ -358,9 +362,24 @@ pub(crate) async fn read_position_at(rpc: &Rpc, ours: Ours<'_>) -> Result<(Posit
         return Ok((Position::Gone, at));
     };
     let mut before = Vec::new();
+    // The oldest create revision read so far, and the keys read with it.
+    let mut oldest: Option<(i64, HashSet<Vec<u8>>)> = None;
     loop {
-        let oldest = page.iter().map(|kv| kv.create_revision).min();
-        before.extend(page.into_iter().map(|kv| (kv.key, kv.create_revision)));
+        let mut grew = false;
+        for kv in page {
+            let rev = kv.create_revision;
+            match &mut oldest {
+                Some((at_rev, keys)) if *at_rev == rev => {
+                    if !keys.insert(kv.key.clone()) {
+                        continue; // read with the last page
+                    }
+                }
+                Some((at_rev, _)) if *at_rev < rev => {}
+                _ => oldest = Some((rev, HashSet::from([kv.key.clone()]))),
+            }
+            grew = true;
+            before.push((kv.key, rev));
+        }
         if let Some(position) = judge(
             Widths::of(rpc),
             ours.mode,
@@ -371,11 +390,14 @@ pub(crate) async fn read_position_at(rpc: &Rpc, ours: Ours<'_>) -> Result<(Posit
             return Ok((position, at));
         }
         // Older keys were not returned: read the next page back, in the same snapshot.
-        let Some(oldest) = oldest else {
+        let Some((rev, keys)) = &oldest else {
             return Ok((Position::Owner, at));
         };
-        let older = rpc.read(&older_page(ours.prefix, oldest, at)).await?;
-        complete = (older.kvs.len() as i64) < TRACKED;
+        // A full page of keys read before: one Txn's keys fill it; read every key left.
+        let seen = grew.then_some(keys.len());
+        let read = older_page(ours.prefix, *rev, seen, at);
+        let older = rpc.read(&read).await?;
+        complete = read.limit == 0 || (older.kvs.len() as i64) < read.limit;
         page = older.kvs;
     }
 }

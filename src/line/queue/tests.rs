@@ -338,14 +338,17 @@ fn the_reads_of_the_line_ask_for_keys_only_and_as_few_as_they_need() {
     assert_eq!(read.max_create_revision, 77);
     assert!(read.keys_only, "election values can be large");
     assert_eq!((read.key, read.range_end), (b"p/".to_vec(), b"p0".to_vec()));
-    // Its next page back: in the same snapshot, strictly older than the oldest key seen.
-    let older = older_page(b"p/", 40, 90);
+    // Its next page back: in the same snapshot, up to the page's oldest revision again
+    // (one Txn's keys may straddle the pages), with room for the 2 keys read at it.
+    let older = older_page(b"p/", 40, Some(2), 90);
     assert_eq!(older.revision, 90, "the snapshot of the first page");
     assert_eq!(
-        older.max_create_revision, 39,
-        "only keys older than the page's oldest"
+        older.max_create_revision, 40,
+        "the rest of the oldest revision's keys"
     );
-    assert_eq!(older.limit, TRACKED);
+    assert_eq!(older.limit, TRACKED + 2);
+    // One Txn's keys filled a page: the rest of the line, unlimited.
+    assert_eq!(older_page(b"p/", 40, None, 90).limit, 0);
     assert!(older.keys_only && older.by_create_revision == Some(false));
     // The enqueue's reads, newest or whole: keys only.
     for (mode, whole) in [
