@@ -390,3 +390,56 @@ fn the_reads_of_the_line_ask_for_keys_only_and_as_few_as_they_need() {
     assert!(permits_read_newest(D, largest));
     assert!(!permits_read_newest(D, largest + 1));
 }
+
+/// A writer for a tracing subscriber that keeps what it is given.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut kept) = self.0.lock() {
+            kept.extend_from_slice(bytes);
+        }
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+#[test]
+fn a_key_ahead_that_is_no_lock_key_is_warned_of_and_a_lock_key_is_not() {
+    let warned = |keys: &[&str]| {
+        let before = keys.iter().map(|k| (k.as_bytes().to_vec(), 3)).collect();
+        let Some(Position::Behind(ahead)) = judge(D, Mode::Exclusive, b"jobs/", before, true)
+        else {
+            panic!("behind {keys:?}");
+        };
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || warn_of_foreign_keys(b"jobs/", &ahead));
+        let text = captured.0.lock().map(|t| t.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&text).into_owned()
+    };
+    let text = warned(&["jobs/nightly/694d"]);
+    assert!(
+        text.contains("WARN") && text.contains("not a lock key"),
+        "{text}"
+    );
+    assert!(text.contains("jobs/nightly/694d"), "{text}");
+    assert_eq!(
+        warned(&["jobs/694d"]),
+        "",
+        "a lock key ahead is no surprise"
+    );
+}
