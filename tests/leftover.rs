@@ -84,7 +84,7 @@ fn a_read_waits_for_a_live_writer_of_its_own_session() {
 /// line drains in order, and the write holds.
 #[test]
 fn a_leftover_far_ahead_of_a_long_line_is_removed_and_the_line_drains() {
-    leftover_far_ahead("far", false);
+    leftover_far_ahead("far", None);
 }
 
 /// The same, for a line whose last enqueue met a short line: that one found our lease's
@@ -92,10 +92,20 @@ fn a_leftover_far_ahead_of_a_long_line_is_removed_and_the_line_drains() {
 /// Txn.
 #[test]
 fn a_leftover_far_ahead_is_found_also_after_a_short_line() {
-    leftover_far_ahead("far-again", true);
+    leftover_far_ahead("far-again", Some(0));
 }
 
-fn leftover_far_ahead(name: &str, after_a_short_line: bool) {
+/// The same, for a line whose last enqueue met a long line too: that one marked the line
+/// long, so this one reads our lease's keys in its Txn (a survivor of mutants shard 2/10,
+/// `long`'s `>` as `==`, read them only after a short line and left this one behind its
+/// own leftover).
+#[test]
+fn a_leftover_far_ahead_is_found_also_after_a_long_line() {
+    leftover_far_ahead("far-long", Some(24));
+}
+
+/// `before`: a write of ours taken and released first, behind that many other writers.
+fn leftover_far_ahead(name: &str, before: Option<usize>) {
     const LINE: usize = 24;
     let server = etcd();
     let old = client(&server.endpoints());
@@ -105,22 +115,48 @@ fn leftover_far_ahead(name: &str, after_a_short_line: bool) {
     let c = client(&server.endpoints());
     let resumed = c.session_builder().resume(lease).start().unwrap();
     let rw = resumed.rwlock(name).unwrap();
-    if after_a_short_line {
-        rw.write().unwrap().release().unwrap();
-    }
     let prefix = format!("{name}/");
+    let others = client(&server.endpoints());
+    let line_of = |n: usize| -> Vec<_> {
+        (0..n)
+            .map(|_| {
+                let rw = session(&others, 10).rwlock(name).unwrap();
+                std::thread::spawn(move || {
+                    rw.write_timeout(Duration::from_secs(20))
+                        .map(|g| g.release().map(|_| ()))
+                })
+            })
+            .collect()
+    };
+    if let Some(ahead) = before {
+        let holder = session(&others, 10).mutex(name).unwrap().lock().unwrap();
+        let line = line_of(ahead);
+        assert!(eventually(Duration::from_secs(10), || keys(
+            &others, &prefix
+        )
+        .len()
+            == ahead + 1));
+        // Another handle on the same session's place under the name (it shares `rw`'s).
+        let first = resumed.rwlock(name).unwrap();
+        let write = std::thread::spawn(move || {
+            first
+                .write_timeout(Duration::from_secs(20))
+                .map(|g| g.release().map(|_| ()))
+        });
+        assert!(eventually(Duration::from_secs(10), || keys(
+            &others, &prefix
+        )
+        .len()
+            == ahead + 2));
+        holder.release().unwrap();
+        for waiter in line {
+            waiter.join().unwrap().unwrap().unwrap();
+        }
+        write.join().unwrap().unwrap().unwrap();
+    }
     c.put_with_lease(format!("{prefix}{lease:x}.shared"), "", lease)
         .unwrap();
-    let others = client(&server.endpoints());
-    let waiters: Vec<_> = (0..LINE)
-        .map(|_| {
-            let rw = session(&others, 10).rwlock(name).unwrap();
-            std::thread::spawn(move || {
-                rw.write_timeout(Duration::from_secs(20))
-                    .map(|g| g.release().map(|_| ()))
-            })
-        })
-        .collect();
+    let waiters = line_of(LINE);
     assert!(
         eventually(Duration::from_secs(10), || keys(&others, &prefix).len()
             == LINE + 1),
