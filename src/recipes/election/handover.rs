@@ -33,9 +33,10 @@ impl Guard<LeaderKind> {
     ///   behind us, its session ended, it did not take it in time (a candidate of another
     ///   client never does: only this crate's campaigns answer), or another hand-over to
     ///   it was under way. **We still lead**; the request left in etcd is removed.
-    /// * [`Error::NotLeader`]: we no longer lead. [`Error::SessionLost`]: our session is
-    ///   lost.
-    /// * [`Error::Timeout`] / [`Error::Unavailable`] with
+    /// * [`Error::NotLeader`](crate::Error::NotLeader): we no longer lead.
+    ///   [`Error::SessionLost`](crate::Error::SessionLost): our session is lost.
+    /// * [`Error::Timeout`](crate::Error::Timeout) /
+    ///   [`Error::Unavailable`](crate::Error::Unavailable) with
     ///   [`Operation::Request`](crate::Operation::Request): etcd did not answer; ask
     ///   [`is_leader`](Guard::is_leader), or etcd, who leads.
     /// * [`Error::InsideAsyncRuntime`](crate::Error::InsideAsyncRuntime): called on an
