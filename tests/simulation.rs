@@ -497,3 +497,57 @@ fn handed_over_clean(seed: u64) -> u64 {
     assert!(verdict.failures.is_empty(), "seed {seed}: {verdict:?}");
     outcome.handovers
 }
+
+/// A join whose key of ours is there when its Txn runs and gone by the read after it (an
+/// operator's put and delete; a late copy of an earlier attempt, swept) joins again; one
+/// that keeps meeting that gives up after three Txns, with a retryable error, and leaves
+/// no key. The race is timed by the simulated cluster (`SimCluster::set_flicker`): no
+/// timing of real processes provokes it on demand.
+#[test]
+fn a_join_whose_key_appears_and_goes_joins_again_and_gives_up_after_three_tries() {
+    use etcd_sync::TryLockError;
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::connect(cluster.endpoints()).expect("a client");
+    let session = client.session().expect("a session");
+    let lease = session.lease_id();
+    let key = format!("jobs/{lease:x}");
+    let mutex = session.mutex("jobs").expect("a mutex");
+
+    cluster.set_flicker(&key, lease, 1);
+    let guard = mutex
+        .try_lock()
+        .expect("the second join takes the free lock");
+    assert_eq!(cluster.flickers(), 1, "the first join met the key");
+    let held = cluster.keys("jobs/");
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].0, key, "our key, put by the second join");
+    assert!(guard.is_held());
+    drop(guard);
+    assert!(cluster.keys("jobs/").is_empty());
+
+    cluster.set_flicker(&key, lease, usize::MAX);
+    // On a thread of its own: a join that never gives up fails this test, not hangs it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send((mutex.try_lock().map(drop), mutex));
+    });
+    let (tried, mutex) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a join that keeps meeting its key gone gives up");
+    match tried {
+        Err(TryLockError::Error(e)) => {
+            assert!(e.is_retryable(), "{e}");
+            assert!(e.to_string().contains("appearing and going"), "{e}");
+        }
+        Ok(_) => panic!("a join that always met its key gone took the lock"),
+        Err(e) => panic!("{e}"),
+    }
+    assert_eq!(cluster.flickers(), 3, "three joins, then the error");
+    assert!(cluster.keys("jobs/").is_empty(), "no key left");
+
+    cluster.set_flicker(&key, lease, 0);
+    let guard = mutex.try_lock().expect("the lock, once the key stays away");
+    assert!(guard.is_held());
+}

@@ -29,6 +29,7 @@
 //! ```
 
 mod fidelity;
+mod flicker;
 mod lag;
 mod leases;
 mod loops;
@@ -153,6 +154,7 @@ impl SimCluster {
                 from_now: 0,
                 progress_interval: None,
                 applied: lag::Applied::default(),
+                flicker: None,
             }),
             cluster_id: 0xcdf8_1819_4e3a_8c32 ^ number,
             thawed: tokio::sync::Notify::new(),

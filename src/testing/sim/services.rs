@@ -54,6 +54,8 @@ pub(crate) struct State {
     pub(crate) progress_interval: Option<std::time::Duration>,
     /// When recent revisions were applied (for the serializable reads of a member behind).
     pub(crate) applied: super::lag::Applied,
+    /// A key that appears and goes around the writes that put it (`flicker.rs`).
+    pub(crate) flicker: Option<super::flicker::Flicker>,
 }
 
 /// What every member shares.
@@ -166,15 +168,28 @@ impl Member {
             store,
             leases,
             watchers,
+            flicker,
             ..
         } = &mut *state;
-        let (mut resp, changes) = store
-            .txn(req, &|id| leases.exists(id))
-            .map_err(|r| r.status())?;
-        watchers.notify(&changes, store.revision());
+        let flickered = super::flicker::before(flicker, (store, leases, watchers), req);
+        let applied = store.txn(req, &|id| leases.exists(id));
+        if let Ok((_, changes)) = &applied {
+            watchers.notify(changes, store.revision());
+        }
         let revision = state.store.revision();
         state.applied.record(revision);
-        resp.header = Some(self.header(&state, state.store.revision()));
+        let header = self.header(&state, revision);
+        if let Some(key) = flickered {
+            let State {
+                store,
+                watchers,
+                applied,
+                ..
+            } = &mut *state;
+            super::flicker::after((store, watchers, applied), key);
+        }
+        let (mut resp, _) = applied.map_err(|r| r.status())?;
+        resp.header = Some(header);
         Ok(resp)
     }
 }
