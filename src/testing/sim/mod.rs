@@ -4,7 +4,8 @@
 //! in-memory store (an MVCC store with revisions, compaction, leases on the runtime's
 //! clock, and watchers served as etcd 3.4 serves them, unsynced ones included), through
 //! members that can be stopped, frozen, made learners, left without a leader, or made to
-//! apply writes without answering. The crate's client connects to it unchanged: its
+//! apply writes without answering, and a key that can flicker around the writes that put
+//! it. The crate's client connects to it unchanged: its
 //! endpoints dial in-memory pipes instead of TCP, and everything above the socket (HTTP/2,
 //! gRPC, the client's retries and failover) is the code that speaks to real etcd.
 //!
