@@ -551,3 +551,86 @@ fn a_join_whose_key_appears_and_goes_joins_again_and_gives_up_after_three_tries(
     let guard = mutex.try_lock().expect("the lock, once the key stays away");
     assert!(guard.is_held());
 }
+
+/// A waiter at the front whose new watcher etcd registered unsynced (a write landed while
+/// it registered it; its events then wait for etcd's 100 ms sync loop) reads now and then
+/// through the watcher's first 120 ms, so a release in that window is taken within a poll
+/// (15 ms), not at the next sync round (up to 100 ms). Real etcd registers
+/// a watcher unsynced only when a write races it; the simulated cluster does it on demand
+/// (`set_unsynced_every`), while another client writes every millisecond.
+#[test]
+fn a_waiter_on_an_unsynced_watcher_takes_a_release_within_its_polls() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use etcd_sync::Client;
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    cluster.set_unsynced_every(1);
+    let connect = || Client::connect(cluster.endpoints()).expect("a client");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (connect(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let _ = client.put("noise", i.to_string());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let holder = connect().session().expect("a session");
+    let holder = holder.mutex("u").expect("a mutex");
+    let mut took = Vec::new();
+    for _ in 0..12 {
+        let guard = holder.lock().expect("the free lock");
+        // A new client each round: its watcher of the name is new, and registered unsynced.
+        let session = connect().session().expect("a session");
+        let waiter = session.mutex("u").expect("a mutex");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let guard = waiter.lock();
+            let _ = tx.send((Instant::now(), guard.is_ok()));
+            drop(guard);
+            drop(session);
+        });
+        let queued = Instant::now();
+        while cluster.keys("u/").len() < 2 {
+            assert!(
+                queued.elapsed() < Duration::from_secs(5),
+                "the waiter never queued"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Well inside the watcher's unsynced window.
+        std::thread::sleep(Duration::from_millis(20));
+        let released = Instant::now();
+        guard.release().expect("a release");
+        let (held, ok) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the waiter's turn");
+        assert!(ok, "the waiter got an error");
+        took.push(held - released);
+        // Its key gone before the next round.
+        let gone = Instant::now();
+        while !cluster.keys("u/").is_empty() {
+            assert!(
+                gone.elapsed() < Duration::from_secs(5),
+                "the waiter's key stayed"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = writer.join();
+    took.sort();
+    let median = took[took.len() / 2];
+    println!("release to the waiter's turn: median {median:?}, each {took:?}");
+    // Without the polls: 60-70 ms each here (the sync round after the release).
+    assert!(
+        median < Duration::from_millis(35),
+        "a release in the unsynced window waited for the sync loop: median {median:?}, {took:?}"
+    );
+}

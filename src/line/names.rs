@@ -183,6 +183,25 @@ mod tests {
     }
 
     #[test]
+    fn the_release_requests_beside_a_name_are_no_line_of_their_own() {
+        // `p/a.revoke/694d` asks the holder of `p/a` to let go (`line/request.rs`): it
+        // mirrors a holder's key and lease, and neither status() nor the wait graph may
+        // show it as a name held by that lease.
+        let lines = lines(b"p/", vec![kv("p/a/694d", 2), kv("p/a.revoke/694d", 3)]);
+        assert_eq!(
+            named(&lines, "p/a/"),
+            Some((vec!["p/a/694d".to_string()], 1))
+        );
+        assert_eq!(named(&lines, "p/a.revoke/"), None);
+        assert_eq!(
+            lines.len(),
+            1,
+            "{:?}",
+            lines.iter().map(|l| &l.0).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn the_read_of_a_prefix_covers_it_oldest_first_and_an_empty_one_the_keyspace() {
         let read = read_of(b"p/");
         assert_eq!(read.key, b"p/".to_vec());
