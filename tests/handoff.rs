@@ -131,7 +131,9 @@ fn waiters_of_one_client_share_one_stream_and_take_turns_in_order() {
     let gate_session = session(&c, 30);
     let gate = gate_session.mutex("fifo").unwrap().lock().unwrap();
     let streams_before = watch_streams(&server);
-    const WAITERS: usize = 12;
+    // More than the front (FRONT + 1 keys): a waiter of a client whose other waiters of
+    // the name wait at the front waits there too, however far back it queues.
+    const WAITERS: usize = 24;
     let sessions: Vec<_> = (0..WAITERS).map(|_| session(&c, 30)).collect();
     let (tx, rx) = mpsc::channel();
     let mut threads = Vec::new();
