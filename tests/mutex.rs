@@ -145,6 +145,30 @@ fn try_lock_exactly_one_of_n_succeeds_and_losers_leave_no_key() {
     assert_eq!(keys(&c, "try/"), vec![g.key_str().into_owned()]);
 }
 
+/// `try_lock` of a held lock answers `WouldBlock` at once, while the holder keeps it: it
+/// never waits for the lock to come free.
+#[test]
+fn try_lock_of_a_held_lock_is_would_block_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let holder = session(&c, 10);
+    let g = holder.mutex("busy").unwrap().lock().unwrap();
+    let other = session(&c, 10);
+    let m = other.mutex("busy").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let tried = m.try_lock().map(drop);
+        let _ = tx.send((tried, started.elapsed()));
+    });
+    let (tried, took) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("try_lock returns while the lock is held");
+    assert!(matches!(tried, Err(TryLockError::WouldBlock)), "{tried:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_eq!(keys(&c, "busy/"), vec![g.key_str().into_owned()]);
+}
+
 #[test]
 fn lock_timeout_times_out_and_leaves_no_key() {
     let server = etcd();
