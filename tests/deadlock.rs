@@ -276,3 +276,50 @@ fn a_read_write_lock_and_a_semaphore_close_cycles_too() {
     a_waits.join().unwrap().0.expect("a gets d/x");
     drop((read, permit));
 }
+
+/// A key of a session's lease that no guard of its holds (a leftover of an earlier life,
+/// or a release whose answer is still due) is on its way out: a cycle of waits through it
+/// ends no wait.
+#[test]
+fn a_cycle_through_a_key_of_ours_that_nobody_here_holds_ends_no_wait() {
+    let server = etcd();
+    let (ca, cb) = (
+        detecting(&server.endpoints()),
+        detecting(&server.endpoints()),
+    );
+    let (a, b) = (named(&ca, "proc-a"), named(&cb, "proc-b"));
+    // a's leftover on `d/x`: a key of its lease that no guard of a holds.
+    let leftover = format!("d/x/{:x}", a.lease_id());
+    let put = etcd_sync::TxnOp::put_with_lease(leftover.as_str(), "", a.lease_id());
+    assert!(
+        ca.txn(etcd_sync::Txn::new().and_then([put]))
+            .unwrap()
+            .succeeded
+    );
+    let y = b.mutex("d/y").unwrap().lock().unwrap();
+    let b_waits = wait_for(&b, "d/x");
+    assert!(eventually(WAIT, || keys(&ca, "d/x/").len() == 2));
+    // a waits behind b, b behind a's leftover: a cycle only through a key on its way out.
+    let a_waits = wait_for(&a, "d/y");
+    assert!(eventually(WAIT, || keys(&ca, "d/y/").len() == 2));
+    // A deadlock would end a wait within about 1.5 s (a check a second, confirmed 250 ms
+    // later).
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        !a_waits.is_finished(),
+        "a's wait ended: {:?}",
+        a_waits.join()
+    );
+    assert!(
+        !b_waits.is_finished(),
+        "b's wait ended: {:?}",
+        b_waits.join()
+    );
+    // Gone, the leftover lets b through, then y's release lets a through.
+    assert_eq!(ca.delete(&leftover).unwrap(), 1);
+    let (b_result, _) = b_waits.join().unwrap();
+    assert!(b_result.is_ok(), "{b_result:?}");
+    drop(y);
+    let (a_result, _) = a_waits.join().unwrap();
+    assert!(a_result.is_ok(), "{a_result:?}");
+}
