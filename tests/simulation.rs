@@ -634,3 +634,46 @@ fn a_waiter_on_an_unsynced_watcher_takes_a_release_within_its_polls() {
         "a release in the unsynced window waited for the sync loop: median {median:?}, {took:?}"
     );
 }
+
+/// A guard hears of its key's deletion within a second while a read of the follow task
+/// waits: after a break, its watcher's resume revision was compacted, so the watcher starts
+/// again from now and the gap is read; the member's linearizable reads wait 3 s for their
+/// read index (an election dropped it; `SimCluster::set_read_wait`) while its watchers
+/// deliver at once. The delete's event came while that read waited, and the follow task,
+/// awaiting it, heard the event only once the read answered (2.7 s; found in CI on etcd
+/// 3.4.23 after a failover with compaction, `compaction.rs`).
+#[test]
+fn a_guard_hears_its_key_deleted_while_a_read_of_its_gap_waits() {
+    use etcd_sync::Client;
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = Client::connect(cluster.endpoints()).expect("a client");
+    let session = client.session().expect("a session");
+    let guard = session
+        .mutex("g")
+        .expect("a mutex")
+        .lock()
+        .expect("the free lock");
+    std::thread::sleep(Duration::from_millis(400)); // the guard follows its key
+    for i in 0..5 {
+        client.put("g-noise", i.to_string()).expect("a put");
+    }
+    cluster.compact();
+    cluster.set_read_wait(0, Some(Duration::from_secs(3)));
+    cluster.break_connections(0);
+    std::thread::sleep(Duration::from_millis(300)); // the watcher is back; its gap is read
+    let lost = guard.lost();
+    let other = Client::connect(cluster.endpoints()).expect("a client");
+    let deleted = Instant::now();
+    other.delete(guard.key()).expect("delete the guard's key");
+    let noticed = lost
+        .recv_timeout(Duration::from_secs(5))
+        .is_err_and(|e| e.is_disconnected());
+    let took = deleted.elapsed();
+    assert!(noticed && !guard.is_held(), "the guard never noticed");
+    assert!(
+        took < Duration::from_secs(1),
+        "the guard heard of its key's deletion {took:?} after it"
+    );
+}

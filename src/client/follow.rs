@@ -16,7 +16,9 @@
 //!
 //! Failover, re-creation after a break and compaction are the watch stream's business: a
 //! subscription reports every event after the revision it names, or says where it starts
-//! again, and then one read of the key decides.
+//! again, and then one read of the key decides. The task itself never waits for etcd: the
+//! reads run beside it, so a read that waits for a leader does not hold up the events of
+//! every other guard of the client.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -27,9 +29,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use crate::client::lease::LeaseState;
 use crate::client::removal::{self, Owned};
 use crate::support::error::Result;
-use crate::support::kv::Range;
-use crate::support::kv::text;
+use crate::support::kv::{KeyValue, Range, text};
 use crate::transport::Rpc;
+use crate::transport::kv::Read;
 use crate::transport::watch::{Event, EventKind, Only};
 use crate::transport::watches::{Delivery, Pin, Sink, Spec, Subscribed, Watches};
 
@@ -144,13 +146,36 @@ struct Entry {
     what: Follow,
     /// Everything up to this revision is settled: events at or before it are old news.
     known: i64,
-    /// A gap before the subscription's start that a read must still close (the read failed:
-    /// no leader, a learner, every member down): read again every [`TICK`] until one
-    /// answers. Giving up on it once lost a deletion in the gap, and the guard said "held"
-    /// until its release (found by the simulation, issue 29).
+    /// A gap before the subscription's start that a read must still close. Read off the
+    /// task, while events keep coming; a failed read (no leader, a learner, every member
+    /// down) is tried again every [`TICK`] until one answers. Giving up on it once lost a
+    /// deletion in the gap, and the guard said "held" until its release (found by the
+    /// simulation, issue 29).
     unread: bool,
+    /// How many gaps opened: a read closes the gaps opened before it started.
+    gaps: u64,
+    /// A read of the key is on its way.
+    reading: bool,
+    /// The last read failed: the next one waits for the next tick.
+    failed: bool,
     _subscribed: Subscribed,
 }
+
+impl Entry {
+    /// Whether a read of its gap is to start now (not one that failed: that waits for
+    /// the next tick).
+    fn wants_read(&self) -> bool {
+        self.unread && !self.reading && !self.failed
+    }
+}
+
+/// The answer to a read of an entry's key: its tag, its gaps when the read started, and
+/// what the read found.
+type ReadDone = (u64, u64, Result<Read>);
+
+/// How many reads of followed keys may be on their way at once (after a failover with
+/// compaction every guard of the client reads its gap).
+const READS_IN_FLIGHT: usize = 8;
 
 /// How often the task drops ended guards (and so their subscriptions), while it follows
 /// anything: a client that follows nothing has no timer to wake it.
@@ -203,9 +228,13 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
     let mut deferred = Deferred::default();
     let mut next_tag = 0u64;
     let (delivered, mut deliveries) = unbounded_channel();
+    let (read_done, mut reads) = unbounded_channel::<ReadDone>();
+    let mut in_flight = 0usize;
     let mut prune = tokio::time::interval(TICK);
     // Not polled while nothing is followed; the ticks missed meanwhile are skipped.
     prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // Nothing here awaits etcd: a read waiting for a leader must not hold up the events
+    // of every other guard (a delete is news within a second, rule 2).
     loop {
         tokio::select! {
             command = commands.recv() => match command {
@@ -228,41 +257,58 @@ async fn run(rpc: Rpc, watches: Watches, mut commands: UnboundedReceiver<Follow>
             delivery = deliveries.recv() => {
                 let Some((tag, delivery)) = delivery else { return };
                 let Some(entry) = entries.get_mut(&tag) else { continue };
-                if !deliver(&rpc, entry, delivery).await {
+                if !deliver(&rpc, entry, delivery) {
                     entries.remove(&tag);
+                } else if entry.wants_read() {
+                    start_reads(&rpc, &read_done, &mut entries, &mut in_flight, false);
+                }
+            }
+            done = reads.recv() => {
+                let Some((tag, gaps, read)) = done else { return };
+                let was_full = in_flight >= READS_IN_FLIGHT;
+                in_flight = in_flight.saturating_sub(1);
+                if let Some(entry) = entries.get_mut(&tag)
+                    && !settle(&rpc, entry, gaps, read)
+                {
+                    entries.remove(&tag);
+                }
+                if was_full || entries.get(&tag).is_some_and(Entry::wants_read) {
+                    start_reads(&rpc, &read_done, &mut entries, &mut in_flight, false);
                 }
             }
             _ = prune.tick(), if !entries.is_empty() => {
                 entries.retain(|_, entry| entry.what.is_live());
-                read_unread(&rpc, &mut entries).await;
+                start_reads(&rpc, &read_done, &mut entries, &mut in_flight, true);
             }
         }
     }
 }
 
-/// Reads the keys whose gap is still unread (see [`Entry::unread`]), until the first read
-/// that fails (the cluster still cannot answer: the next tick tries again).
-async fn read_unread(rpc: &Rpc, entries: &mut BTreeMap<u64, Entry>) {
-    let mut tags: Vec<u64> = entries
-        .iter()
-        .filter(|(_, e)| e.unread)
-        .map(|(tag, _)| *tag)
-        .collect();
-    tags.sort_unstable();
-    for tag in tags {
-        let Some(entry) = entries.get_mut(&tag) else {
-            continue;
-        };
-        match settle_by_reading(rpc, &entry.what).await {
-            Ok(Some(revision)) => {
-                entry.known = entry.known.max(revision);
-                entry.unread = false;
-            }
-            Ok(None) => {
-                entries.remove(&tag);
-            }
-            Err(_) => return,
+/// Starts reads of the keys whose gap is still unread (see [`Entry::unread`]), oldest
+/// first, up to [`READS_IN_FLIGHT`]. A gap whose read failed waits for the next tick
+/// (`retry`): the cluster could not answer a moment ago.
+fn start_reads(
+    rpc: &Rpc,
+    done: &UnboundedSender<ReadDone>,
+    entries: &mut BTreeMap<u64, Entry>,
+    in_flight: &mut usize,
+    retry: bool,
+) {
+    for (tag, entry) in entries.iter_mut() {
+        if *in_flight >= READS_IN_FLIGHT {
+            return;
         }
+        if !(entry.wants_read() || retry && entry.unread && !entry.reading) {
+            continue;
+        }
+        entry.reading = true;
+        *in_flight += 1;
+        let (rpc, done, tag, gaps) = (rpc.clone(), done.clone(), *tag, entry.gaps);
+        let key = entry.what.key().to_vec();
+        drop(tokio::spawn(async move {
+            let read = rpc.read(&Range::key(&key)).await;
+            let _ = done.send((tag, gaps, read));
+        }));
     }
 }
 
@@ -280,6 +326,9 @@ fn subscribe(watches: &Watches, mut what: Follow, sink: Sink) -> Entry {
         known,
         what,
         unread: false,
+        gaps: 0,
+        reading: false,
+        failed: false,
         _subscribed: subscribed,
     }
 }
@@ -304,28 +353,18 @@ fn accept(entries: &BTreeMap<u64, Entry>, deferred: &mut Deferred, what: Follow)
 }
 
 /// Handles one delivery; false when there is nothing left to follow.
-async fn deliver(rpc: &Rpc, entry: &mut Entry, delivery: Delivery) -> bool {
+fn deliver(rpc: &Rpc, entry: &mut Entry, delivery: Delivery) -> bool {
     match delivery {
         Delivery::From { after, .. } => {
-            if after <= entry.known {
-                return true;
+            if after > entry.known {
+                // The subscription starts after what the caller knew: one read of the key
+                // closes the gap. Every event that comes counts meanwhile (`known` stays:
+                // after a watcher etcd may have registered unsynced, the event at `after`
+                // may still come).
+                entry.unread = true;
+                entry.gaps += 1;
             }
-            // The subscription starts after what the caller knew: one read of the key
-            // closes the gap.
-            match settle_by_reading(rpc, &entry.what).await {
-                Ok(Some(revision)) => {
-                    entry.known = revision;
-                    true
-                }
-                Ok(None) => false,
-                Err(e) => {
-                    // The key is followed from `after` on; the gap is read again later.
-                    tracing::warn!(key = %text(entry.what.key()), error = %e, "could not read a followed key; reading again");
-                    entry.known = after;
-                    entry.unread = true;
-                    true
-                }
-            }
+            true
         }
         Delivery::Events(batch) => {
             let known = entry.known;
@@ -341,6 +380,32 @@ async fn deliver(rpc: &Rpc, entry: &mut Entry, delivery: Delivery) -> bool {
             false
         }
     }
+}
+
+/// Handles the answer to a read of the entry's key; false when there is nothing left to
+/// follow.
+fn settle(rpc: &Rpc, entry: &mut Entry, gaps: u64, read: Result<Read>) -> bool {
+    entry.reading = false;
+    let read = match read {
+        Ok(read) => read,
+        Err(e) => {
+            // The gap is read again at the next tick.
+            tracing::warn!(key = %text(entry.what.key()), error = %e, "could not read a followed key; reading again");
+            entry.failed = true;
+            return true;
+        }
+    };
+    entry.failed = false;
+    tracing::debug!(key = %text(entry.what.key()), at = read.revision, "followed key read");
+    if !decide(rpc, &entry.what, read.kvs.into_iter().next()) {
+        return false;
+    }
+    entry.known = entry.known.max(read.revision);
+    // A read that started before a later gap opened does not close that one.
+    if gaps == entry.gaps {
+        entry.unread = false;
+    }
+    true
 }
 
 /// Handles an event on the followed key; false when the guard ended.
@@ -415,22 +480,18 @@ fn spawn_sweep(
 /// The pause between attempts of a sweep's removal.
 const SWEEP_RETRY: Duration = Duration::from_millis(100);
 
-/// Reads the key once, for a watcher that cannot cover a stretch of history (compacted,
-/// or created after writes we did not see): a guard whose key is gone (or re-created) is
-/// lost; a swept line with a key of ours gets swept. Returns the read revision, or `None`
-/// when there is nothing left to follow.
-async fn settle_by_reading(rpc: &Rpc, what: &Follow) -> Result<Option<i64>> {
-    let read = rpc.read(&Range::key(what.key())).await?;
-    tracing::debug!(key = %text(what.key()), at = read.revision, "followed key read");
-    let revision = read.revision;
-    let current = read.kvs.into_iter().next();
+/// Decides on what a read of the key found, for a watcher that cannot cover a stretch of
+/// history (compacted, or created after writes we did not see): a guard whose key is gone
+/// (or re-created) is lost; a swept line with a key of ours gets swept. False when there
+/// is nothing left to follow.
+fn decide(rpc: &Rpc, what: &Follow, current: Option<KeyValue>) -> bool {
     match what {
         Follow::Guard { rev, hold, .. } => {
             if current.as_ref().map(|kv| kv.create_revision) != Some(*rev) {
                 if let Some(hold) = hold.upgrade() {
                     hold.lose_key();
                 }
-                return Ok(None);
+                return false;
             }
         }
         Follow::Sweep {
@@ -445,5 +506,5 @@ async fn settle_by_reading(rpc: &Rpc, what: &Follow) -> Result<Option<i64>> {
             }
         }
     }
-    Ok(Some(revision))
+    true
 }

@@ -1,7 +1,10 @@
 //! Members that are behind: a follower applies what the cluster commits some time after
 //! the leader, so its answers come that much late, its watchers' events too, and a
 //! serializable read it serves sees the store as it was (etcd answers those from the
-//! member's own store, without asking the leader).
+//! member's own store, without asking the leader). A member's linearizable reads may
+//! also wait for their read index while everything else flows: the leader's confirmation
+//! is slow, or its ReadIndex message was dropped in an election and the read waits out
+//! etcd's timeout.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -9,10 +12,29 @@ use std::time::Duration;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::time::Instant;
 
+use super::SimCluster;
 use crate::transport::generated::etcdserverpb as pb;
 
 /// How far back [`Applied`] remembers (longer than any lag the nemesis sets).
 const MEMORY: Duration = Duration::from_secs(10);
+
+impl SimCluster {
+    /// Makes member `i`'s linearizable reads wait `wait` before they are served (`None`:
+    /// at once again); its writes, watchers and serializable reads are not held up.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// cluster.set_read_wait(0, Some(std::time::Duration::from_secs(3)));
+    /// cluster.set_read_wait(0, None);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_read_wait(&self, i: usize, wait: Option<Duration>) {
+        if let Some(member) = self.shared.lock().members.get_mut(i) {
+            member.read_wait = wait;
+        }
+    }
+}
 
 /// When each recent revision was applied, oldest first.
 #[derive(Debug, Default)]

@@ -147,6 +147,7 @@ impl SimCluster {
                         swallow_writes: false,
                         late_writes: None,
                         lag: None,
+                        read_wait: None,
                     })
                     .collect(),
                 leader: Some(0),

@@ -34,6 +34,8 @@ pub(crate) struct MemberState {
     /// Behind the leader by this much (see `lag.rs`): its answers and events come that
     /// much late, and its serializable reads see the store as it was.
     pub(crate) lag: Option<std::time::Duration>,
+    /// Linearizable reads wait this long for their read index (see `lag.rs`).
+    pub(crate) read_wait: Option<std::time::Duration>,
 }
 
 /// The cluster's state: the replicated store and leases, the watchers of every member's
@@ -101,6 +103,15 @@ impl Member {
             .members
             .get(self.index)
             .and_then(|m| m.lag)
+    }
+
+    /// How long this member's linearizable reads wait for their read index, if they do.
+    fn read_wait(&self) -> Option<std::time::Duration> {
+        self.shared
+            .lock()
+            .members
+            .get(self.index)
+            .and_then(|m| m.read_wait)
     }
 
     /// Waits while the member is frozen, then refuses as etcd would, if it would. A member
@@ -235,8 +246,13 @@ impl pb::kv_server::Kv for Member {
     ) -> Result<Response<pb::RangeResponse>, Status> {
         let lag = self.lag();
         self.admit().await?;
-        let state = self.shared.lock();
         let req = request.get_ref();
+        if !req.serializable
+            && let Some(wait) = self.read_wait()
+        {
+            tokio::time::sleep(wait).await;
+        }
+        let state = self.shared.lock();
         // A serializable read is served from this member's own store: behind the
         // cluster's by its lag.
         let now = match lag {

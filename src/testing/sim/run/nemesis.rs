@@ -70,7 +70,15 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 if rng.below(2) == 0 {
                     tokio::time::sleep(rng.millis(0, 150)).await;
                     world.cluster.compact();
-                    "broken connections, compaction meanwhile"
+                    // Its linearizable reads wait meanwhile (a read index dropped in an
+                    // election), while its watchers deliver: the reads that close the
+                    // compacted gaps must not hold up any event. A read that came just
+                    // before the end still waits its whole pause.
+                    world.cluster.set_read_wait(member, Some(pause));
+                    tokio::time::sleep(pause).await;
+                    world.cluster.set_read_wait(member, None);
+                    tokio::time::sleep(pause).await;
+                    "broken connections, compaction and waiting reads meanwhile"
                 } else {
                     "broken connections"
                 }
