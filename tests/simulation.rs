@@ -677,3 +677,68 @@ fn a_guard_hears_its_key_deleted_while_a_read_of_its_gap_waits() {
         "the guard heard of its key's deletion {took:?} after it"
     );
 }
+
+/// While the cluster has no leader (every member refuses at once with "no leader", as
+/// etcd does for a client that requires one), `try_lock` gives up after one attempt per
+/// member with a retryable error (within about a request timeout: it removes what its
+/// attempt may have left), and a blocking `lock` rides the election out and takes the lock
+/// once a leader is back (`ownership/acquire.rs`: the join's patience; with the two
+/// swapped, `try_lock` had not answered after 20 s).
+#[test]
+fn without_a_leader_try_lock_gives_up_and_a_blocking_lock_waits_for_one() {
+    use etcd_sync::TryLockError;
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(3).expect("a simulated cluster");
+    let client = etcd_sync::Client::connect(cluster.endpoints()).expect("a client");
+    let session = client.session().expect("a session");
+    let mutex = session.mutex("election").expect("a mutex");
+    cluster.set_leader(None);
+
+    // On a thread of its own: a `try_lock` that waited for the leader fails this test, not
+    // hangs it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tried = {
+        let mutex = mutex.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let _ = tx.send((mutex.try_lock().map(drop), started.elapsed()));
+        })
+    };
+    let (outcome, took) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("try_lock answers");
+    let _ = tried.join();
+    match outcome {
+        Err(TryLockError::Error(e)) => assert!(e.is_retryable(), "{e}"),
+        Ok(()) => panic!("try_lock took the lock with no leader"),
+        Err(e) => panic!("{e}"),
+    }
+    assert!(
+        took < etcd_sync::DEFAULT_REQUEST_TIMEOUT + Duration::from_secs(1),
+        "try_lock waited {took:?} for a leader"
+    );
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let mutex = mutex.clone();
+        std::thread::spawn(move || {
+            let guard = mutex.lock_timeout(Duration::from_secs(10));
+            let _ = tx.send(guard.map(|g| g.is_held()));
+        })
+    };
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        rx.try_recv().is_err(),
+        "the blocking lock ended while there was no leader"
+    );
+    cluster.set_leader(Some(1));
+    let held = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the blocking lock answers");
+    let _ = waiter.join();
+    assert!(
+        matches!(held, Ok(true)),
+        "the blocking lock did not take the lock once a leader was back: {held:?}"
+    );
+}
