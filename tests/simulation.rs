@@ -742,3 +742,62 @@ fn without_a_leader_try_lock_gives_up_and_a_blocking_lock_waits_for_one() {
         "the blocking lock did not take the lock once a leader was back: {held:?}"
     );
 }
+
+/// The deadlock check rides out reads that fail for a passing reason: two sessions that
+/// wait for each other's mutex while the cluster has no leader for 1.5 s (every read of a
+/// check refused "no leader") still end the youngest wait with `Deadlock` once a leader is
+/// back (`ownership/deadlock.rs`; with a failed read turning the check off, the wait ran
+/// to its limit).
+#[test]
+fn a_deadlock_check_whose_reads_fail_for_a_while_still_finds_the_cycle() {
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let detecting = || {
+        etcd_sync::Client::builder()
+            .endpoints(cluster.endpoints())
+            .deadlock_detection("d/")
+            .connect()
+            .expect("a client")
+    };
+    let (ca, cb) = (detecting(), detecting());
+    let (a, b) = (
+        ca.session().expect("a session"),
+        cb.session().expect("a session"),
+    );
+    let x = a.mutex("d/x").expect("a mutex").lock().expect("x");
+    let y = b.mutex("d/y").expect("a mutex").lock().expect("y");
+    let wait = |mutex: etcd_sync::Mutex| {
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let result = mutex.lock_timeout(Duration::from_secs(12)).map(drop);
+            (result, started.elapsed())
+        })
+    };
+    let a_waits = wait(a.mutex("d/y").expect("a mutex"));
+    let queued = |prefix: &str| {
+        let since = Instant::now();
+        while cluster.keys(prefix).len() < 2 {
+            assert!(since.elapsed() < Duration::from_secs(5), "no wait queued");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    queued("d/y/");
+    // b's wait closes the cycle; its checks' reads fail from the moment it queued.
+    let b_waits = wait(b.mutex("d/x").expect("a mutex"));
+    queued("d/x/");
+    cluster.set_leader(None);
+    std::thread::sleep(Duration::from_millis(1500));
+    cluster.set_leader(Some(0));
+    let (result, took) = b_waits.join().expect("b's wait");
+    let e = result.expect_err("b's wait closes a cycle");
+    assert!(e.is_deadlock(), "b's wait ended with {e} after {took:?}");
+    assert!(
+        took < Duration::from_secs(6),
+        "Deadlock {took:?} after b's wait began"
+    );
+    drop(y);
+    let (result, _) = a_waits.join().expect("a's wait");
+    assert!(result.is_ok(), "a's wait: {result:?}");
+    drop(x);
+}
