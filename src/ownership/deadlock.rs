@@ -387,6 +387,30 @@ mod tests {
     }
 
     #[test]
+    fn a_multi_locks_keys_past_the_first_name_it_waits_in_are_dropped() {
+        // c holds m, d holds r; a's multi-lock of {m, r} put m/a and r/a at 4: it waits in
+        // m (the first name, bytewise), and r/a is on its way out. In either order.
+        let m = (b"m/".to_vec(), vec![kv("m", 0xc, 2), kv("m", 0xa, 4)], 1);
+        let r = (b"r/".to_vec(), vec![kv("r", 0xd, 3), kv("r", 0xa, 4)], 1);
+        let kept = |lines: Vec<(Vec<u8>, Vec<KeyValue>, usize)>| {
+            let mut kept: Vec<(Vec<u8>, Vec<Vec<u8>>, usize)> = without_passing_keys(lines)
+                .into_iter()
+                .map(|(prefix, kvs, holding)| {
+                    (prefix, kvs.into_iter().map(|kv| kv.key).collect(), holding)
+                })
+                .collect();
+            kept.sort();
+            kept
+        };
+        let expected = vec![
+            (b"m/".to_vec(), vec![b"m/c".to_vec(), b"m/a".to_vec()], 1),
+            (b"r/".to_vec(), vec![b"r/d".to_vec()], 1),
+        ];
+        assert_eq!(kept(vec![m.clone(), r.clone()]), expected);
+        assert_eq!(kept(vec![r, m]), expected);
+    }
+
+    #[test]
     fn a_long_prefix_is_read_less_often() {
         assert_eq!(recheck_after(0), RECHECK);
         assert_eq!(recheck_after(100), RECHECK);
