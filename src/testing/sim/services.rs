@@ -96,22 +96,17 @@ impl Member {
         }
     }
 
-    /// This member's lag, if it is behind.
-    fn lag(&self) -> Option<std::time::Duration> {
-        self.shared
-            .lock()
-            .members
-            .get(self.index)
-            .and_then(|m| m.lag)
+    /// One of this member's delays (its lag, its reads' wait), if it has it.
+    fn delay(
+        &self,
+        of: fn(&MemberState) -> Option<std::time::Duration>,
+    ) -> Option<std::time::Duration> {
+        self.shared.lock().members.get(self.index).and_then(of)
     }
 
-    /// How long this member's linearizable reads wait for their read index, if they do.
-    fn read_wait(&self) -> Option<std::time::Duration> {
-        self.shared
-            .lock()
-            .members
-            .get(self.index)
-            .and_then(|m| m.read_wait)
+    /// This member's lag, if it is behind.
+    fn lag(&self) -> Option<std::time::Duration> {
+        self.delay(|m| m.lag)
     }
 
     /// Waits while the member is frozen, then refuses as etcd would, if it would. A member
@@ -248,7 +243,7 @@ impl pb::kv_server::Kv for Member {
         self.admit().await?;
         let req = request.get_ref();
         if !req.serializable
-            && let Some(wait) = self.read_wait()
+            && let Some(wait) = self.delay(|m| m.read_wait)
         {
             tokio::time::sleep(wait).await;
         }
