@@ -506,6 +506,107 @@ fn the_delay_does_not_cover_an_acquirer_arriving_after_the_ended_holders_key_is_
     );
 }
 
+/// Two keys ahead: the holder A's lease expires, B (no delay) takes over and releases
+/// 300 ms later. The lookup of A's lease sent as its key went finds it ended (TTL -1):
+/// proof of nothing alive, so the waiter behind both still owes the delay at its turn.
+/// (Mutation testing, shard 4/10: with `delay.rs` counting that answer as "found", the
+/// waiter took over at once.)
+#[test]
+fn a_lookup_that_finds_the_lease_ended_proves_no_release() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let a = session(&c, 2);
+    let _held = a.mutex("ld-two").unwrap().lock().unwrap();
+    let b = session(&c, 30);
+    let second = b.mutex("ld-two").unwrap();
+    let second = thread::spawn(move || -> etcd_sync::Result<Instant> {
+        let guard = second.lock_timeout(Duration::from_secs(20))?;
+        thread::sleep(Duration::from_millis(300));
+        let released = Instant::now();
+        guard.release()?;
+        Ok(released)
+    });
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-two/")
+        .len()
+        == 2));
+    let s = session(&c, 30);
+    let delay = Duration::from_secs(2);
+    let mutex = s.mutex("ld-two").unwrap().lock_delay(delay).unwrap();
+    let waiter = wait_and_say_held(mutex, Duration::from_secs(20));
+    assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-two/")
+        .len()
+        == 3));
+    orphan_and_await_expiry(&c, &a, "ld-two");
+    let released = second.join().unwrap().unwrap();
+    let (acquired, held) = waiter.join().unwrap();
+    assert!(held.unwrap(), "the waiter's guard was not held");
+    let after = acquired.duration_since(released);
+    assert!(
+        after + Duration::from_millis(50) >= delay,
+        "took over {after:?} after B's release, before the {delay:?} lock-delay A's expiry owes"
+    );
+    assert!(
+        after < delay + Duration::from_secs(2),
+        "took over {after:?} after B's release"
+    );
+}
+
+/// A lookup proves a lease alive only for its TTL less the safety margin: etcd's TTL is
+/// truncated to whole seconds, and the lease may end (be revoked on expiry) any time
+/// after `sent + TTL`. Here the waiter's first lookup comes 0.9 s after a 10 s lease's
+/// grant (TTL 9, margin 0.9 s) and the lease expires unrenewed: its key goes within the
+/// half second after the deadline, inside `sent + TTL + margin`. The waiter owes the
+/// delay. (Mutation testing, shard 4/10: with the margin added instead of taken off, that
+/// proof covered the expiry and the waiter took over at once.)
+#[test]
+fn a_lookups_proof_ends_a_margin_before_its_ttl() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let granted = etcdctl_command(&server.endpoint(), &["lease", "grant", "10"])
+        .output()
+        .unwrap();
+    let granted_at = Instant::now();
+    let out = String::from_utf8_lossy(&granted.stdout).into_owned();
+    let hex = out
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("etcdctl lease grant said {out:?}"));
+    let lease = i64::from_str_radix(hex, 16).unwrap();
+    let key = format!("ld-margin/{hex}");
+    c.put_with_lease(key.clone(), "", lease).unwrap();
+    let s = session(&c, 30);
+    let delay = Duration::from_millis(1500);
+    let mutex = s.mutex("ld-margin").unwrap().lock_delay(delay).unwrap();
+    thread::sleep(Duration::from_millis(920).saturating_sub(granted_at.elapsed()));
+    let waiter = wait_and_say_held(mutex, Duration::from_secs(30));
+    assert!(eventually(Duration::from_secs(1), || keys(
+        &c,
+        "ld-margin/"
+    )
+    .len()
+        == 2));
+    let mut expired = None;
+    while granted_at.elapsed() < Duration::from_secs(15) {
+        if !keys(&c, "ld-margin/").contains(&key) {
+            expired = Some(Instant::now());
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let expired = expired.expect("the lease never expired");
+    let (acquired, held) = waiter.join().unwrap();
+    assert!(held.unwrap(), "the waiter's guard was not held");
+    let after = acquired.duration_since(expired);
+    assert!(
+        after + Duration::from_millis(50) >= delay,
+        "took over {after:?} after the expiry, before the {delay:?} lock-delay"
+    );
+    assert!(
+        after < delay + Duration::from_secs(2),
+        "took over {after:?} after the expiry"
+    );
+}
+
 /// Waits for `mutex` on a thread of its own: when the wait returned, and whether the
 /// guard it returned says held.
 fn wait_and_say_held(

@@ -411,6 +411,33 @@ mod tests {
     }
 
     #[test]
+    fn of_a_shared_line_only_our_own_holds_are_ours_ahead() {
+        // a and x read s (2, 3); b holds m (4) and waits to write s (5); x (6) and a (7)
+        // wait for m. a's wait is youngest; b waits behind both readers, but of them only
+        // a's key is ours: x's is no key on its way out here.
+        let shared = |lease: i64, rev: i64| {
+            let mut kv = kv("s", lease, rev);
+            kv.key = format!("s/{lease:x}.shared").into_bytes();
+            kv
+        };
+        let kvs = by_rev(vec![
+            shared(0xa, 2),
+            shared(0x1f, 3),
+            kv("m", 0xb, 4),
+            kv("s", 0xb, 5),
+            kv("m", 0x1f, 6),
+            kv("m", 0xa, 7),
+        ]);
+        let (cycle, keys, ahead) = chosen(b"", kvs, 0xa, ours(b"m/a", 7)).expect("a's wait ends");
+        assert_eq!(ahead, [(b"s".to_vec(), b"s/a.shared".to_vec(), 2)]);
+        assert_eq!(keys, [b"m/a".to_vec(), b"s/b".to_vec()]);
+        assert_eq!(
+            cycle.to_string(),
+            "a waits for m held by b; b waits for s held by a"
+        );
+    }
+
+    #[test]
     fn a_long_prefix_is_read_less_often() {
         assert_eq!(recheck_after(0), RECHECK);
         assert_eq!(recheck_after(100), RECHECK);
