@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{etcd, eventually, keys};
-use etcd_sync::{Client, Error, Session};
+use etcd_sync::{CancelToken, Client, Error, Session, WaitOptions};
 
 const TTL: Duration = Duration::from_secs(10);
 const WAIT: Duration = Duration::from_secs(15);
@@ -364,4 +364,45 @@ fn a_cycle_through_a_read_lock_another_session_also_holds_ends_the_youngest_wait
         .unwrap()
         .expect("b writes d/r once both reads let go");
     drop(m);
+}
+
+/// A cycle that one check sees and the confirming read does not ends no wait: a holds
+/// `d/x` and waits for `d/y`, b holds `d/y` and waits for `d/x` (the youngest wait), and
+/// a's wait is cancelled as soon as b's key is in the line, well inside the 250 ms before
+/// b's check reads again. b waits on and takes `d/x` when a lets go. (Mutation testing,
+/// shard 3/10: with the first sight of a cycle taken as proof, b's wait ended with
+/// `Deadlock` on a cycle that had already undone itself.)
+#[test]
+fn a_cycle_that_one_check_sees_and_the_next_does_not_ends_no_wait() {
+    let server = etcd();
+    let (ca, cb) = (
+        detecting(&server.endpoints()),
+        detecting(&server.endpoints()),
+    );
+    let (a, b) = (named(&ca, "a"), named(&cb, "b"));
+    let x = a.mutex("d/x").unwrap().lock().unwrap();
+    let y = b.mutex("d/y").unwrap().lock().unwrap();
+    let token = CancelToken::new();
+    let a_waits = {
+        let m = a.mutex("d/y").unwrap();
+        let options = WaitOptions::new().timeout(WAIT_LIMIT).cancel_token(&token);
+        std::thread::spawn(move || m.lock_with(options).map(drop))
+    };
+    assert!(eventually(WAIT, || keys(&ca, "d/y/").len() == 2));
+    let b_waits = wait_for(&b, "d/x");
+    assert!(eventually(WAIT, || keys(&ca, "d/x/").len() == 2));
+    token.cancel();
+    let cancelled = a_waits.join().unwrap();
+    assert!(cancelled.is_err_and(|e| e.is_cancelled()));
+    // Past a check, its confirmation and the next check.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !b_waits.is_finished(),
+        "b's wait ended: {:?}",
+        b_waits.join()
+    );
+    drop(x);
+    let (result, _) = b_waits.join().unwrap();
+    assert!(result.is_ok(), "b gets d/x once a lets go: {result:?}");
+    drop(y);
 }
