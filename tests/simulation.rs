@@ -801,3 +801,58 @@ fn a_deadlock_check_whose_reads_fail_for_a_while_still_finds_the_cycle() {
     assert!(result.is_ok(), "a's wait: {result:?}");
     drop(x);
 }
+
+/// A candidate whose wait ends (its limit) after it answered a hand-over, just after the
+/// leader's adoption Txn made the leader's key its own and before it heard so: the wait
+/// removes that key too, so the name is not left led by nobody until the candidate's
+/// session ends. The candidate's member lags 600 ms: its answer lands 1.2 s after the
+/// request, the adoption right after, the news of its key's deletion 600 ms later; its
+/// limit falls between. (Mutation testing, shard 3/10: a failed wait that removed only
+/// its own key by revision, as a wait that never answered does, left the adopted key.)
+#[test]
+fn a_candidate_whose_wait_ends_after_its_answer_leaves_no_leadership_behind() {
+    use etcd_sync::Client;
+    use etcd_sync::testing::sim::SimCluster;
+
+    common::trace_from_env();
+    let cluster = SimCluster::start(2).expect("a simulated cluster");
+    let endpoints = cluster.endpoints();
+    let leader_client = Client::connect([endpoints[0].clone()]).expect("a client");
+    let candidate_client = Client::connect([endpoints[1].clone()]).expect("a client");
+    let leader_session = leader_client.session().expect("a session");
+    let candidate_session = candidate_client.session().expect("a session");
+    let leader = leader_session
+        .election("ho")
+        .expect("an election")
+        .campaign("l")
+        .expect("the free leadership");
+    cluster.set_lag(1, Some(Duration::from_millis(600)));
+    let election = candidate_session.election("ho").expect("an election");
+    let started = Instant::now();
+    let candidate =
+        std::thread::spawn(move || election.campaign_timeout("c", Duration::from_millis(4050)));
+    let joined = Instant::now() + Duration::from_secs(2);
+    while cluster.keys("ho/").len() < 2 && Instant::now() < joined {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(cluster.keys("ho/").len(), 2, "the candidate never joined");
+    std::thread::sleep(Duration::from_millis(2500).saturating_sub(started.elapsed()));
+    let handed = leader.hand_over_timeout("c", Duration::from_secs(3));
+    let campaign = candidate.join().expect("the candidate's thread");
+    assert!(
+        campaign.as_ref().is_err_and(|e| e.is_timeout()),
+        "the candidate's wait: {:?} (the hand-over: {handed:?})",
+        campaign.map(|l| l.key().to_vec())
+    );
+    assert!(handed.is_ok(), "the hand-over: {handed:?}");
+    assert!(!leader.is_leader());
+    let free = Instant::now() + Duration::from_secs(5);
+    while !cluster.keys("ho/").is_empty() && Instant::now() < free {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        cluster.keys("ho/"),
+        [],
+        "a leadership handed to a wait that ended is left behind"
+    );
+}
