@@ -856,3 +856,58 @@ fn a_candidate_whose_wait_ends_after_its_answer_leaves_no_leadership_behind() {
         "a leadership handed to a wait that ended is left behind"
     );
 }
+
+/// A candidate whose watch of hand-over requests was down while the leader asked, with
+/// the history compacted past the request meanwhile: when its watch resumes it cannot
+/// replay that stretch, reads the request once, answers, and takes the leadership. (The
+/// candidate's member is frozen with its connections broken while the leader asks.)
+/// (Mutation testing, shard 4/10: with that read skipped, the request went unanswered and
+/// the hand-over failed.)
+#[test]
+fn a_hand_over_asked_while_the_candidates_watch_was_down_and_compacted_goes_through() {
+    use etcd_sync::Client;
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(2).expect("a simulated cluster");
+    let endpoints = cluster.endpoints();
+    let leader_client = Client::connect([endpoints[0].clone()]).expect("a client");
+    let candidate_client = Client::connect([endpoints[1].clone()]).expect("a client");
+    let leader_session = leader_client.session().expect("a session");
+    let candidate_session = candidate_client.session().expect("a session");
+    let leader = leader_session
+        .election("ho")
+        .expect("an election")
+        .campaign("l")
+        .expect("the free leadership");
+    let election = candidate_session.election("ho").expect("an election");
+    let candidate =
+        std::thread::spawn(move || election.campaign_timeout("c", Duration::from_secs(20)));
+    let joined = Instant::now() + Duration::from_secs(2);
+    while cluster.keys("ho/").len() < 2 && Instant::now() < joined {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(cluster.keys("ho/").len(), 2, "the candidate never joined");
+    std::thread::sleep(Duration::from_millis(300)); // its watches are up
+    cluster.set_frozen(1, true);
+    cluster.break_connections(1);
+    std::thread::scope(|s| {
+        let handing = s.spawn(|| leader.hand_over_timeout("c", Duration::from_secs(6)));
+        let asked = Instant::now() + Duration::from_secs(3);
+        while cluster.keys("ho.handover/").is_empty() && Instant::now() < asked {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(cluster.keys("ho.handover/").len(), 1, "never asked");
+        cluster.compact();
+        cluster.set_frozen(1, false);
+        let handed = handing.join().expect("the hand-over's thread");
+        assert!(handed.is_ok(), "the hand-over: {handed:?}");
+    });
+    let led = candidate.join().expect("the candidate's thread");
+    let led = led.expect("the candidate leads");
+    assert!(led.is_leader());
+    assert_eq!(
+        led.key(),
+        leader.key(),
+        "the candidate holds the leader's key"
+    );
+}
