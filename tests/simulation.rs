@@ -911,3 +911,61 @@ fn a_hand_over_asked_while_the_candidates_watch_was_down_and_compacted_goes_thro
         "the candidate holds the leader's key"
     );
 }
+
+/// A candidate that answered a hand-over and then lost its key to an operator's delete
+/// before the leader's adoption Txn (which then fails: it requires the candidate's key)
+/// reads the name once and finds no key of its own lease first: it does not take the
+/// leader's key for a handed one, and its campaign ends with `LockLost` while the leader
+/// still leads. The leader's member lags 600 ms, so its adoption comes well after the
+/// answer. (Mutation testing, shard 5/10: with the read's filter loosened, the candidate
+/// took the first key in line, the leader's, for its own: two leaders.)
+#[test]
+fn a_candidate_whose_key_is_deleted_after_its_answer_does_not_lead() {
+    use etcd_sync::Client;
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(2).expect("a simulated cluster");
+    let endpoints = cluster.endpoints();
+    let leader_client = Client::connect([endpoints[1].clone()]).expect("a client");
+    let candidate_client = Client::connect([endpoints[0].clone()]).expect("a client");
+    let leader_session = leader_client.session().expect("a session");
+    let candidate_session = candidate_client.session().expect("a session");
+    let leader = leader_session
+        .election("ho")
+        .expect("an election")
+        .campaign("l")
+        .expect("the free leadership");
+    let election = candidate_session.election("ho").expect("an election");
+    let candidate =
+        std::thread::spawn(move || election.campaign_timeout("c", Duration::from_secs(20)));
+    let joined = Instant::now() + Duration::from_secs(2);
+    while cluster.keys("ho/").len() < 2 && Instant::now() < joined {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(cluster.keys("ho/").len(), 2, "the candidate never joined");
+    std::thread::sleep(Duration::from_millis(300)); // its watches are up
+    cluster.set_lag(1, Some(Duration::from_millis(600)));
+    let candidate_key = format!("ho/{:x}", candidate_session.lease_id());
+    std::thread::scope(|s| {
+        let handing = s.spawn(|| leader.hand_over_timeout("c", Duration::from_secs(5)));
+        let asked = Instant::now() + Duration::from_secs(3);
+        while cluster.keys("ho.handover/").is_empty() && Instant::now() < asked {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(cluster.keys("ho.handover/").len(), 1, "never asked");
+        std::thread::sleep(Duration::from_millis(150)); // answered (its member is quick)
+        assert_eq!(cluster.delete_prefix(&candidate_key), 1);
+        let handed = handing.join().expect("the hand-over's thread");
+        assert!(
+            handed.as_ref().is_err_and(|e| e.is_hand_over_failed()),
+            "the hand-over: {handed:?}"
+        );
+    });
+    let campaign = candidate.join().expect("the candidate's thread");
+    assert!(
+        campaign.as_ref().is_err_and(|e| e.is_lost()),
+        "the candidate's campaign: {:?}",
+        campaign.map(|l| (l.key().to_vec(), l.is_leader()))
+    );
+    assert!(leader.is_leader(), "the leader still leads");
+}
