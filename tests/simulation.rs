@@ -969,3 +969,63 @@ fn a_candidate_whose_key_is_deleted_after_its_answer_does_not_lead() {
     );
     assert!(leader.is_leader(), "the leader still leads");
 }
+
+/// A hand-over whose requests etcd does not answer (the leader's member frozen) ends with
+/// the request's `Timeout`, as documented ("etcd did not answer"), not with
+/// `HandOverFailed` (which says a candidate did not take it in time), within its request
+/// timeout; the leader leads on. (Mutation testing, shard 5/10: with every timeout
+/// reported as the candidate's, the error said the candidate was slow.)
+#[test]
+fn a_hand_over_that_etcd_does_not_answer_ends_with_the_requests_timeout() {
+    use etcd_sync::testing::sim::SimCluster;
+    use etcd_sync::{Client, Error, Operation};
+
+    let cluster = SimCluster::start(2).expect("a simulated cluster");
+    let endpoints = cluster.endpoints();
+    let leader_client = Client::builder()
+        .endpoints([endpoints[1].clone()])
+        .request_timeout(Duration::from_secs(1))
+        .connect()
+        .expect("a client");
+    let candidate_client = Client::connect([endpoints[0].clone()]).expect("a client");
+    let leader_session = leader_client.session().expect("a session");
+    let candidate_session = candidate_client.session().expect("a session");
+    let leader = leader_session
+        .election("ho")
+        .expect("an election")
+        .campaign("l")
+        .expect("the free leadership");
+    let election = candidate_session.election("ho").expect("an election");
+    let candidate =
+        std::thread::spawn(move || election.campaign_timeout("c", Duration::from_secs(4)));
+    let joined = Instant::now() + Duration::from_secs(2);
+    while cluster.keys("ho/").len() < 2 && Instant::now() < joined {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(cluster.keys("ho/").len(), 2, "the candidate never joined");
+    cluster.set_frozen(1, true);
+    let asked = Instant::now();
+    let handed = leader.hand_over_timeout("c", Duration::from_secs(10));
+    let took = asked.elapsed();
+    cluster.set_frozen(1, false);
+    let e = handed.expect_err("no hand-over through a frozen member");
+    assert!(
+        matches!(
+            e,
+            Error::Timeout {
+                operation: Operation::Request,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    assert!(leader.is_leader(), "the leader leads on");
+    assert!(cluster.keys("ho.handover/").is_empty(), "a request was put");
+    assert!(
+        candidate
+            .join()
+            .expect("the candidate's thread")
+            .is_err_and(|e| e.is_timeout())
+    );
+}
