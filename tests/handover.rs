@@ -259,3 +259,29 @@ fn a_candidate_that_waited_behind_two_keys_takes_the_hand_over() {
         assert_eq!(c_lead.key(), a.key(), "{tuning:?}");
     }
 }
+
+/// A key under the name with no lease (an operator's put, not a candidate) is refused at
+/// once, not asked and waited for: no session stands behind it to answer. (Mutation
+/// testing, shard 5/10: with the check loosened, the leader asked it and waited out its
+/// whole limit.)
+#[test]
+fn a_key_with_no_lease_is_no_candidate_and_is_refused_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let sa = session(&c, 10);
+    let a = sa.election("plain").unwrap().campaign("a").unwrap();
+    // Named as a candidate's key is (`<name>/<lease hex>`), on no lease.
+    c.put("plain/1234abcd", "o").unwrap();
+    let asked = Instant::now();
+    let e = a
+        .hand_over_timeout("plain/1234abcd", Duration::from_secs(5))
+        .unwrap_err();
+    assert!(e.is_hand_over_failed(), "{e:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "refused after {:?}",
+        asked.elapsed()
+    );
+    assert!(a.is_leader());
+    assert!(keys(&c, "plain.handover/").is_empty(), "a request was put");
+}
