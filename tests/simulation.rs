@@ -831,11 +831,10 @@ fn a_candidate_whose_wait_ends_after_its_answer_leaves_no_leadership_behind() {
     let started = Instant::now();
     let candidate =
         std::thread::spawn(move || election.campaign_timeout("c", Duration::from_millis(4050)));
-    let joined = Instant::now() + Duration::from_secs(2);
-    while cluster.keys("ho/").len() < 2 && Instant::now() < joined {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(cluster.keys("ho/").len(), 2, "the candidate never joined");
+    assert!(
+        keys_reach(&cluster, "ho/", 2, Duration::from_secs(2)),
+        "the candidate never joined"
+    );
     std::thread::sleep(Duration::from_millis(2500).saturating_sub(started.elapsed()));
     let handed = leader.hand_over_timeout("c", Duration::from_secs(3));
     let campaign = candidate.join().expect("the candidate's thread");
@@ -882,21 +881,19 @@ fn a_hand_over_asked_while_the_candidates_watch_was_down_and_compacted_goes_thro
     let election = candidate_session.election("ho").expect("an election");
     let candidate =
         std::thread::spawn(move || election.campaign_timeout("c", Duration::from_secs(20)));
-    let joined = Instant::now() + Duration::from_secs(2);
-    while cluster.keys("ho/").len() < 2 && Instant::now() < joined {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(cluster.keys("ho/").len(), 2, "the candidate never joined");
+    assert!(
+        keys_reach(&cluster, "ho/", 2, Duration::from_secs(2)),
+        "the candidate never joined"
+    );
     std::thread::sleep(Duration::from_millis(300)); // its watches are up
     cluster.set_frozen(1, true);
     cluster.break_connections(1);
     std::thread::scope(|s| {
         let handing = s.spawn(|| leader.hand_over_timeout("c", Duration::from_secs(6)));
-        let asked = Instant::now() + Duration::from_secs(3);
-        while cluster.keys("ho.handover/").is_empty() && Instant::now() < asked {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(cluster.keys("ho.handover/").len(), 1, "never asked");
+        assert!(
+            keys_reach(&cluster, "ho.handover/", 1, Duration::from_secs(3)),
+            "never asked"
+        );
         cluster.compact();
         cluster.set_frozen(1, false);
         let handed = handing.join().expect("the hand-over's thread");
@@ -938,21 +935,19 @@ fn a_candidate_whose_key_is_deleted_after_its_answer_does_not_lead() {
     let election = candidate_session.election("ho").expect("an election");
     let candidate =
         std::thread::spawn(move || election.campaign_timeout("c", Duration::from_secs(20)));
-    let joined = Instant::now() + Duration::from_secs(2);
-    while cluster.keys("ho/").len() < 2 && Instant::now() < joined {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(cluster.keys("ho/").len(), 2, "the candidate never joined");
+    assert!(
+        keys_reach(&cluster, "ho/", 2, Duration::from_secs(2)),
+        "the candidate never joined"
+    );
     std::thread::sleep(Duration::from_millis(300)); // its watches are up
     cluster.set_lag(1, Some(Duration::from_millis(600)));
     let candidate_key = format!("ho/{:x}", candidate_session.lease_id());
     std::thread::scope(|s| {
         let handing = s.spawn(|| leader.hand_over_timeout("c", Duration::from_secs(5)));
-        let asked = Instant::now() + Duration::from_secs(3);
-        while cluster.keys("ho.handover/").is_empty() && Instant::now() < asked {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(cluster.keys("ho.handover/").len(), 1, "never asked");
+        assert!(
+            keys_reach(&cluster, "ho.handover/", 1, Duration::from_secs(3)),
+            "never asked"
+        );
         std::thread::sleep(Duration::from_millis(150)); // answered (its member is quick)
         assert_eq!(cluster.delete_prefix(&candidate_key), 1);
         let handed = handing.join().expect("the hand-over's thread");
@@ -998,11 +993,10 @@ fn a_hand_over_that_etcd_does_not_answer_ends_with_the_requests_timeout() {
     let election = candidate_session.election("ho").expect("an election");
     let candidate =
         std::thread::spawn(move || election.campaign_timeout("c", Duration::from_secs(4)));
-    let joined = Instant::now() + Duration::from_secs(2);
-    while cluster.keys("ho/").len() < 2 && Instant::now() < joined {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(cluster.keys("ho/").len(), 2, "the candidate never joined");
+    assert!(
+        keys_reach(&cluster, "ho/", 2, Duration::from_secs(2)),
+        "the candidate never joined"
+    );
     cluster.set_frozen(1, true);
     let asked = Instant::now();
     let handed = leader.hand_over_timeout("c", Duration::from_secs(10));
@@ -1028,4 +1022,18 @@ fn a_hand_over_that_etcd_does_not_answer_ends_with_the_requests_timeout() {
             .expect("the candidate's thread")
             .is_err_and(|e| e.is_timeout())
     );
+}
+
+/// Whether `cluster` has `n` keys under `prefix` within `limit` (polled every 5 ms).
+fn keys_reach(
+    cluster: &etcd_sync::testing::sim::SimCluster,
+    prefix: &str,
+    n: usize,
+    limit: Duration,
+) -> bool {
+    let until = Instant::now() + limit;
+    while cluster.keys(prefix).len() != n && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cluster.keys(prefix).len() == n
 }
