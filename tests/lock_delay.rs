@@ -276,16 +276,7 @@ fn a_release_in_the_last_second_of_the_holders_lease_owes_no_delay() {
     let server = etcd();
     let c = client(&server.endpoints());
     // A lease with no keep-alive: 2 s, etcd's least.
-    let granted = etcdctl_command(&server.endpoint(), &["lease", "grant", "2"])
-        .output()
-        .unwrap();
-    let granted_at = Instant::now();
-    let out = String::from_utf8_lossy(&granted.stdout).into_owned();
-    let hex = out
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or_else(|| panic!("etcdctl lease grant said {out:?}"));
-    let lease = i64::from_str_radix(hex, 16).unwrap();
+    let (lease, hex, granted_at) = grant_unkept(&server.endpoint(), 2);
     c.put_with_lease(format!("ld-last/{hex}"), "", lease)
         .unwrap();
     // The waiter joins with under a second of the lease left: every lookup says TTL 0.
@@ -562,16 +553,7 @@ fn a_lookup_that_finds_the_lease_ended_proves_no_release() {
 fn a_lookups_proof_ends_a_margin_before_its_ttl() {
     let server = etcd();
     let c = client(&server.endpoints());
-    let granted = etcdctl_command(&server.endpoint(), &["lease", "grant", "10"])
-        .output()
-        .unwrap();
-    let granted_at = Instant::now();
-    let out = String::from_utf8_lossy(&granted.stdout).into_owned();
-    let hex = out
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or_else(|| panic!("etcdctl lease grant said {out:?}"));
-    let lease = i64::from_str_radix(hex, 16).unwrap();
+    let (lease, hex, granted_at) = grant_unkept(&server.endpoint(), 10);
     let key = format!("ld-margin/{hex}");
     c.put_with_lease(key.clone(), "", lease).unwrap();
     let s = session(&c, 30);
@@ -617,4 +599,22 @@ fn wait_and_say_held(
         let guard = mutex.lock_timeout(limit);
         (Instant::now(), guard.map(|g| g.is_held()))
     })
+}
+
+/// A lease of `ttl` seconds granted by `etcdctl` (so that no keep-alive of ours renews
+/// it): its id, the id in hex, and the instant the grant was answered.
+fn grant_unkept(endpoint: &str, ttl: u32) -> (i64, String, Instant) {
+    let ttl = ttl.to_string();
+    let granted = etcdctl_command(endpoint, &["lease", "grant", &ttl])
+        .output()
+        .unwrap();
+    let granted_at = Instant::now();
+    let out = String::from_utf8_lossy(&granted.stdout).into_owned();
+    let hex = out
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("etcdctl lease grant said {out:?}"))
+        .to_owned();
+    let lease = i64::from_str_radix(&hex, 16).unwrap();
+    (lease, hex, granted_at)
 }
