@@ -279,7 +279,8 @@ async fn ask(
         Compare::lease(key.clone(), CompareOp::Equal, *lease),
         Compare::create_revision(c.key.clone(), CompareOp::Equal, c.create_revision),
     ];
-    // 1. The request (a retry that finds its own earlier copy goes on from it).
+    // 1. The request (a retry that finds its own earlier copy goes on from it: the
+    // candidate may have answered it already), and 2. the answer, over the request.
     let put = Txn::new()
         .when(leading.iter().cloned().chain([Compare::create_revision(
             request.clone(),
@@ -291,8 +292,9 @@ async fn ask(
             asked.clone(),
             *lease,
         )]);
-    let asked_at = match rpc.txn(&put, Retry::Safe).await? {
-        r if r.succeeded => r.revision,
+    let taken = handed::ack_value(c.create_revision);
+    let answered_at = match rpc.txn(&put, Retry::Safe).await? {
+        r if r.succeeded => answer_to(rpc, watches, &request, r.revision, &taken, &c).await?,
         _ => match rpc
             .read(&Range::key(&request))
             .await?
@@ -300,34 +302,13 @@ async fn ask(
             .into_iter()
             .next()
         {
-            Some(kv) if kv.lease == *lease && kv.value == asked => kv.mod_revision,
+            Some(kv) if kv.lease == *lease && kv.value == asked => {
+                answer_to(rpc, watches, &request, kv.mod_revision, &taken, &c).await?
+            }
+            Some(kv) if kv.lease == *lease && kv.value == taken => kv.mod_revision,
             Some(_) => return Err(failed(&c.key, "another hand-over to it is under way")),
             None => return Err(not_leading_or_gone(rpc, (key, rev, lease), &c).await),
         },
-    };
-    tracing::debug!(to = %text(&c.key), at = asked_at, "hand-over requested");
-    // 2. The answer, over the request.
-    let taken = handed::ack_value(c.create_revision);
-    let mut answers = watches.subscribe(Spec::key(&request, Only::All), asked_at);
-    let answered_at = loop {
-        let found = match answers.next().await {
-            Delivery::Events(batch) => batch.iter().find_map(|e| match e.kind {
-                EventKind::Put if e.kv.value == taken => Some(Ok(e.kv.mod_revision)),
-                EventKind::Delete => Some(Err(())),
-                EventKind::Put => None,
-            }),
-            Delivery::From { .. } => match rpc.read(&Range::key(&request)).await?.kvs.first() {
-                Some(kv) if kv.value == taken => Some(Ok(kv.mod_revision)),
-                Some(_) => None,
-                None => Some(Err(())),
-            },
-            Delivery::Failed(e) => return Err(e),
-        };
-        match found {
-            Some(Ok(at)) => break at,
-            Some(Err(())) => return Err(failed(&c.key, "its request was deleted")),
-            None => {}
-        }
     };
     // The candidate's value as it waits now (a campaign on a resumed lease proclaims its
     // new value before it waits, and answers only while it waits): the adoption puts it,
@@ -341,6 +322,40 @@ async fn ask(
         request,
         answered_at,
     })
+}
+
+/// Waits for the candidate `c`'s answer (`taken`) over our `request`, asked at
+/// `asked_at`: the answer's revision, or `HandOverFailed` if the request goes.
+async fn answer_to(
+    rpc: &Rpc,
+    watches: &Watches,
+    request: &[u8],
+    asked_at: i64,
+    taken: &[u8],
+    c: &KeyValue,
+) -> Result<i64> {
+    tracing::debug!(to = %text(&c.key), at = asked_at, "hand-over requested");
+    let mut answers = watches.subscribe(Spec::key(request, Only::All), asked_at);
+    loop {
+        let found = match answers.next().await {
+            Delivery::Events(batch) => batch.iter().find_map(|e| match e.kind {
+                EventKind::Put if e.kv.value == taken => Some(Ok(e.kv.mod_revision)),
+                EventKind::Delete => Some(Err(())),
+                EventKind::Put => None,
+            }),
+            Delivery::From { .. } => match rpc.read(&Range::key(request)).await?.kvs.first() {
+                Some(kv) if kv.value == taken => Some(Ok(kv.mod_revision)),
+                Some(_) => None,
+                None => Some(Err(())),
+            },
+            Delivery::Failed(e) => return Err(e),
+        };
+        match found {
+            Some(Ok(at)) => return Ok(at),
+            Some(Err(())) => return Err(failed(&c.key, "its request was deleted")),
+            None => {}
+        }
+    }
 }
 
 /// The adoption (the module's step 3): one Txn, retried until etcd answers it or our
