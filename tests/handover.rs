@@ -120,14 +120,8 @@ fn a_candidate_that_never_answers_leaves_the_leader_leading() {
     let c = client(&server.endpoints());
     let sa = session(&c, 10);
     let a = sa.election("quiet").unwrap().campaign("a").unwrap();
-    // A candidate of another client (Go's shape): a key under the name on its own lease,
-    // which never answers a hand-over request.
     let go = session(&c, 10);
-    let key = format!("quiet/{:x}", go.lease_id());
-    c.txn(Txn::new().and_then([TxnOp::put_with_lease(key.clone(), "go", go.lease_id())]))
-        .unwrap();
-
-    let go_created = c.get(&key).unwrap().unwrap().create_revision;
+    let (key, go_created) = silent_candidate(&c, "quiet", &go);
 
     // While the leader waits for an answer, its request is beside the line, named after
     // the candidate's key, on the leader's lease, naming the candidate key's revision.
@@ -284,4 +278,101 @@ fn a_key_with_no_lease_is_no_candidate_and_is_refused_at_once() {
     );
     assert!(a.is_leader());
     assert!(keys(&c, "plain.handover/").is_empty(), "a request was put");
+}
+
+/// A candidate of another client (Go's shape: a key under the name on its own lease,
+/// which never answers a hand-over request) in `name`, and that key's create revision.
+fn silent_candidate(c: &etcd_sync::Client, name: &str, go: &etcd_sync::Session) -> (String, i64) {
+    let key = format!("{name}/{:x}", go.lease_id());
+    c.txn(Txn::new().and_then([TxnOp::put_with_lease(key.clone(), "go", go.lease_id())]))
+        .unwrap();
+    let created = c.get(&key).unwrap().unwrap().create_revision;
+    (key, created)
+}
+
+/// A request for the same candidate that another session left standing (a former
+/// leader's hand-over, still under way, asked or answered): the hand-over is refused at
+/// once as another's, the leader leads on, and the other request is left as it was.
+/// (Mutation testing, shard 5/10: with the check of a standing request loosened, the
+/// leader took the other's request for its own, and waited out its limit for an answer
+/// or adopted on the other's answer.)
+#[test]
+fn a_request_another_session_left_standing_refuses_the_hand_over_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let sa = session(&c, 10);
+    let a = sa.election("busy").unwrap().campaign("a").unwrap();
+    let go = session(&c, 10);
+    let (key, created) = silent_candidate(&c, "busy", &go);
+    let other = session(&c, 10);
+    let request = format!("busy.handover/{:x}", go.lease_id());
+    for standing in [
+        format!("handover to={created}"),
+        format!("handover taken={created}"),
+    ] {
+        c.put_with_lease(&request, &standing, other.lease_id())
+            .unwrap();
+        let asked = Instant::now();
+        let e = a
+            .hand_over_timeout(&key, Duration::from_secs(5))
+            .unwrap_err();
+        assert!(e.is_hand_over_failed(), "{standing}: {e:?}");
+        assert!(
+            e.to_string().contains("another hand-over"),
+            "{standing}: {e}"
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "{standing}: refused after {:?}",
+            asked.elapsed()
+        );
+        assert!(a.is_leader(), "{standing}");
+        std::thread::sleep(Duration::from_millis(200)); // our withdrawal, if any, is done
+        let left = c.get(&request).unwrap().expect("the other's request");
+        assert_eq!(left.lease, other.lease_id(), "{standing}");
+        assert_eq!(left.value_str(), standing);
+    }
+}
+
+/// A request overwritten with anything but the candidate's answer (an operator's put,
+/// still on the leader's lease) is no answer: the hand-over fails at its limit, the
+/// candidate's key stays on its lease and the leader leads on. (Mutation testing, shard
+/// 5/10: with any put over the request taken for the answer, the leader's key went to
+/// the candidate's lease without its consent.)
+#[test]
+fn a_request_overwritten_with_anything_but_the_answer_is_no_answer() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let sa = session(&c, 10);
+    let a = sa.election("junk").unwrap().campaign("a").unwrap();
+    let go = session(&c, 10);
+    let (key, _) = silent_candidate(&c, "junk", &go);
+    let request = format!("junk.handover/{:x}", go.lease_id());
+    let overwrite = {
+        let (c, request, lease) = (c.clone(), request.clone(), sa.lease_id());
+        std::thread::spawn(move || {
+            let asked = eventually(Duration::from_secs(2), || {
+                c.get(&request).unwrap().is_some()
+            });
+            asked && c.put_with_lease(&request, "not an answer", lease).is_ok()
+        })
+    };
+    let e = a
+        .hand_over_timeout(&key, Duration::from_millis(1500))
+        .unwrap_err();
+    assert!(
+        overwrite.join().unwrap(),
+        "the request was never overwritten"
+    );
+    assert!(e.is_hand_over_failed(), "{e:?}");
+    assert!(a.is_leader());
+    assert_eq!(keys(&c, "junk/").len(), 2, "a key of the name went");
+    assert_eq!(
+        c.get(&key).unwrap().expect("the candidate's key").lease,
+        go.lease_id()
+    );
+    assert_eq!(
+        c.get(a.key()).unwrap().expect("the leader's key").lease,
+        sa.lease_id()
+    );
 }

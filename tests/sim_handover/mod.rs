@@ -289,7 +289,11 @@ fn candidate_leads(
     let led = led.expect("the candidate leads");
     assert!(led.is_leader());
     assert!(!leader.is_leader(), "the old leader still says it leads");
-    assert_eq!(led.key(), leader.key(), "the candidate holds the leader's key");
+    assert_eq!(
+        led.key(),
+        leader.key(),
+        "the candidate holds the leader's key"
+    );
 }
 
 /// A hand-over request whose put applied and whose answer was lost (the leader's member
@@ -305,5 +309,58 @@ fn a_hand_over_whose_request_was_answered_before_its_retry_goes_through() {
     let handed = leader.hand_over_timeout("c", Duration::from_secs(10));
     cluster.set_swallow_writes(0, false);
     assert!(handed.is_ok(), "the hand-over: {handed:?}");
+    candidate_leads(candidate, &leader);
+}
+
+/// As above, with the candidate's member 1.2 s behind, so the leader's retry finds its
+/// own request not answered yet: it waits for the answer over it, and the hand-over goes
+/// through. (Mutation testing, shard 5/10: a retry that took its own request for
+/// another's failed, and nothing judged it.)
+#[test]
+fn a_hand_over_whose_retry_finds_its_request_unanswered_waits_for_the_answer() {
+    let cluster = etcd_sync::testing::sim::SimCluster::start(3).expect("a simulated cluster");
+    let (_session, leader, candidate) = leader_and_candidate(&cluster, &[0, 1], 2);
+    cluster.set_lag(2, Some(Duration::from_millis(1200)));
+    cluster.set_swallow_writes(0, true);
+    let asked = Instant::now();
+    let handed = leader.hand_over_timeout("c", Duration::from_secs(10));
+    let took = asked.elapsed();
+    cluster.set_swallow_writes(0, false);
+    cluster.set_lag(2, None);
+    assert!(handed.is_ok(), "the hand-over: {handed:?}");
+    // The retry 1 s after the request, the answer 2.4 s after it.
+    assert!(
+        took > Duration::from_millis(2200),
+        "handed over after {took:?}"
+    );
+    candidate_leads(candidate, &leader);
+}
+
+/// A leader whose watch of its request's answer was down while the candidate answered,
+/// with the history compacted past the answer meanwhile: when its watch resumes it reads
+/// the request once, finds the answer and adopts. (The leader's member is frozen with its
+/// connections broken from the request on; the candidate's lags 600 ms, so its answer
+/// comes 1.2 s after the request.) (Mutation testing, shard 5/10: with the answer read
+/// and not taken, the leader waited out its limit.)
+#[test]
+fn a_hand_over_answered_while_the_leaders_watch_was_down_and_compacted_goes_through() {
+    let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
+    let (_session, leader, candidate) = leader_and_candidate(&cluster, &[0], 1);
+    cluster.set_lag(1, Some(Duration::from_millis(600)));
+    std::thread::scope(|s| {
+        let handing = s.spawn(|| leader.hand_over_timeout("c", Duration::from_secs(8)));
+        assert!(
+            keys_reach(&cluster, "ho.handover/", 1, Duration::from_secs(3)),
+            "never asked"
+        );
+        cluster.set_frozen(0, true);
+        cluster.break_connections(0);
+        std::thread::sleep(Duration::from_millis(1800)); // answered meanwhile
+        cluster.compact();
+        cluster.set_frozen(0, false);
+        let handed = handing.join().expect("the hand-over's thread");
+        assert!(handed.is_ok(), "the hand-over: {handed:?}");
+    });
+    cluster.set_lag(1, None);
     candidate_leads(candidate, &leader);
 }
