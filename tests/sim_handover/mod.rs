@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 
+const SECOND: Duration = Duration::from_secs(1);
+
 /// A candidate whose wait ends (its limit) after it answered a hand-over, just after the
 /// leader's adoption Txn made the leader's key its own and before it heard so: the wait
 /// removes that key too, so the name is not left led by nobody until the candidate's
@@ -242,12 +244,12 @@ fn keys_reach(
     cluster.keys(prefix).len() == n
 }
 
-/// A leader and a candidate in the name `ho`, the leader on `leader_endpoints` with a 1 s
-/// request timeout, the candidate (waiting up to 20 s) on `candidate_endpoint`, both
+/// A leader and a candidate in the name `ho`, the leader on `leader_endpoints` with
+/// `request_timeout`, the candidate (waiting up to 20 s) on `candidate_endpoint`, both
 /// joined and watching.
 fn leader_and_candidate(
     cluster: &etcd_sync::testing::sim::SimCluster,
-    leader_endpoints: &[usize],
+    (leader_endpoints, request_timeout): (&[usize], Duration),
     candidate_endpoint: usize,
 ) -> (
     etcd_sync::Session,
@@ -257,7 +259,7 @@ fn leader_and_candidate(
     let endpoints = cluster.endpoints();
     let leader_client = etcd_sync::Client::builder()
         .endpoints(leader_endpoints.iter().map(|&i| endpoints[i].clone()))
-        .request_timeout(Duration::from_secs(1))
+        .request_timeout(request_timeout)
         .connect()
         .expect("a client");
     let candidate_client =
@@ -304,7 +306,7 @@ fn candidate_leads(
 #[test]
 fn a_hand_over_whose_request_was_answered_before_its_retry_goes_through() {
     let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
-    let (_session, leader, candidate) = leader_and_candidate(&cluster, &[0, 1], 1);
+    let (_session, leader, candidate) = leader_and_candidate(&cluster, (&[0, 1], SECOND), 1);
     cluster.set_swallow_writes(0, true);
     let handed = leader.hand_over_timeout("c", Duration::from_secs(10));
     cluster.set_swallow_writes(0, false);
@@ -319,7 +321,7 @@ fn a_hand_over_whose_request_was_answered_before_its_retry_goes_through() {
 #[test]
 fn a_hand_over_whose_retry_finds_its_request_unanswered_waits_for_the_answer() {
     let cluster = etcd_sync::testing::sim::SimCluster::start(3).expect("a simulated cluster");
-    let (_session, leader, candidate) = leader_and_candidate(&cluster, &[0, 1], 2);
+    let (_session, leader, candidate) = leader_and_candidate(&cluster, (&[0, 1], SECOND), 2);
     cluster.set_lag(2, Some(Duration::from_millis(1200)));
     cluster.set_swallow_writes(0, true);
     let asked = Instant::now();
@@ -345,7 +347,7 @@ fn a_hand_over_whose_retry_finds_its_request_unanswered_waits_for_the_answer() {
 #[test]
 fn a_hand_over_answered_while_the_leaders_watch_was_down_and_compacted_goes_through() {
     let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
-    let (_session, leader, candidate) = leader_and_candidate(&cluster, &[0], 1);
+    let (_session, leader, candidate) = leader_and_candidate(&cluster, (&[0], SECOND), 1);
     cluster.set_lag(1, Some(Duration::from_millis(600)));
     std::thread::scope(|s| {
         let handing = s.spawn(|| leader.hand_over_timeout("c", Duration::from_secs(8)));
@@ -363,4 +365,100 @@ fn a_hand_over_answered_while_the_leaders_watch_was_down_and_compacted_goes_thro
     });
     cluster.set_lag(1, None);
     candidate_leads(candidate, &leader);
+}
+
+/// An adoption Txn that applied while its answer was lost (the leader's member swallows
+/// it), retried on the other member: the retry's compares fail, the read after it finds
+/// the leader's key on the candidate's lease, and the hand-over reports success. (The
+/// candidate's member lags 600 ms, so the request is answered 1.2 s after it is put, and
+/// the swallowing starts in between.) (Mutation testing, shard 5/10: with that read's
+/// verdict turned, the hand-over that happened was reported as `NotLeader`.)
+#[test]
+fn an_adoption_whose_answer_was_lost_reads_that_it_applied() {
+    let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
+    let (_session, leader, candidate) = leader_and_candidate(&cluster, (&[0, 1], SECOND), 1);
+    cluster.set_lag(1, Some(Duration::from_millis(600)));
+    std::thread::scope(|s| {
+        let handing = s.spawn(|| leader.hand_over_timeout("c", Duration::from_secs(8)));
+        assert!(
+            keys_reach(&cluster, "ho.handover/", 1, Duration::from_secs(3)),
+            "never asked"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        cluster.set_swallow_writes(0, true);
+        let handed = handing.join().expect("the hand-over's thread");
+        cluster.set_swallow_writes(0, false);
+        assert!(handed.is_ok(), "the hand-over: {handed:?}");
+    });
+    cluster.set_lag(1, None);
+    candidate_leads(candidate, &leader);
+}
+
+/// An adoption Txn refused because a key it requires went between the answer and the
+/// Txn (an operator's delete): the candidate's key (the hand-over fails, the leader leads
+/// on), the leader's own (`NotLeader`), or the leader's own, put again on its lease by
+/// someone (`NotLeader`: a new key is no longer the one it led with). The leader's
+/// member lags 1 s: the request applies at T, the answer right after, the leader hears it
+/// at T + 1 s, reads the candidate's key at T + 2 s and adopts at T + 3 s; the delete
+/// comes at T + 2.5 s. (Mutation testing, shard 5/10: with the refused Txn's read or the
+/// verdict after it loosened, the refusal was reported as a hand-over, or as the wrong
+/// failure.)
+#[test]
+fn an_adoption_refused_because_a_key_went_says_which() {
+    for gone in ["candidate's", "leader's", "leader's, put again"] {
+        let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
+        let (session, leader, candidate) =
+            leader_and_candidate(&cluster, (&[0], Duration::from_secs(5)), 1);
+        let leaders = format!("ho/{:x}", session.lease_id());
+        let key = match gone {
+            "candidate's" => cluster
+                .keys("ho/")
+                .into_iter()
+                .map(|(key, _)| key)
+                .find(|key| *key != leaders)
+                .expect("the candidate's key"),
+            _ => leaders.clone(),
+        };
+        let operator =
+            etcd_sync::Client::connect([cluster.endpoints()[1].clone()]).expect("a client");
+        cluster.set_lag(0, Some(SECOND));
+        std::thread::scope(|s| {
+            let handing = s.spawn(|| leader.hand_over_timeout("c", Duration::from_secs(10)));
+            assert!(
+                keys_reach(&cluster, "ho.handover/", 1, Duration::from_secs(5)),
+                "never asked"
+            );
+            std::thread::sleep(Duration::from_millis(2500));
+            assert_eq!(cluster.delete_prefix(&key), 1);
+            if gone == "leader's, put again" {
+                operator
+                    .put_with_lease(&key, "again", session.lease_id())
+                    .expect("a put");
+            }
+            let handed = handing.join().expect("the hand-over's thread");
+            match gone {
+                "candidate's" => assert!(
+                    handed.as_ref().is_err_and(|e| e.is_hand_over_failed()),
+                    "the {gone} key gone: {handed:?}"
+                ),
+                _ => assert!(
+                    matches!(handed, Err(etcd_sync::Error::NotLeader)),
+                    "the {gone} key gone: {handed:?}"
+                ),
+            }
+        });
+        cluster.set_lag(0, None);
+        let leads = gone == "candidate's";
+        assert!(
+            common::eventually(Duration::from_secs(2), || leader.is_leader() == leads),
+            "the leader's guard, the {gone} key gone"
+        );
+        // With the leader's key gone, the candidate is first in line with its own key;
+        // with its own key gone, its campaign has lost it.
+        let campaign = candidate.join().expect("the candidate's thread");
+        match leads {
+            false => assert!(campaign.is_ok_and(|led| led.is_leader()), "{gone}"),
+            true => assert!(campaign.is_err_and(|e| e.is_lost()), "{gone}"),
+        }
+    }
 }
