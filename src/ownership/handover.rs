@@ -293,8 +293,9 @@ async fn ask(
             *lease,
         )]);
     let taken = handed::ack_value(c.create_revision);
+    let waiting = (rpc, watches, &**line.session.lease());
     let answered_at = match rpc.txn(&put, Retry::Safe).await? {
-        r if r.succeeded => answer_to(rpc, watches, &request, r.revision, &taken, &c).await?,
+        r if r.succeeded => answer_to(waiting, &request, r.revision, &taken, &c).await?,
         _ => match rpc
             .read(&Range::key(&request))
             .await?
@@ -303,7 +304,7 @@ async fn ask(
             .next()
         {
             Some(kv) if kv.lease == *lease && kv.value == asked => {
-                answer_to(rpc, watches, &request, kv.mod_revision, &taken, &c).await?
+                answer_to(waiting, &request, kv.mod_revision, &taken, &c).await?
             }
             Some(kv) if kv.lease == *lease && kv.value == taken => kv.mod_revision,
             Some(_) => return Err(failed(&c.key, "another hand-over to it is under way")),
@@ -327,8 +328,7 @@ async fn ask(
 /// Waits for the candidate `c`'s answer (`taken`) over our `request`, asked at
 /// `asked_at`: the answer's revision, or `HandOverFailed` if the request goes.
 async fn answer_to(
-    rpc: &Rpc,
-    watches: &Watches,
+    (rpc, watches, session): (&Rpc, &Watches, &LeaseState),
     request: &[u8],
     asked_at: i64,
     taken: &[u8],
@@ -336,6 +336,7 @@ async fn answer_to(
 ) -> Result<i64> {
     tracing::debug!(to = %text(&c.key), at = asked_at, "hand-over requested");
     let mut answers = watches.subscribe(Spec::key(request, Only::All), asked_at);
+    let range = Range::key(request);
     loop {
         let found = match answers.next().await {
             Delivery::Events(batch) => batch.iter().find_map(|e| match e.kind {
@@ -343,7 +344,14 @@ async fn answer_to(
                 EventKind::Delete => Some(Err(())),
                 EventKind::Put => None,
             }),
-            Delivery::From { .. } => match rpc.read(&Range::key(request)).await?.kvs.first() {
+            // Part of the wait (after a resumed watch, whose reconnection a first read may
+            // still meet): patient with a transient failure, as the watch is.
+            Delivery::From { .. } => match session
+                .retry_while_alive(|| rpc.read(&range))
+                .await?
+                .kvs
+                .first()
+            {
                 Some(kv) if kv.value == taken => Some(Ok(kv.mod_revision)),
                 Some(_) => None,
                 None => Some(Err(())),
