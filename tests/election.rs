@@ -185,6 +185,26 @@ fn recampaign_on_the_same_session_proclaims() {
     assert_eq!(e.leader().unwrap().unwrap().value, b"def");
 }
 
+/// A campaign while a guard whose key an operator deleted is still alive is a new
+/// campaign, not a re-campaign of the lost key: it leads with a new key and a newer token.
+/// (Mutation testing, shard 5/10: with an ended hold taken for a live one, the campaign
+/// proclaimed over the deleted key and failed with `NotLeader`.)
+#[test]
+fn a_campaign_beside_a_lost_guard_campaigns_anew() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let e = s.election("lostrc").unwrap();
+    let first = e.campaign("abc").unwrap();
+    assert_eq!(c.delete(first.key()).unwrap(), 1);
+    assert!(eventually(Duration::from_secs(2), || !first.is_leader()));
+    let second = e.campaign("def").unwrap();
+    assert!(second.is_leader());
+    assert!(second.fencing_token() > first.fencing_token());
+    assert!(!first.is_leader());
+    assert_eq!(e.leader().unwrap().unwrap().value, b"def");
+}
+
 /// A re-campaign is a campaign: its time limit and cancel token bound the proclamation it
 /// sends. (The randomized checker saw a 148 ms `campaign_timeout` take 2446 ms: the
 /// re-campaign's proclaim waited out request timeouts on a frozen member.) A proclamation

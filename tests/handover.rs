@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, etcd, eventually, keys, session};
-use etcd_sync::{Error, LeaderEvent, Txn, TxnOp};
+use etcd_sync::{Error, KeyMode, LeaderEvent, Txn, TxnOp};
 
 fn wait_until_waiting(election: &etcd_sync::Election, n: usize) {
     assert!(
@@ -47,6 +47,8 @@ fn the_named_candidate_leads_next_and_the_others_keep_their_places() {
         "the key is on the successor's lease"
     );
     assert_eq!(next.key, a.key(), "the successor holds our key");
+    // (Mutation testing, shard 5/10: `Held::prefix` wrong made it `Other`.)
+    assert_eq!(next.mode, KeyMode::Exclusive, "the successor's key's mode");
     assert!(!a.is_leader(), "the old leader no longer leads");
     assert!(
         a.lost().recv_timeout(Duration::from_secs(1)).is_err(),
