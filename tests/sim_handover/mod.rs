@@ -373,8 +373,10 @@ fn a_hand_over_answered_while_the_leaders_watch_was_down_and_compacted_goes_thro
 /// it), retried on the other member: the retry's compares fail, the read after it finds
 /// the leader's key on the candidate's lease, and the hand-over reports success. (The
 /// candidate's member lags 600 ms, so the request is answered 1.2 s after it is put, and
-/// the swallowing starts in between.) (Mutation testing, shard 5/10: with that read's
-/// verdict turned, the hand-over that happened was reported as `NotLeader`.)
+/// the swallowing starts in between.) The old guard does not say it leads once the
+/// candidate does, though its call still waits. (Mutation testing, shard 5/10: with that
+/// read's verdict turned, the hand-over that happened was reported as `NotLeader`; with
+/// the adoption not marked on the guard, both guards said they led for a second.)
 #[test]
 fn an_adoption_whose_answer_was_lost_reads_that_it_applied() {
     let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
@@ -388,12 +390,23 @@ fn an_adoption_whose_answer_was_lost_reads_that_it_applied() {
         );
         std::thread::sleep(Duration::from_millis(300));
         cluster.set_swallow_writes(0, true);
+        // The candidate leads while the leader still waits for its retry's answer: the
+        // old guard must not say it leads meanwhile.
+        let led = candidate.join().expect("the candidate's thread");
+        let old_says_it_leads = leader.is_leader();
         let handed = handing.join().expect("the hand-over's thread");
         cluster.set_swallow_writes(0, false);
         assert!(handed.is_ok(), "the hand-over: {handed:?}");
+        let led = led.expect("the candidate leads");
+        assert!(led.is_leader());
+        assert!(!old_says_it_leads, "two guards said they led");
+        assert_eq!(
+            led.key(),
+            leader.key(),
+            "the candidate holds the leader's key"
+        );
     });
     cluster.set_lag(1, None);
-    candidate_leads(candidate, &leader);
 }
 
 /// An adoption Txn refused because a key it requires went between the answer and the
