@@ -70,28 +70,9 @@ fn a_candidate_whose_wait_ends_after_its_answer_leaves_no_leadership_behind() {
 /// the hand-over failed.)
 #[test]
 fn a_hand_over_asked_while_the_candidates_watch_was_down_and_compacted_goes_through() {
-    use etcd_sync::Client;
-    use etcd_sync::testing::sim::SimCluster;
-
-    let cluster = SimCluster::start(2).expect("a simulated cluster");
-    let endpoints = cluster.endpoints();
-    let leader_client = Client::connect([endpoints[0].clone()]).expect("a client");
-    let candidate_client = Client::connect([endpoints[1].clone()]).expect("a client");
-    let leader_session = leader_client.session().expect("a session");
-    let candidate_session = candidate_client.session().expect("a session");
-    let leader = leader_session
-        .election("ho")
-        .expect("an election")
-        .campaign("l")
-        .expect("the free leadership");
-    let election = candidate_session.election("ho").expect("an election");
-    let candidate =
-        std::thread::spawn(move || election.campaign_timeout("c", Duration::from_secs(20)));
-    assert!(
-        keys_reach(&cluster, "ho/", 2, Duration::from_secs(2)),
-        "the candidate never joined"
-    );
-    std::thread::sleep(Duration::from_millis(300)); // its watches are up
+    let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
+    let (_session, leader, candidate) =
+        leader_and_candidate(&cluster, (&[0], etcd_sync::DEFAULT_REQUEST_TIMEOUT), 1);
     cluster.set_frozen(1, true);
     cluster.break_connections(1);
     std::thread::scope(|s| {
@@ -124,30 +105,11 @@ fn a_hand_over_asked_while_the_candidates_watch_was_down_and_compacted_goes_thro
 /// took the first key in line, the leader's, for its own: two leaders.)
 #[test]
 fn a_candidate_whose_key_is_deleted_after_its_answer_does_not_lead() {
-    use etcd_sync::Client;
-    use etcd_sync::testing::sim::SimCluster;
-
-    let cluster = SimCluster::start(2).expect("a simulated cluster");
-    let endpoints = cluster.endpoints();
-    let leader_client = Client::connect([endpoints[1].clone()]).expect("a client");
-    let candidate_client = Client::connect([endpoints[0].clone()]).expect("a client");
-    let leader_session = leader_client.session().expect("a session");
-    let candidate_session = candidate_client.session().expect("a session");
-    let leader = leader_session
-        .election("ho")
-        .expect("an election")
-        .campaign("l")
-        .expect("the free leadership");
-    let election = candidate_session.election("ho").expect("an election");
-    let candidate =
-        std::thread::spawn(move || election.campaign_timeout("c", Duration::from_secs(20)));
-    assert!(
-        keys_reach(&cluster, "ho/", 2, Duration::from_secs(2)),
-        "the candidate never joined"
-    );
-    std::thread::sleep(Duration::from_millis(300)); // its watches are up
+    let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
+    let (session, leader, candidate) =
+        leader_and_candidate(&cluster, (&[1], etcd_sync::DEFAULT_REQUEST_TIMEOUT), 0);
     cluster.set_lag(1, Some(Duration::from_millis(600)));
-    let candidate_key = format!("ho/{:x}", candidate_session.lease_id());
+    let candidate_key = candidate_key(&cluster, &session);
     std::thread::scope(|s| {
         let handing = s.spawn(|| leader.hand_over_timeout("c", Duration::from_secs(5)));
         assert!(
@@ -280,6 +242,20 @@ fn leader_and_candidate(
     );
     std::thread::sleep(Duration::from_millis(300)); // its watches are up
     (leader_session, leader, candidate)
+}
+
+/// The key under `ho/` that is not the leader's (of `session`): the candidate's.
+fn candidate_key(
+    cluster: &etcd_sync::testing::sim::SimCluster,
+    session: &etcd_sync::Session,
+) -> String {
+    let leaders = format!("ho/{:x}", session.lease_id());
+    cluster
+        .keys("ho/")
+        .into_iter()
+        .map(|(key, _)| key)
+        .find(|key| *key != leaders)
+        .expect("the candidate's key")
 }
 
 /// The candidate's campaign ended leading, on the leader's key.
@@ -435,12 +411,7 @@ fn adoption_refused(gone: &str) {
         leader_and_candidate(&cluster, (&[0], Duration::from_secs(5)), 1);
     let leaders = format!("ho/{:x}", session.lease_id());
     let key = match gone {
-        "candidate's" => cluster
-            .keys("ho/")
-            .into_iter()
-            .map(|(key, _)| key)
-            .find(|key| *key != leaders)
-            .expect("the candidate's key"),
+        "candidate's" => candidate_key(&cluster, &session),
         _ => leaders.clone(),
     };
     let operator = etcd_sync::Client::connect([cluster.endpoints()[1].clone()]).expect("a client");
