@@ -227,6 +227,17 @@ struct Asked {
     answered_at: i64,
 }
 
+/// The reasons of [`Error::HandOverFailed`] that say the candidate or another's request was
+/// in the way (the simulation checks that each was true: `testing/sim/run/handover.rs`).
+pub(crate) mod reason {
+    /// The first read found no such waiter behind the leader.
+    pub(crate) const NO_CANDIDATE: &str = "no such candidate waits behind us";
+    /// Another request for the candidate stands.
+    pub(crate) const ANOTHER: &str = "another hand-over to it is under way";
+    /// etcd refused the adoption: the candidate's lease is gone.
+    pub(crate) const SESSION_ENDED: &str = "its session ended";
+}
+
 fn failed(to: &[u8], reason: &str) -> Error {
     Error::HandOverFailed {
         to: text(to).into_owned(),
@@ -262,7 +273,7 @@ async fn ask(
         .or_else(|| candidates().find(|kv| kv.value == to))
         .cloned()
     else {
-        return Err(failed(to, "no such candidate waits behind us"));
+        return Err(failed(to, reason::NO_CANDIDATE));
     };
     if c.lease == 0 || c.lease == *lease {
         return Err(failed(
@@ -307,7 +318,7 @@ async fn ask(
                 answer_to(waiting, &request, kv.mod_revision, &taken, &c).await?
             }
             Some(kv) if kv.lease == *lease && kv.value == taken => kv.mod_revision,
-            Some(_) => return Err(failed(&c.key, "another hand-over to it is under way")),
+            Some(_) => return Err(failed(&c.key, reason::ANOTHER)),
             None => return Err(not_leading_or_gone(rpc, (key, rev, lease), &c).await),
         },
     };
@@ -405,7 +416,7 @@ async fn adopt(
         Err(Error::Server { message, .. })
             if message.contains(crate::support::etcd_text::LEASE_NOT_FOUND) =>
         {
-            return Err(failed(&c.key, "its session ended"));
+            return Err(failed(&c.key, reason::SESSION_ENDED));
         }
         Err(e) => return Err(e),
     };

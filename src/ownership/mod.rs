@@ -33,7 +33,7 @@ use crate::support::kv::text;
 mod acquire;
 mod deadlock;
 mod delay;
-mod handover;
+pub(crate) mod handover;
 mod hold;
 mod join;
 mod leftover;

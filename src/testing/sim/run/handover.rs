@@ -3,15 +3,18 @@
 //! of it: the successor's `campaign` returns a guard over the old leader's key on its own
 //! lease (checked as every guard is, by `enters` and `watch`), the old guard no longer
 //! leads, and the history records the hold going on on the successor's lease
-//! ([`What::HandOver`]), which the outside judge (`tests/fenced`) checks.
+//! ([`What::HandOver`]), which the outside judge (`tests/fenced`) checks. A failed
+//! hand-over is owed its reason ([`unowed`]).
 
 use std::time::Duration;
 
 use super::history::What;
 use super::holding::release;
-use super::kinds::{Kind, kind, lease_of_key};
+use super::kinds::{Kind, kind, lease_of_key, present};
 use super::{Rng, World};
+use crate::ownership::handover::reason;
 use crate::recipes::guard::{Guard, LeaderKind};
+use crate::recipes::holder::Holder;
 use crate::session::Session;
 use crate::support::error::Error;
 
@@ -39,6 +42,7 @@ pub(super) fn hand_over_or_release(
     let Some(to) = to.filter(|_| guard.is_held()) else {
         return release(world, me, Kind::Lead, guard);
     };
+    let first_ask = world.log().asked.insert(to.key.clone());
     let called = world.tick();
     let limit = Duration::from_millis(200 + (token as u64 % 5) * 300);
     match guard.hand_over_timeout(&to.key, limit) {
@@ -68,6 +72,8 @@ pub(super) fn hand_over_or_release(
                     lease: to.lease,
                 };
                 world.record(me, Some(name), handed, (called, false));
+            } else if let Some(what) = unowed(world, &e, &to, first_ask) {
+                world.violation(me, what);
             } else if e.is_hand_over_failed() && !guard.is_held() && session.is_alive() {
                 // A failed hand-over keeps the leader, unless its key went meanwhile.
                 if lease_of_key(world, guard.key()) == Some(lease) {
@@ -77,4 +83,24 @@ pub(super) fn hand_over_or_release(
             release(world, me, Kind::Lead, guard);
         }
     }
+}
+
+/// Why the failure `e` of a hand-over to `to` was not owed, if it was not: refused as
+/// another hand-over's when none was ever asked for that candidate key (a retry that met
+/// its own request: issue 52's first hand-over defect), or because the candidate was gone
+/// while its key still stands with the create revision it waited with (the key, and so its
+/// lease, stood all along). Other reasons (a limit, a changed or deleted request or value)
+/// are not judged.
+fn unowed(world: &World, e: &Error, to: &Holder, first_ask: bool) -> Option<String> {
+    let Error::HandOverFailed { reason, .. } = e else {
+        return None;
+    };
+    let key = String::from_utf8_lossy(&to.key);
+    let stands = || present(world, Kind::Lead.name(), &key, to.create_revision);
+    let wrong = match reason.as_str() {
+        reason::ANOTHER => first_ask,
+        reason::NO_CANDIDATE | reason::SESSION_ENDED => stands(),
+        _ => false,
+    };
+    wrong.then(|| format!("a hand-over to {key} failed ({reason}) without cause"))
 }

@@ -261,6 +261,8 @@ struct Log {
     clock: u64,
     /// By lease, the last position at which a guard of it held (`history.rs`).
     alive: BTreeMap<i64, u64>,
+    /// The candidate keys a hand-over was ever asked for (`handover.rs`).
+    asked: std::collections::BTreeSet<Vec<u8>>,
 }
 
 struct World {
