@@ -6,6 +6,7 @@
 //! ([`What::HandOver`]), which the outside judge (`tests/fenced`) checks. A failed
 //! hand-over is owed its reason ([`unowed`]).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::history::What;
@@ -45,7 +46,10 @@ pub(super) fn hand_over_or_release(
     let first_ask = world.log().asked.insert(to.key.clone());
     let called = world.tick();
     let limit = Duration::from_millis(200 + (token as u64 % 5) * 300);
-    match guard.hand_over_timeout(&to.key, limit) {
+    world.handover_faults.1.store(true, Ordering::SeqCst);
+    let handed = guard.hand_over_timeout(&to.key, limit);
+    world.handover_faults.1.store(false, Ordering::SeqCst);
+    match handed {
         Ok(next) => {
             let handed = What::HandOver {
                 token,

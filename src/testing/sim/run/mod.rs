@@ -92,6 +92,12 @@ pub struct RunConfig {
     /// two thirteenths of the seeds, none of those pinned before hand-overs were in the
     /// workload).
     pub handovers: bool,
+    /// With [`handovers`](Self::handovers), a third of the nemesis's faults wait for a
+    /// hand-over to begin and then lose every member's answers to writes for up to 0.8 s:
+    /// the request, the candidate's answer or the adoption applies unheard, and is retried
+    /// (off by default and in [`from_seed`](Self::from_seed): `tests/simulation.rs` sweeps
+    /// seeds with it on).
+    pub handover_faults: bool,
 }
 
 impl RunConfig {
@@ -118,6 +124,7 @@ impl RunConfig {
             clock_rates: CLOCK_RATES,
             deadlock_detection: false,
             handovers: matches!(seed % 13, 3 | 12),
+            handover_faults: false,
         }
     }
 }
@@ -141,6 +148,7 @@ impl Default for RunConfig {
             clock_rates: CLOCK_RATES,
             deadlock_detection: false,
             handovers: true,
+            handover_faults: false,
         }
     }
 }
@@ -298,6 +306,8 @@ struct World {
     deadlock_detection: bool,
     /// [`RunConfig::handovers`].
     handovers: bool,
+    /// [`RunConfig::handover_faults`], and whether a hand-over is under way.
+    handover_faults: (bool, AtomicBool),
 }
 
 impl World {
@@ -463,6 +473,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             clock_rates: config.clock_rates,
             deadlock_detection: config.deadlock_detection,
             handovers: config.handovers,
+            handover_faults: (config.handover_faults, AtomicBool::new(false)),
         });
         // A third of the runs have etcd send progress notifications (production clusters
         // that set the interval, as Kubernetes asks): a quiet watcher's resume revision

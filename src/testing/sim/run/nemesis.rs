@@ -1,5 +1,8 @@
 //! The faults of a simulated run, drawn from its seed: what production makes every day.
 
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::history::What;
@@ -8,9 +11,17 @@ use super::{Rng, World};
 
 pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
     let members = world.cluster.endpoints().len() as u64;
+    // The faults aimed at hand-overs draw from a stream of their own.
+    let mut aimed = Rng(rng.0 ^ 0x4a0d_fa17);
     while Instant::now() < until {
         // Quiet spells of up to 4 s: long enough for liveness to be owed and checked.
         tokio::time::sleep(rng.millis(100, 4000)).await;
+        if world.handover_faults.0
+            && aimed.below(3) == 0
+            && lost_at_a_hand_over(world, &mut aimed).await
+        {
+            continue;
+        }
         let member = rng.below(members) as usize;
         world.calm(false);
         let pause = rng.millis(100, 1500);
@@ -245,4 +256,34 @@ fn force_release(world: &World, name: &'static str) {
         super::kinds::delete_key(world, &key);
         world.record_now("nemesis", Some(name), What::Remove { token });
     }
+}
+
+/// [`RunConfig::handover_faults`](super::RunConfig::handover_faults): waits up to 4 s for a
+/// hand-over to begin, then loses every member's answers to writes for 20-800 ms (the
+/// fault under which issue 52 found a retried request refused as another's). Whether
+/// one began.
+async fn lost_at_a_hand_over(world: &World, rng: &mut Rng) -> bool {
+    let give_up = Instant::now() + Duration::from_secs(4);
+    while !world.handover_faults.1.load(Ordering::SeqCst) {
+        if Instant::now() >= give_up {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    world.calm(false);
+    tokio::time::sleep(rng.millis(0, 10)).await;
+    let members = world.cluster.endpoints().len();
+    for m in 0..members {
+        world.cluster.set_swallow_writes(m, true);
+    }
+    tokio::time::sleep(rng.millis(20, 800)).await;
+    for m in 0..members {
+        world.cluster.set_swallow_writes(m, false);
+    }
+    world.impaired();
+    world.calm(true);
+    let fault = "lost answers during a hand-over";
+    world.note("nemesis", fault.to_string());
+    *world.log().outcome.faults.entry(fault).or_default() += 1;
+    true
 }
