@@ -33,8 +33,11 @@ impl Guard<LeaderKind> {
     ///   behind us, its session ended, it did not take it in time (a candidate of another
     ///   client never does: only this crate's campaigns answer), or another hand-over to
     ///   it was under way. **We still lead**; the request left in etcd is removed.
-    /// * [`Error::NotLeader`](crate::Error::NotLeader): we no longer lead.
-    ///   [`Error::SessionLost`](crate::Error::SessionLost): our session is lost.
+    /// * [`Error::NotLeader`](crate::Error::NotLeader): we no longer lead: our key went
+    ///   or changed hands, or (when etcd's answer to the hand-over was lost) the candidate
+    ///   took it and let go before we could read it back: then it did lead.
+    ///   [`Error::SessionLost`](crate::Error::SessionLost): our session is lost, and the
+    ///   hand-over may have happened.
     /// * [`Error::Timeout`](crate::Error::Timeout) /
     ///   [`Error::Unavailable`](crate::Error::Unavailable) with
     ///   [`Operation::Request`](crate::Operation::Request): etcd did not answer; ask

@@ -6,7 +6,6 @@
 //! ([`What::HandOver`]), which the outside judge (`tests/fenced`) checks. A failed
 //! hand-over is owed its reason ([`unowed`]).
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::history::What;
@@ -46,10 +45,9 @@ pub(super) fn hand_over_or_release(
     let first_ask = world.log().asked.insert(to.key.clone());
     let called = world.tick();
     let limit = Duration::from_millis(200 + (token as u64 % 5) * 300);
-    world.handover_faults.1.store(true, Ordering::SeqCst);
-    let handed = guard.hand_over_timeout(&to.key, limit);
-    world.handover_faults.1.store(false, Ordering::SeqCst);
-    match handed {
+    // A nemesis waiting for a hand-over runs first, once this process yields.
+    world.handover_faults.1.notify_waiters();
+    match guard.hand_over_timeout(&to.key, limit) {
         Ok(next) => {
             let handed = What::HandOver {
                 token,
@@ -69,8 +67,9 @@ pub(super) fn hand_over_or_release(
         }
         Err(e) => {
             world.note(me, format!("hand-over: {}", kind(&e)));
-            if matches!(e, Error::SessionLost(_)) {
-                // The adoption may have been on its way: it may apply, or not.
+            if e.is_lost() {
+                // The adoption may have been on its way (it may apply, or not), or have
+                // applied unheard, its successor gone before the retry read it back.
                 let handed = What::HandOver {
                     token,
                     lease: to.lease,

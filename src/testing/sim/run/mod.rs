@@ -306,8 +306,9 @@ struct World {
     deadlock_detection: bool,
     /// [`RunConfig::handovers`].
     handovers: bool,
-    /// [`RunConfig::handover_faults`], and whether a hand-over is under way.
-    handover_faults: (bool, AtomicBool),
+    /// [`RunConfig::handover_faults`], and a hand-over's start (told to the nemesis if it
+    /// waits for one).
+    handover_faults: (bool, tokio::sync::Notify),
 }
 
 impl World {
@@ -473,7 +474,7 @@ pub fn run(config: &RunConfig) -> std::io::Result<Outcome> {
             clock_rates: config.clock_rates,
             deadlock_detection: config.deadlock_detection,
             handovers: config.handovers,
-            handover_faults: (config.handover_faults, AtomicBool::new(false)),
+            handover_faults: (config.handover_faults, tokio::sync::Notify::new()),
         });
         // A third of the runs have etcd send progress notifications (production clusters
         // that set the interval, as Kubernetes asks): a quiet watcher's resume revision

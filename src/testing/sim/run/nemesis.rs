@@ -1,6 +1,5 @@
 //! The faults of a simulated run, drawn from its seed: what production makes every day.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -259,19 +258,18 @@ fn force_release(world: &World, name: &'static str) {
 }
 
 /// [`RunConfig::handover_faults`](super::RunConfig::handover_faults): waits up to 4 s for a
-/// hand-over to begin, then loses every member's answers to writes for 20-800 ms (the
-/// fault under which issue 52 found a retried request refused as another's). Whether
-/// one began.
+/// hand-over to begin, then, before its first request is served, makes every member lose
+/// its answers to writes for 20-800 ms (the fault under which issue 52 found a retried
+/// request refused as another's). Whether one began.
 async fn lost_at_a_hand_over(world: &World, rng: &mut Rng) -> bool {
-    let give_up = Instant::now() + Duration::from_secs(4);
-    while !world.handover_faults.1.load(Ordering::SeqCst) {
-        if Instant::now() >= give_up {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    let begun = world.handover_faults.1.notified();
+    if tokio::time::timeout(Duration::from_secs(4), begun)
+        .await
+        .is_err()
+    {
+        return false;
     }
     world.calm(false);
-    tokio::time::sleep(rng.millis(0, 10)).await;
     let members = world.cluster.endpoints().len();
     for m in 0..members {
         world.cluster.set_swallow_writes(m, true);
