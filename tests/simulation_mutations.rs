@@ -32,10 +32,14 @@ fn the_simulation_finds_every_reintroduced_defect() {
         let mut seed = base;
         let mut found = None;
         while seed - base < budget {
-            // A defect of downgrades shows only in the runs that downgrade.
+            // A defect of downgrades shows only in the runs that downgrade; one of
+            // hand-overs, in the runs with the fault aimed at them.
+            let handing = mutation == Mutation::RetryRefusesOwnRequest;
             let schedule = RunConfig {
                 downgrades: mutation == Mutation::DowngradeTakesAnyGoneWriter
                     || RunConfig::from_seed(seed).downgrades,
+                handovers: handing || RunConfig::from_seed(seed).handovers,
+                handover_faults: handing,
                 ..RunConfig::from_seed(seed)
             };
             let config = RunConfig {

@@ -32,6 +32,7 @@ use crate::line::wait::Granted;
 use crate::support::error::operation::Operation;
 use crate::support::error::{Error, Result};
 use crate::support::kv::{Compare, CompareOp, KeyValue, Range, Txn, TxnOp, text};
+use crate::support::sim::{Mutation, mutation};
 use crate::transport::watch::{EventKind, Only};
 use crate::transport::watches::{Delivery, Spec, Watches};
 use crate::transport::{Retry, Rpc};
@@ -314,6 +315,9 @@ async fn ask(
             .into_iter()
             .next()
         {
+            Some(kv) if mutation(Mutation::RetryRefusesOwnRequest) && kv.lease == *lease => {
+                return Err(failed(&c.key, reason::ANOTHER));
+            }
             Some(kv) if kv.lease == *lease && kv.value == asked => {
                 answer_to(waiting, &request, kv.mod_revision, &taken, &c).await?
             }

@@ -78,6 +78,11 @@ pub enum Mutation {
     /// earlier copy of itself whatever the twin's mod revision, as before issue 48, item 2:
     /// a write lock whose writer key an operator deleted becomes a read guard.
     DowngradeTakesAnyGoneWriter,
+    /// A hand-over's retried request that finds its own earlier copy there, applied
+    /// unheard, refuses itself as "another hand-over", as before issue 52's first
+    /// hand-over fix: the leader leads on, the hand-over fails without cause. Shown by the
+    /// runs with the fault aimed at hand-overs (`RunConfig::handover_faults`).
+    RetryRefusesOwnRequest,
 }
 
 #[cfg(feature = "simulation")]
@@ -85,9 +90,9 @@ impl Mutation {
     /// Every mutation, in the order of the teeth table in docs/design/simulation.md.
     ///
     /// ```
-    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 12);
+    /// assert_eq!(etcd_sync::testing::sim::Mutation::ALL.len(), 13);
     /// ```
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::ResumeCompacted,
         Mutation::EnqueueWithoutCondition,
         Mutation::DelayIgnoresDeletion,
@@ -100,6 +105,7 @@ impl Mutation {
         Mutation::ResumeAfterOnEveryRelease,
         Mutation::DelayOnEveryEnd,
         Mutation::DowngradeTakesAnyGoneWriter,
+        Mutation::RetryRefusesOwnRequest,
     ];
 
     fn code(self) -> u8 {
@@ -117,6 +123,7 @@ impl Mutation {
             Mutation::LookoutGapUnread => 11,
             Mutation::DelayOnEveryEnd => 12,
             Mutation::DowngradeTakesAnyGoneWriter => 13,
+            Mutation::RetryRefusesOwnRequest => 14,
         }
     }
 }
