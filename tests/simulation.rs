@@ -498,26 +498,30 @@ fn hand_overs_whose_writes_go_unanswered_fail_only_with_cause() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
-    // A seed whose adoption applied unheard and whose successor let go before the retry
-    // read the key back: `NotLeader`, and the hand-over did happen (the history had it as
-    // not handed over, and the outside judge found no order for the successor's hold).
-    let pinned = 1_796_601_113_344_308;
-    let outcome = run(&RunConfig {
-        handovers: true,
-        handover_faults: true,
-        ..RunConfig::from_seed(pinned)
-    })
-    .expect("a run");
-    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
-    let verdict = fenced::sim::check(&outcome);
-    assert!(verdict.failures.is_empty(), "seed {pinned}: {verdict:?}");
-    assert!(
-        outcome
-            .trace
-            .iter()
-            .any(|l| l.contains("hand-over: lock lost")),
-        "the schedule no longer meets the case"
-    );
+    // Seeds that found defects of the simulation's own judges: an adoption applied unheard
+    // whose successor let go before the retry read the key back (`NotLeader`, and the
+    // hand-over did happen: the history had it as not handed over, and the outside judge
+    // found no order for the successor's hold); a candidate that left and joined again
+    // at the back between the leader's look at the line and its hand-over, so that the
+    // hand-over passed over two waiters, whose smaller tokens the token check refused.
+    for (pinned, case) in [
+        (1_796_601_113_344_308, "hand-over: lock lost"),
+        (195_972_611_609_322, "p0 handed over to p1"),
+    ] {
+        let outcome = run(&RunConfig {
+            handovers: true,
+            handover_faults: true,
+            ..RunConfig::from_seed(pinned)
+        })
+        .expect("a run");
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        let verdict = fenced::sim::check(&outcome);
+        assert!(verdict.failures.is_empty(), "seed {pinned}: {verdict:?}");
+        assert!(
+            outcome.trace.iter().any(|l| l.contains(case)),
+            "seed {pinned} no longer meets its case"
+        );
+    }
     let base = common::sweep_base();
     println!("sweeping from seed {base} for {secs} s");
     let started = Instant::now();
