@@ -298,7 +298,9 @@ impl Held {
             return Ok(Released::NotCurrent);
         };
         let line = self.hold.line.clone();
-        let owned = Owned::Revision(self.hold.rev);
+        // Our key is on our lease: one on another lease (a hand-over that applied unheard
+        // and reported `NotLeader`) is the successor's, whose create revision it keeps.
+        let owned = Owned::Leased(self.hold.rev, line.session.lease_id());
         let Some(limit) = wait else {
             // Not waiting at all: the whole release runs in the background.
             drop(spawn_removal_of(&line, self.hold.key(), owned, local_turn));

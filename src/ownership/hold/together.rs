@@ -32,7 +32,7 @@ pub(crate) fn release_together(
         outcomes.push(Ok(Released::NotCurrent));
         if let Some(local_turn) = held.end() {
             let (line, key) = (&held.hold.line, held.hold.key());
-            let owned = Owned::Revision(held.hold.rev);
+            let owned = Owned::Leased(held.hold.rev, line.session.lease_id());
             removals.push((i, spawn_removal_of(line, key, owned, local_turn)));
         }
     }
