@@ -203,7 +203,7 @@ pub(crate) fn hand_over(held: &Held, to: &[u8], wait: &Wait) -> Result<KeyValue>
     let holder = outcome.map_err(|e| match e {
         Error::Timeout { after, .. } if e.is_wait_timeout() => Error::HandOverFailed {
             to: text(to).into_owned(),
-            reason: format!("the candidate did not take it within {after:?}"),
+            reason: format!("{} {after:?}", reason::NOT_TAKEN_WITHIN),
         },
         e => session.judge(e),
     });
@@ -237,6 +237,8 @@ pub(crate) mod reason {
     pub(crate) const ANOTHER: &str = "another hand-over to it is under way";
     /// etcd refused the adoption: the candidate's lease is gone.
     pub(crate) const SESSION_ENDED: &str = "its session ended";
+    /// The caller's limit ran out before the candidate answered (followed by the limit).
+    pub(crate) const NOT_TAKEN_WITHIN: &str = "the candidate did not take it within";
 }
 
 fn failed(to: &[u8], reason: &str) -> Error {

@@ -4,9 +4,12 @@
 //! lease (checked as every guard is, by `enters` and `watch`), the old guard no longer
 //! leads, and the history records the hold going on on the successor's lease
 //! ([`What::HandOver`]), which the outside judge (`tests/fenced`) checks. A failed
-//! hand-over is owed its reason ([`unowed`]).
+//! hand-over is owed its reason ([`unowed`]), and one to a candidate that waited all along
+//! in a calm cluster is owed in time ([`late`]).
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::history::What;
 use super::holding::release;
@@ -45,6 +48,9 @@ pub(super) fn hand_over_or_release(
     let first_ask = world.log().asked.insert(to.key.clone());
     let called = world.tick();
     let limit = Duration::from_millis(200 + (token as u64 % 5) * 300);
+    let began = Instant::now();
+    let owed = owed_in_time(world, &to, limit);
+    world.log().outcome.handovers_owed_in_time += u64::from(owed);
     // A nemesis waiting for a hand-over runs first, once this process yields.
     world.handover_faults.1.notify_waiters();
     match guard.hand_over_timeout(&to.key, limit) {
@@ -77,6 +83,8 @@ pub(super) fn hand_over_or_release(
                 world.record(me, Some(name), handed, (called, false));
             } else if let Some(what) = unowed(world, &e, &to, first_ask) {
                 world.violation(me, what);
+            } else if let Some(what) = late(world, &e, &to, began).filter(|_| owed) {
+                world.violation(me, what);
             } else if e.is_hand_over_failed() && !guard.is_held() && session.is_alive() {
                 // A failed hand-over keeps the leader, unless its key went meanwhile.
                 if lease_of_key(world, guard.key()) == Some(lease) {
@@ -106,4 +114,74 @@ fn unowed(world: &World, e: &Error, to: &Holder, first_ask: bool) -> Option<Stri
         _ => false,
     };
     wrong.then(|| format!("a hand-over to {key} failed ({reason}) without cause"))
+}
+
+/// The shortest limit a hand-over is judged by: a request, the candidate's watch event (up
+/// to 100 ms late from an unsynced watcher), its answer, the leader's event, a read and the
+/// adoption, a few milliseconds each in a calm cluster.
+const OWED_WITHIN: Duration = Duration::from_millis(1000);
+
+/// How long before a hand-over began the last fault that may fail or delay requests must
+/// have ended for it to be judged: a write applied late up to 2.5 s after, a request cut by
+/// the fault timing out after 1 s.
+const AFTERMATH: Duration = Duration::from_secs(3);
+
+/// How long before a hand-over began any other fault (an operator's delete or revoke,
+/// watchers made unsynced) must have ended: the watch streams it broke are open again.
+const SETTLED: Duration = Duration::from_secs(1);
+
+/// Whether a hand-over to `to` with `limit`, beginning now, is owed in time: a limit of at
+/// least [`OWED_WITHIN`], no fault now or just before ([`calm_since`]), and the candidate's
+/// process waiting for the leadership with no cancel token and its own limit past ours.
+fn owed_in_time(world: &World, to: &Holder, limit: Duration) -> bool {
+    let now = Instant::now();
+    let until = now + limit + Duration::from_secs(1);
+    limit >= OWED_WITHIN && calm_since(world, now) && waits(world, to, (now, until))
+}
+
+/// No fault ran since `from` less [`SETTLED`], none that may fail requests since `from`
+/// less the [`AFTERMATH`], and none runs now.
+fn calm_since(world: &World, from: Instant) -> bool {
+    world.calm_since().is_some_and(|c| c + SETTLED <= from)
+        && world.impaired_until().is_none_or(|i| i + AFTERMATH < from)
+}
+
+/// `to`'s process waits for the leadership, since `from` or before, with no cancel token,
+/// and its limit ends after `until`.
+fn waits(world: &World, to: &Holder, (from, until): (Instant, Instant)) -> bool {
+    world.log().waiting.values().any(|w| {
+        w.lease == to.lease
+            && w.kind == Kind::Lead
+            && !w.cancellable
+            && w.since <= from
+            && w.since + w.limit > until
+    })
+}
+
+/// Why a hand-over owed in time (from `began`) that ran out of its limit was not excused,
+/// if it was not: the candidate still waits, its lease did not end, its key stands with
+/// the create revision it waited with, and no fault began meanwhile.
+fn late(world: &World, e: &Error, to: &Holder, began: Instant) -> Option<String> {
+    let Error::HandOverFailed { reason, .. } = e else {
+        return None;
+    };
+    if !reason.starts_with(reason::NOT_TAKEN_WITHIN) {
+        return None;
+    }
+    let key = String::from_utf8_lossy(&to.key);
+    let stands = present(world, Kind::Lead.name(), &key, to.create_revision);
+    let lived = !world
+        .cluster
+        .shared
+        .lock()
+        .leases
+        .ends_since(began)
+        .any(|end| end.lease == to.lease);
+    let excused = !calm_since(world, began)
+        || !waits(world, to, (began, Instant::now()))
+        || !stands
+        || !lived;
+    (!excused).then(|| {
+        format!("a hand-over to {key}, which waited all along in a calm cluster, failed ({reason})")
+    })
 }

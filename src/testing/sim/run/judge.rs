@@ -14,11 +14,11 @@ use crate::session::Session;
 use crate::support::cancel::{CancelToken, WaitOptions};
 
 /// How a wait is bounded: its limit and, a third of the time, a cancel token that a task
-/// of the simulation cancels at a random moment within it.
-pub(super) fn options(client: &Client, limit: Duration, rng: &mut Rng) -> WaitOptions {
+/// of the simulation cancels at a random moment within it (then `true`).
+pub(super) fn options(client: &Client, limit: Duration, rng: &mut Rng) -> (WaitOptions, bool) {
     let options = WaitOptions::new().timeout(limit);
     if rng.below(3) != 0 {
-        return options;
+        return (options, false);
     }
     let token = CancelToken::new();
     let at = rng.millis(0, limit.as_millis() as u64);
@@ -27,7 +27,7 @@ pub(super) fn options(client: &Client, limit: Duration, rng: &mut Rng) -> WaitOp
         tokio::time::sleep(at).await;
         cancel.cancel();
     });
-    options.cancel_token(&token)
+    (options.cancel_token(&token), true)
 }
 
 /// A wait that ended on its limit or token returns once its key is removed: with no fault

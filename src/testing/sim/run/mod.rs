@@ -190,6 +190,9 @@ pub struct Outcome {
     pub multi_locks_in_one_txn: u64,
     /// Leaderships handed over to a waiting candidate ([`RunConfig::handovers`]).
     pub handovers: u64,
+    /// Hand-overs begun in a calm cluster to a candidate waiting with time to spare, which
+    /// must not run out of their limit (the simulation's `late` judge).
+    pub handovers_owed_in_time: u64,
     /// Waits that started at the back of a line, on a lookout key (none with the default
     /// widths: the simulation's lines are short; [`RunConfig::line_tuning`] narrows the
     /// front).
@@ -245,6 +248,8 @@ struct Waiting {
     /// Since when its key holds in the store (its turn has come), as the liveness monitor
     /// last saw.
     admitted_since: Option<Instant>,
+    /// Whether a cancel token may end it before its limit.
+    cancellable: bool,
 }
 
 /// The run's shared record.

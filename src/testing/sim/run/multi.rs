@@ -40,7 +40,7 @@ pub(super) fn take_and_hold(
     let both = MultiLock::new([MultiLockMember::from(&mutex), member])?;
     let kinds = [Kind::Mutex, side];
     let since = Instant::now();
-    let options = options(session.client(), limit, rng);
+    let (options, _) = options(session.client(), limit, rng);
     let guard = match both.lock_with(options) {
         Ok(guard) => guard,
         Err(e) => {

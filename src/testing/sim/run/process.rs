@@ -145,6 +145,7 @@ pub(super) fn process(world: &World, p: usize, seed: u64) {
                     delay
                 },
                 admitted_since: None,
+                cancellable: false,
             },
         );
         let since = Instant::now();
@@ -248,7 +249,10 @@ fn take_and_hold(
     let got = |world: &World| {
         world.log().waiting.remove(&p);
     };
-    let options = options(session.client(), limit, rng);
+    let (options, cancellable) = options(session.client(), limit, rng);
+    if let Some(waiting) = world.log().waiting.get_mut(&p) {
+        waiting.cancellable = cancellable;
+    }
     let called = world.tick();
     match what {
         Kind::Mutex => {
