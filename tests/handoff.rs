@@ -437,16 +437,17 @@ fn processes_that_queue_again_after_their_turn_wait_at_the_back() {
 /// (5.6-5.7 when it created and cancelled that watcher every turn).
 ///
 /// The reads depend on the machine's pace (a loaded core delays the lookouts' watchers
-/// until their gap reads fall due: 1.6-1.9, and 1.62 once in CI on an idle machine), so the
-/// line runs up to three times, on names of their own, and the bounds hold for the best
-/// run: the design reads once per turn whenever the machine lets it, and the defect read
-/// more in every run.
+/// until their gap reads fall due: 1.6-1.9, 1.62 once in CI on an idle machine, and
+/// 1.80-2.00 in all three lines once in CI beside the fault tests, which is why
+/// `scripts/test` now runs this binary alone), so the line runs up to four times, on names
+/// of their own, and the bounds hold for the best run: the design reads once per turn
+/// whenever the machine lets it, and the defect read more in every run.
 #[test]
 fn waiters_far_back_in_a_long_line_read_once_per_turn() {
     let _alone = measured_alone();
     let server = etcd();
     let mut best = (f64::MAX, f64::MAX);
-    for attempt in 0..3 {
+    for attempt in 0..4 {
         let (reads, requests) = long_line_work(&server, &format!("long-{attempt}"));
         best = (best.0.min(reads), best.1.min(requests));
         if reads <= 1.6 && requests <= 5.0 {
@@ -459,11 +460,11 @@ fn waiters_far_back_in_a_long_line_read_once_per_turn() {
     // per process and kept (it was created and cancelled every turn: 6 then).
     assert!(
         requests <= 5.0,
-        "{requests:.2} watch requests per acquisition in the best of three lines"
+        "{requests:.2} watch requests per acquisition in the best of four lines"
     );
     assert!(
         per_acquisition <= 1.6,
-        "{per_acquisition:.2} reads per acquisition in the best of three lines"
+        "{per_acquisition:.2} reads per acquisition in the best of four lines"
     );
 }
 

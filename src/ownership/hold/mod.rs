@@ -287,7 +287,8 @@ impl Held {
         self.signal.receiver()
     }
 
-    /// Ends the hold and deletes our key by its create revision. Waits for etcd's answer
+    /// Ends the hold and deletes our key by its create revision and our lease (a key handed
+    /// over keeps its create revision under the successor's lease). Waits for etcd's answer
     /// at most `wait` (`None`: not at all); the removal goes on in the background until
     /// etcd answers, keeping the local turn until then.
     fn release(&mut self, wait: Option<Duration>) -> Result<Released> {
