@@ -350,18 +350,25 @@ fn tls_and_auth_together() {
 /// A role that covers a lock's `<name>/` and nothing beside it: releases still work (they
 /// fall back to deleting the key alone once etcd refuses the release request's delete),
 /// and asking is refused with a clear error, not a hang.
+/// `etcdctl <args>` as root against `server`, which must succeed.
+fn root_ctl(server: &EtcdServer, args: &[&str]) {
+    let root = format!("{}:{}", AUTH_ROOT.0, AUTH_ROOT.1);
+    let mut full = vec!["--user", root.as_str()];
+    full.extend_from_slice(args);
+    let out = common::etcdctl_command(&server.endpoint(), &full)
+        .output()
+        .expect("run etcdctl");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_role_on_the_name_alone_still_releases_and_is_refused_asking() {
     let server = auth_server(&[]);
-    let root = format!("{}:{}", AUTH_ROOT.0, AUTH_ROOT.1);
-    let root_ctl = |args: &[&str]| {
-        let mut full = vec!["--user", root.as_str()];
-        full.extend_from_slice(args);
-        let out = common::etcdctl_command(&server.endpoint(), &full)
-            .output()
-            .expect("run etcdctl");
-        assert!(out.status.success(), "etcdctl {args:?} failed");
-    };
+    let root_ctl = |args: &[&str]| root_ctl(&server, args);
     root_ctl(&["role", "add", "narrow"]);
     // Exactly `jobs/nightly/` (range end `jobs/nightly0`).
     root_ctl(&[
@@ -451,4 +458,78 @@ fn observing_a_name_the_user_may_not_read_is_refused() {
         }) => {}
         other => panic!("expected PermissionDenied, got {other:?}"),
     }
+}
+
+/// A hand-over whose last step etcd refuses for want of permission reports etcd's refusal,
+/// not the candidate's failure: the leader's role may write its own key and the hand-over
+/// requests, but only read the candidate's key, which the adoption deletes. The leader still
+/// leads, its request is withdrawn, and the candidate still waits and leads after it.
+/// (Mutation testing, shard 5/10: with the adoption's guard on etcd's "lease not found"
+/// always true, any refusal of the adoption read as "its session ended".)
+#[test]
+fn a_hand_over_refused_for_want_of_permission_says_so_and_keeps_the_lead() {
+    let server = auth_server(&[]);
+    let root_ctl = |args: &[&str]| root_ctl(&server, args);
+    root_ctl(&["role", "add", "leader"]);
+    root_ctl(&["role", "grant-permission", "leader", "read", "ho/", "ho0"]);
+    root_ctl(&[
+        "role",
+        "grant-permission",
+        "leader",
+        "readwrite",
+        "ho.handover/",
+        "ho.handover0",
+    ]);
+    root_ctl(&["user", "add", "leader:leader-secret", "--interactive=false"]);
+    root_ctl(&["user", "grant-role", "leader", "leader"]);
+    let lc = user_client(&server, ("leader", "leader-secret")).expect("connect as leader");
+    let ls = lc.session().expect("a session as leader");
+    // Its own election key, once its lease is known.
+    let own = format!("ho/{:x}", ls.lease_id());
+    root_ctl(&["role", "grant-permission", "leader", "readwrite", &own]);
+    let election = ls.election("ho").unwrap();
+    let mut leading = election.campaign("a").expect("campaign as leader");
+
+    let rc = user_client(&server, AUTH_ROOT).expect("connect as root");
+    let rs = rc.session().unwrap();
+    let candidate_key = format!("ho/{:x}", rs.lease_id());
+    let er = rs.election("ho").unwrap();
+    let candidate = std::thread::spawn(move || er.campaign("b"));
+    assert!(
+        common::eventually(Duration::from_secs(5), || election
+            .status()
+            .map(|s| s.waiters.len() == 1)
+            .unwrap_or(false)),
+        "the candidate never waited"
+    );
+
+    match leading.hand_over_timeout("b", Duration::from_secs(5)) {
+        Err(Error::Server {
+            code: Code::PermissionDenied,
+            ..
+        }) => {}
+        other => panic!("a hand-over the leader may not finish: {other:?}"),
+    }
+    assert!(leading.is_leader(), "the leader still leads");
+    assert!(
+        common::eventually(Duration::from_secs(2), || rc
+            .get_prefix("ho.handover/")
+            .map(|kvs| kvs.is_empty())
+            .unwrap_or(false)),
+        "the hand-over's request was withdrawn"
+    );
+    let mut keys: Vec<Vec<u8>> = rc
+        .get_prefix("ho/")
+        .unwrap()
+        .into_iter()
+        .map(|kv| kv.key)
+        .collect();
+    let mut expected = vec![own.into_bytes(), candidate_key.into_bytes()];
+    keys.sort();
+    expected.sort();
+    assert_eq!(keys, expected, "both keys stand, each on its own lease");
+    assert!(!candidate.is_finished(), "the candidate still waits");
+    leading.resign().expect("resign");
+    let next = candidate.join().unwrap().expect("the candidate leads next");
+    assert!(next.is_leader());
 }

@@ -38,6 +38,10 @@ impl Guard<LeaderKind> {
     ///   took it and let go before we could read it back: then it did lead.
     ///   [`Error::SessionLost`](crate::Error::SessionLost): our session is lost, and the
     ///   hand-over may have happened.
+    /// * [`Error::Server`](crate::Error::Server): etcd refused a step, e.g.
+    ///   [`Code::PermissionDenied`](crate::Code::PermissionDenied) when our role may read
+    ///   the candidate's key but not delete it, which the last step does. **We still
+    ///   lead** (the step's Txn applied nothing); the request is removed.
     /// * [`Error::Timeout`](crate::Error::Timeout) /
     ///   [`Error::Unavailable`](crate::Error::Unavailable) with
     ///   [`Operation::Request`](crate::Operation::Request): etcd did not answer; ask
