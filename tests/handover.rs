@@ -51,7 +51,9 @@ fn the_named_candidate_leads_next_and_the_others_keep_their_places() {
     assert_eq!(next.mode, KeyMode::Exclusive, "the successor's key's mode");
     assert!(!a.is_leader(), "the old leader no longer leads");
     assert!(
-        a.lost().recv_timeout(Duration::from_secs(1)).is_err(),
+        a.lost()
+            .recv_timeout(Duration::from_secs(1))
+            .is_err_and(|e| e.is_disconnected()),
         "lost() fired"
     );
     let (led_at, c_lead) = cand.join().unwrap();
