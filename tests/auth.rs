@@ -533,3 +533,55 @@ fn a_hand_over_refused_for_want_of_permission_says_so_and_keeps_the_lead() {
     let next = candidate.join().unwrap().expect("the candidate leads next");
     assert!(next.is_leader());
 }
+
+/// A proclamation etcd refuses for want of permission reports etcd's refusal at once: the
+/// leader's role lost write access to its own key after it campaigned (it may still read
+/// it). The leader still leads, with its value unchanged. (Mutation testing, shard 6/10: with
+/// every failed put taken as one that may have applied, `proclaim` read its key back, found
+/// it still ours with the old value, and put again, forever.)
+#[test]
+fn a_proclamation_refused_for_want_of_permission_says_so() {
+    let server = auth_server(&[]);
+    let root_ctl = |args: &[&str]| root_ctl(&server, args);
+    root_ctl(&["role", "add", "speaker"]);
+    root_ctl(&["role", "grant-permission", "speaker", "read", "pr/", "pr0"]);
+    root_ctl(&[
+        "user",
+        "add",
+        "speaker:speaker-secret",
+        "--interactive=false",
+    ]);
+    root_ctl(&["user", "grant-role", "speaker", "speaker"]);
+    let c = user_client(&server, ("speaker", "speaker-secret")).expect("connect as speaker");
+    let s = c.session().expect("a session as speaker");
+    let own = format!("pr/{:x}", s.lease_id());
+    root_ctl(&["role", "grant-permission", "speaker", "readwrite", &own]);
+    let leading = s
+        .election("pr")
+        .unwrap()
+        .campaign("first")
+        .expect("campaign");
+    leading
+        .proclaim("second")
+        .expect("proclaim while it may write");
+    root_ctl(&["role", "revoke-permission", "speaker", &own]);
+    root_ctl(&["role", "grant-permission", "speaker", "read", &own]);
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let proclaiming = std::thread::spawn(move || {
+        let _ = tx.send(leading.proclaim("third"));
+        leading
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(Err(Error::Server {
+            code: Code::PermissionDenied,
+            ..
+        })) => {}
+        other => panic!("a proclamation the leader may not write: {other:?}"),
+    }
+    let leading = proclaiming.join().unwrap();
+    assert!(leading.is_leader(), "the leader still leads");
+    let root = user_client(&server, AUTH_ROOT).expect("connect as root");
+    let kv = root.get(&own).unwrap().expect("the leader's key stands");
+    assert_eq!(kv.value, b"second", "the value is the last one written");
+}
