@@ -108,6 +108,34 @@ fn a_proclamation_the_key_already_holds_is_not_written_again() {
     assert!(leadership.is_held());
 }
 
+/// A proclamation after the leader's key was put on another lease (an operator's put keeps
+/// the create revision) is refused with `NotLeader` and leaves the key where it was: the key
+/// is no longer ours, and a proclamation never puts it back on our lease. (Mutation testing,
+/// shard 6/10: with the read-back's "ours" reduced to the create revision, the proclamation
+/// put the key back on the old leader's lease and succeeded.)
+#[test]
+fn a_proclamation_after_the_key_moved_to_another_lease_is_refused() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (s, other) = (session(&c, 10), session(&c, 10));
+    let leadership = s.election("moved").unwrap().campaign("a").unwrap();
+    let key = leadership.key_str().into_owned();
+    c.put_with_lease(&key, "operator", other.lease_id())
+        .unwrap();
+    match leadership.proclaim("b") {
+        Err(Error::NotLeader) => {}
+        other => panic!("a proclamation over a key on another lease: {other:?}"),
+    }
+    let kv = c.get(&key).unwrap().expect("the key stands");
+    assert_eq!(kv.value, b"operator", "the operator's value stays");
+    assert_eq!(
+        kv.lease,
+        other.lease_id(),
+        "the key stays on the other lease"
+    );
+    assert_eq!(kv.create_revision, leadership.fencing_token());
+}
+
 #[test]
 fn failover_when_the_leaders_session_is_closed() {
     let server = etcd();
