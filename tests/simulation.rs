@@ -898,3 +898,38 @@ fn a_deadlock_check_whose_reads_fail_for_a_while_still_finds_the_cycle() {
     assert!(result.is_ok(), "a's wait: {result:?}");
     drop(x);
 }
+
+/// A proclamation whose put applied while its answer was lost (the only member swallows
+/// write answers) reads its key back, finds its value there, and succeeds: the ambiguity is
+/// settled by the read, not reported. (Mutation testing, shard 6/10: with a transient
+/// failure of the put returned at once, the proclamation failed with `Timeout` although it
+/// had applied.)
+#[test]
+fn a_proclamation_whose_answer_was_lost_reads_that_it_applied() {
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::builder()
+        .endpoints(cluster.endpoints())
+        .request_timeout(Duration::from_secs(1))
+        .connect()
+        .expect("a client");
+    let session = client.session().expect("a session");
+    let leadership = session
+        .election("said")
+        .expect("an election")
+        .campaign("first")
+        .expect("the free leadership");
+    cluster.set_swallow_writes(0, true);
+    let proclaimed = leadership.proclaim("second");
+    cluster.set_swallow_writes(0, false);
+    assert!(proclaimed.is_ok(), "the proclamation: {proclaimed:?}");
+    assert!(leadership.is_leader());
+    let keys = cluster.keys("said/");
+    assert_eq!(keys.len(), 1, "one key: {keys:?}");
+    let kv = client
+        .get(leadership.key())
+        .expect("a read")
+        .expect("the leader's key");
+    assert_eq!(kv.value, b"second");
+}
