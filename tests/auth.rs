@@ -585,3 +585,59 @@ fn a_proclamation_refused_for_want_of_permission_says_so() {
     let kv = root.get(&own).unwrap().expect("the leader's key stands");
     assert_eq!(kv.value, b"second", "the value is the last one written");
 }
+
+/// A wait that runs out of time after its user lost write access to the name still ends
+/// on time: etcd refuses the removal of its key at once, and the refusal is an answer, not
+/// a silence to retry for the rest of a request timeout (3 s here). (Mutation testing,
+/// shard 6/10: with every failure of a removal retried, the wait returned 3 s late.)
+#[test]
+fn a_wait_whose_key_etcd_refuses_to_remove_still_ends_on_time() {
+    let server = auth_server(&[]);
+    let root_ctl = |args: &[&str]| root_ctl(&server, args);
+    root_ctl(&["role", "add", "waiting"]);
+    root_ctl(&[
+        "role",
+        "grant-permission",
+        "waiting",
+        "readwrite",
+        "rv/",
+        "rv0",
+    ]);
+    root_ctl(&[
+        "user",
+        "add",
+        "waiting:waiting-secret",
+        "--interactive=false",
+    ]);
+    root_ctl(&["user", "grant-role", "waiting", "waiting"]);
+    let root = user_client(&server, AUTH_ROOT).expect("connect as root");
+    let held = root.session().unwrap().mutex("rv").unwrap().lock().unwrap();
+    let c = user_client(&server, ("waiting", "waiting-secret")).expect("connect as waiting");
+    let m = c.session().unwrap().mutex("rv").unwrap();
+    const LIMIT: Duration = Duration::from_secs(3);
+    let waiting = std::thread::spawn(move || {
+        let started = Instant::now();
+        let result = m.lock_timeout(LIMIT).map(drop);
+        (result, started.elapsed())
+    });
+    assert!(
+        common::eventually(Duration::from_secs(5), || root
+            .get_prefix("rv/")
+            .map(|kvs| kvs.len() == 2)
+            .unwrap_or(false)),
+        "the wait never joined"
+    );
+    // Read only from now on: the wait goes on, its key's removal will be refused.
+    root_ctl(&["role", "revoke-permission", "waiting", "rv/", "rv0"]);
+    root_ctl(&["role", "grant-permission", "waiting", "read", "rv/", "rv0"]);
+    let (result, took) = waiting.join().unwrap();
+    assert!(
+        result.as_ref().is_err_and(Error::is_wait_timeout),
+        "the wait: {result:?}"
+    );
+    assert!(
+        took < LIMIT + Duration::from_millis(1500),
+        "the wait ended {took:?} after it began, with a limit of {LIMIT:?}"
+    );
+    drop(held);
+}

@@ -338,6 +338,31 @@ fn resumed_session_recampaigns_and_keeps_leadership() {
     assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("def"));
 }
 
+/// A resumed session's campaign with the value its key already holds keeps its place and
+/// writes nothing: the key's mod revision stays, so observers see no new proclamation.
+/// (Mutation testing, shard 6/10: with the value never taken as equal, the campaign put the
+/// same value again.)
+#[test]
+fn a_resumed_campaign_with_the_same_value_writes_nothing() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 10);
+    let l = s.election("same").unwrap().campaign("abc").unwrap();
+    let (token, key) = (l.fencing_token(), l.key_str().into_owned());
+    let before = c.get(&key).unwrap().expect("the leader's key");
+    std::mem::forget(l); // a crash: no resign
+    s.orphan();
+    let resumed = c.session_builder().resume(s.lease_id()).start().unwrap();
+    let again = resumed.election("same").unwrap().campaign("abc").unwrap();
+    assert_eq!(again.fencing_token(), token, "kept its place");
+    let after = c.get(&key).unwrap().expect("the leader's key");
+    assert_eq!(after.value, b"abc");
+    assert_eq!(
+        after.mod_revision, before.mod_revision,
+        "the same value was written again"
+    );
+}
+
 /// Upstream TestElectionObserveCompacted.
 #[test]
 fn observe_survives_compaction() {
