@@ -641,3 +641,49 @@ fn a_wait_whose_key_etcd_refuses_to_remove_still_ends_on_time() {
     );
     drop(held);
 }
+
+/// A resumed session's campaign with a new value, after its user lost write access to its
+/// key, reports etcd's refusal at once and keeps the old value: the refusal is not "no
+/// leader" to wait out. (etcd checks a Txn's puts on both branches, so the join's Txn is
+/// refused before the re-campaign's own put: this does not reach `join.rs`'s retry of that
+/// put, which mutation shard 6/10 left alive.)
+#[test]
+fn a_recampaign_refused_for_want_of_permission_says_so() {
+    let server = auth_server(&[]);
+    let root_ctl = |args: &[&str]| root_ctl(&server, args);
+    root_ctl(&["role", "add", "again"]);
+    root_ctl(&["role", "grant-permission", "again", "read", "ra/", "ra0"]);
+    root_ctl(&["user", "add", "again:again-secret", "--interactive=false"]);
+    root_ctl(&["user", "grant-role", "again", "again"]);
+    let c = user_client(&server, ("again", "again-secret")).expect("connect as again");
+    let s = c.session().expect("a session");
+    let own = format!("ra/{:x}", s.lease_id());
+    root_ctl(&["role", "grant-permission", "again", "readwrite", &own]);
+    let first = s
+        .election("ra")
+        .unwrap()
+        .campaign("first")
+        .expect("campaign");
+    std::mem::forget(first); // a crash: no resign
+    s.orphan();
+    root_ctl(&["role", "revoke-permission", "again", &own]);
+    root_ctl(&["role", "grant-permission", "again", "read", &own]);
+    let resumed = c.session_builder().resume(s.lease_id()).start().unwrap();
+    let started = Instant::now();
+    let result = resumed
+        .election("ra")
+        .unwrap()
+        .campaign_timeout("second", Duration::from_secs(5));
+    let took = started.elapsed();
+    match result {
+        Err(Error::Server {
+            code: Code::PermissionDenied,
+            ..
+        }) => {}
+        other => panic!("a re-campaign the user may not write: {other:?} after {took:?}"),
+    }
+    assert!(took < Duration::from_secs(2), "refused after {took:?}");
+    let root = user_client(&server, AUTH_ROOT).expect("connect as root");
+    let kv = root.get(&own).unwrap().expect("the key stands");
+    assert_eq!(kv.value, b"first", "the value is the last one written");
+}
