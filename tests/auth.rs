@@ -365,23 +365,31 @@ fn root_ctl(server: &EtcdServer, args: &[&str]) {
     );
 }
 
+/// A user `name` (password `<name>-secret`) with a role of its own name holding each of
+/// `grants` (`[type, key]` or `[type, key, range end]`), connected.
+fn user_with_role(server: &EtcdServer, name: &str, grants: &[&[&str]]) -> Client {
+    root_ctl(server, &["role", "add", name]);
+    for grant in grants {
+        let mut args = vec!["role", "grant-permission", name];
+        args.extend_from_slice(grant);
+        root_ctl(server, &args);
+    }
+    let password = format!("{name}-secret");
+    let user = format!("{name}:{password}");
+    root_ctl(server, &["user", "add", &user, "--interactive=false"]);
+    root_ctl(server, &["user", "grant-role", name, name]);
+    user_client(server, (name, &password)).unwrap_or_else(|e| panic!("connect as {name}: {e}"))
+}
+
 #[test]
 fn a_role_on_the_name_alone_still_releases_and_is_refused_asking() {
     let server = auth_server(&[]);
-    let root_ctl = |args: &[&str]| root_ctl(&server, args);
-    root_ctl(&["role", "add", "narrow"]);
     // Exactly `jobs/nightly/` (range end `jobs/nightly0`).
-    root_ctl(&[
-        "role",
-        "grant-permission",
+    let c = user_with_role(
+        &server,
         "narrow",
-        "readwrite",
-        "jobs/nightly/",
-        "jobs/nightly0",
-    ]);
-    root_ctl(&["user", "add", "narrow:narrow-secret", "--interactive=false"]);
-    root_ctl(&["user", "grant-role", "narrow", "narrow"]);
-    let c = user_client(&server, ("narrow", "narrow-secret")).expect("connect as narrow");
+        &[&["readwrite", "jobs/nightly/", "jobs/nightly0"]],
+    );
     let mutex = c.session().unwrap().mutex("jobs/nightly").unwrap();
     for round in 0..3 {
         let guard = mutex.lock_timeout(Duration::from_secs(5)).unwrap();
@@ -470,19 +478,14 @@ fn observing_a_name_the_user_may_not_read_is_refused() {
 fn a_hand_over_refused_for_want_of_permission_says_so_and_keeps_the_lead() {
     let server = auth_server(&[]);
     let root_ctl = |args: &[&str]| root_ctl(&server, args);
-    root_ctl(&["role", "add", "leader"]);
-    root_ctl(&["role", "grant-permission", "leader", "read", "ho/", "ho0"]);
-    root_ctl(&[
-        "role",
-        "grant-permission",
+    let lc = user_with_role(
+        &server,
         "leader",
-        "readwrite",
-        "ho.handover/",
-        "ho.handover0",
-    ]);
-    root_ctl(&["user", "add", "leader:leader-secret", "--interactive=false"]);
-    root_ctl(&["user", "grant-role", "leader", "leader"]);
-    let lc = user_client(&server, ("leader", "leader-secret")).expect("connect as leader");
+        &[
+            &["read", "ho/", "ho0"],
+            &["readwrite", "ho.handover/", "ho.handover0"],
+        ],
+    );
     let ls = lc.session().expect("a session as leader");
     // Its own election key, once its lease is known.
     let own = format!("ho/{:x}", ls.lease_id());
@@ -543,16 +546,7 @@ fn a_hand_over_refused_for_want_of_permission_says_so_and_keeps_the_lead() {
 fn a_proclamation_refused_for_want_of_permission_says_so() {
     let server = auth_server(&[]);
     let root_ctl = |args: &[&str]| root_ctl(&server, args);
-    root_ctl(&["role", "add", "speaker"]);
-    root_ctl(&["role", "grant-permission", "speaker", "read", "pr/", "pr0"]);
-    root_ctl(&[
-        "user",
-        "add",
-        "speaker:speaker-secret",
-        "--interactive=false",
-    ]);
-    root_ctl(&["user", "grant-role", "speaker", "speaker"]);
-    let c = user_client(&server, ("speaker", "speaker-secret")).expect("connect as speaker");
+    let c = user_with_role(&server, "speaker", &[&["read", "pr/", "pr0"]]);
     let s = c.session().expect("a session as speaker");
     let own = format!("pr/{:x}", s.lease_id());
     root_ctl(&["role", "grant-permission", "speaker", "readwrite", &own]);
@@ -595,25 +589,9 @@ fn a_proclamation_refused_for_want_of_permission_says_so() {
 fn a_wait_whose_key_etcd_refuses_to_remove_still_ends_on_time() {
     let server = auth_server(&[]);
     let root_ctl = |args: &[&str]| root_ctl(&server, args);
-    root_ctl(&["role", "add", "waiting"]);
-    root_ctl(&[
-        "role",
-        "grant-permission",
-        "waiting",
-        "readwrite",
-        "rv/",
-        "rv0",
-    ]);
-    root_ctl(&[
-        "user",
-        "add",
-        "waiting:waiting-secret",
-        "--interactive=false",
-    ]);
-    root_ctl(&["user", "grant-role", "waiting", "waiting"]);
+    let c = user_with_role(&server, "waiting", &[&["readwrite", "rv/", "rv0"]]);
     let root = user_client(&server, AUTH_ROOT).expect("connect as root");
     let held = root.session().unwrap().mutex("rv").unwrap().lock().unwrap();
-    let c = user_client(&server, ("waiting", "waiting-secret")).expect("connect as waiting");
     let m = c.session().unwrap().mutex("rv").unwrap();
     const LIMIT: Duration = Duration::from_secs(3);
     let waiting = std::thread::spawn(move || {
@@ -654,11 +632,7 @@ fn a_wait_whose_key_etcd_refuses_to_remove_still_ends_on_time() {
 fn a_recampaign_refused_for_want_of_permission_says_so() {
     let server = auth_server(&[]);
     let root_ctl = |args: &[&str]| root_ctl(&server, args);
-    root_ctl(&["role", "add", "again"]);
-    root_ctl(&["role", "grant-permission", "again", "read", "ra/", "ra0"]);
-    root_ctl(&["user", "add", "again:again-secret", "--interactive=false"]);
-    root_ctl(&["user", "grant-role", "again", "again"]);
-    let c = user_client(&server, ("again", "again-secret")).expect("connect as again");
+    let c = user_with_role(&server, "again", &[&["read", "ra/", "ra0"]]);
     let s = c.session().expect("a session");
     let own = format!("ra/{:x}", s.lease_id());
     root_ctl(&["role", "grant-permission", "again", "readwrite", &own]);
