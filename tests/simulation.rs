@@ -933,3 +933,112 @@ fn a_proclamation_whose_answer_was_lost_reads_that_it_applied() {
         .expect("the leader's key");
     assert_eq!(kv.value, b"second");
 }
+
+/// A resumed session's re-campaign with a new value: the join's Txns are answered, and the
+/// cluster loses its leader before the put of the new value. The campaign rides out the
+/// election (as a blocking wait does) and leads with the new value in its old place.
+/// (Mutation testing, shard 6/10: with the put's "no leader" refusal returned at once, the
+/// campaign failed.)
+#[test]
+fn a_recampaign_whose_put_meets_an_election_waits_it_out() {
+    use etcd_sync::testing::sim::{AfterWrites, SimCluster};
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::connect(cluster.endpoints()).expect("a client");
+    let session = client.session().expect("a session");
+    let first = session
+        .election("vote")
+        .expect("an election")
+        .campaign("first")
+        .expect("the free leadership");
+    let token = first.fencing_token();
+    std::mem::forget(first); // a crash: no resign
+    session.orphan();
+    let resumed = client
+        .session_builder()
+        .resume(session.lease_id())
+        .start()
+        .expect("the resumed session");
+    // Answered: the join's Txn (it finds our key) and the read-only Txn that reads it.
+    cluster.after_writes(2, AfterWrites::LoseLeader);
+    let election = std::thread::scope(|s| {
+        s.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while cluster.leader().is_some() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            cluster.set_leader(Some(0));
+        });
+        let started = Instant::now();
+        let campaign = resumed.election("vote").expect("an election");
+        (campaign.campaign("second"), started.elapsed())
+    });
+    let (again, took) = election;
+    let again = again.expect("the re-campaign after the election");
+    assert!(
+        took >= Duration::from_millis(250),
+        "met no election: {took:?}"
+    );
+    assert_eq!(again.fencing_token(), token, "kept its place");
+    let keys = cluster.keys("vote/");
+    assert_eq!(keys.len(), 1, "one key: {keys:?}");
+    let kv = client
+        .get(again.key())
+        .expect("a read")
+        .expect("the leader's key");
+    assert_eq!(kv.value, b"second");
+}
+
+/// A resumed session's re-campaign with a new value whose put's answer is lost (the join's
+/// Txns were answered): the put may have applied, and sent again it would fail its own compare,
+/// so the campaign fails with the put's `Timeout` (not `NotLeader`) and leaves no key.
+/// (Mutation testing, shard 6/10: with every failure of the put retried, the campaign sent
+/// it again and reported `NotLeader` for a place it had.)
+#[test]
+fn a_recampaign_whose_put_answer_is_lost_fails_with_timeout_and_leaves_no_key() {
+    use etcd_sync::Error;
+    use etcd_sync::testing::sim::{AfterWrites, SimCluster};
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::builder()
+        .endpoints(cluster.endpoints())
+        .request_timeout(Duration::from_millis(500))
+        .connect()
+        .expect("a client");
+    let session = client.session().expect("a session");
+    let first = session
+        .election("cast")
+        .expect("an election")
+        .campaign("first")
+        .expect("the free leadership");
+    std::mem::forget(first); // a crash: no resign
+    session.orphan();
+    let resumed = client
+        .session_builder()
+        .resume(session.lease_id())
+        .start()
+        .expect("the resumed session");
+    // Answered: the join's Txn (it finds our key) and the read-only Txn that reads it.
+    cluster.after_writes(2, AfterWrites::SwallowAnswers);
+    let campaign = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1500));
+            cluster.set_swallow_writes(0, false);
+        });
+        resumed
+            .election("cast")
+            .expect("an election")
+            .campaign("second")
+    });
+    cluster.set_swallow_writes(0, false);
+    match campaign {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("the campaign: {other:?}"),
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cluster.keys("cast/").is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(cluster.keys("cast/").is_empty(), "a key left behind");
+}

@@ -3,11 +3,11 @@
 //! [`SimCluster`] serves etcd's KV, Watch, Lease and Maintenance gRPC services from one
 //! in-memory store (an MVCC store with revisions, compaction, leases on the runtime's
 //! clock, and watchers served as etcd 3.4 serves them, unsynced ones included), through
-//! members that can be stopped, frozen, made learners, left without a leader, or made to
-//! apply writes without answering, and a key that can flicker around the writes that put
-//! it. The crate's client connects to it unchanged: its
-//! endpoints dial in-memory pipes instead of TCP, and everything above the socket (HTTP/2,
-//! gRPC, the client's retries and failover) is the code that speaks to real etcd.
+//! members that can be stopped, frozen, made learners, left without a leader (also after a
+//! number of writes), or made to apply writes without answering, and a key that can flicker
+//! around the writes that put it. The crate's client connects to it unchanged: its endpoints
+//! dial in-memory pipes instead of TCP, and everything above the socket (HTTP/2, gRPC, the
+//! client's retries and failover) is the code that speaks to real etcd.
 //!
 //! What the simulation is faithful to is measured, not assumed: `tests/sim_fidelity.rs`
 //! runs the same scripted requests against a real etcd and a simulated one and compares
@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+mod after;
 mod fidelity;
 mod flicker;
 mod lag;
@@ -42,9 +43,9 @@ mod watchers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
 use tokio::task::AbortHandle;
 
+pub use after::AfterWrites;
 pub use fidelity::{PROGRESS_INTERVAL, transcript};
 pub use run::{LOSS_BOUND, Mode, Mutation, Operation, Outcome, RunConfig, What, run, sleep};
 
@@ -157,6 +158,7 @@ impl SimCluster {
                 progress_interval: None,
                 applied: lag::Applied::default(),
                 flicker: None,
+                after_writes: None,
             }),
             cluster_id: 0xcdf8_1819_4e3a_8c32 ^ number,
             thawed: tokio::sync::Notify::new(),

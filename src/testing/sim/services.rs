@@ -58,6 +58,8 @@ pub(crate) struct State {
     pub(crate) applied: super::lag::Applied,
     /// A key that appears and goes around the writes that put it (`flicker.rs`).
     pub(crate) flicker: Option<super::flicker::Flicker>,
+    /// A fault that strikes after a number of answered writes (`after.rs`).
+    pub(crate) after_writes: Option<super::after::Pending>,
 }
 
 /// What every member shares.
@@ -138,11 +140,13 @@ impl Member {
     /// After a write: an answer this member swallows never comes.
     async fn answer<T>(&self, answer: T) -> Result<Response<T>, Status> {
         let swallow = {
-            let state = self.shared.lock();
-            state
+            let mut state = self.shared.lock();
+            let swallow = state
                 .members
                 .get(self.index)
-                .is_some_and(|m| m.swallow_writes)
+                .is_some_and(|m| m.swallow_writes);
+            super::after::answered(&mut state);
+            swallow
         };
         if swallow {
             std::future::pending::<()>().await;

@@ -1,0 +1,80 @@
+//! A fault that strikes between two writes of one operation: the cluster answers the next
+//! `n` writes and then loses its leader or its answers. A recipe that writes twice (a
+//! re-campaign's join and its put) meets the fault at its second write, which no timing of
+//! the other faults provokes on demand.
+
+use super::SimCluster;
+use super::services::State;
+
+/// What strikes once the writes counted by [`SimCluster::after_writes`] are answered.
+///
+/// ```
+/// use etcd_sync::testing::sim::AfterWrites;
+///
+/// assert_ne!(AfterWrites::LoseLeader, AfterWrites::SwallowAnswers);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AfterWrites {
+    /// The cluster loses its leader, as [`SimCluster::set_leader`]`(None)`: every member
+    /// refuses with "etcdserver: no leader" until a leader is set again.
+    LoseLeader,
+    /// Every member applies writes and swallows their answers, as
+    /// [`SimCluster::set_swallow_writes`]`(i, true)` for each `i`, until that is undone.
+    SwallowAnswers,
+}
+
+/// The fault waiting for its writes, and how many are left to answer first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pending {
+    left: u64,
+    fault: AfterWrites,
+}
+
+impl SimCluster {
+    /// Answers the next `n` writes (Put, DeleteRange and Txn requests, read-only Txns
+    /// included, on any member) as usual, and then strikes with `fault`; `n` 0 strikes at
+    /// once. A later call replaces a fault that has not struck yet.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use etcd_sync::testing::sim::{AfterWrites, SimCluster};
+    ///
+    /// let cluster = SimCluster::start(1)?;
+    /// let client = etcd_sync::Client::connect(cluster.endpoints())?;
+    /// cluster.after_writes(1, AfterWrites::LoseLeader);
+    /// client.put("first", "answered")?;
+    /// assert_eq!(cluster.leader(), None);
+    /// assert!(client.put("second", "refused").is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn after_writes(&self, n: u64, fault: AfterWrites) {
+        let mut state = self.shared.lock();
+        state.after_writes = Some(Pending { left: n, fault });
+        if n == 0 {
+            answered(&mut state);
+        }
+    }
+}
+
+/// Counts one answered write; the write that uses up the count sets the fault, so that it
+/// meets the writes after it.
+pub(crate) fn answered(state: &mut State) {
+    let Some(pending) = state.after_writes.as_mut() else {
+        return;
+    };
+    pending.left = pending.left.saturating_sub(1);
+    if pending.left > 0 {
+        return;
+    }
+    let fault = pending.fault;
+    state.after_writes = None;
+    match fault {
+        AfterWrites::LoseLeader => state.leader = None,
+        AfterWrites::SwallowAnswers => {
+            for member in &mut state.members {
+                member.swallow_writes = true;
+            }
+        }
+    }
+}
