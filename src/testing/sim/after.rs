@@ -57,6 +57,42 @@ impl SimCluster {
     }
 }
 
+impl SimCluster {
+    /// How many writes are still to be answered before the fault of
+    /// [`after_writes`](SimCluster::after_writes) strikes (`None`: no fault is waiting).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use etcd_sync::testing::sim::{AfterWrites, SimCluster};
+    ///
+    /// let cluster = SimCluster::start(1)?;
+    /// assert_eq!(cluster.writes_before_fault(), None);
+    /// cluster.after_writes(3, AfterWrites::SwallowAnswers);
+    /// assert_eq!(cluster.writes_before_fault(), Some(3));
+    /// # Ok(()) }
+    /// ```
+    pub fn writes_before_fault(&self) -> Option<u64> {
+        self.shared.lock().after_writes.map(|p| p.left)
+    }
+
+    /// Withdraws the fault of [`after_writes`](SimCluster::after_writes) if it has not
+    /// struck yet; whether one was waiting.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use etcd_sync::testing::sim::{AfterWrites, SimCluster};
+    ///
+    /// let cluster = SimCluster::start(1)?;
+    /// cluster.after_writes(1, AfterWrites::LoseLeader);
+    /// assert!(cluster.cancel_after_writes());
+    /// assert!(!cluster.cancel_after_writes());
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_after_writes(&self) -> bool {
+        self.shared.lock().after_writes.take().is_some()
+    }
+}
+
 /// Counts one answered write; the write that uses up the count sets the fault, so that it
 /// meets the writes after it.
 pub(crate) fn answered(state: &mut State) {
