@@ -4,7 +4,6 @@
 //! the other faults provokes on demand.
 
 use super::SimCluster;
-use super::services::State;
 
 /// What strikes once the writes counted by [`SimCluster::after_writes`] are answered.
 ///
@@ -52,7 +51,8 @@ impl SimCluster {
         let mut state = self.shared.lock();
         state.after_writes = Some(Pending { left: n, fault });
         if n == 0 {
-            answered(&mut state);
+            state.after_writes = None;
+            state.strike(fault);
         }
     }
 }
@@ -93,24 +93,13 @@ impl SimCluster {
     }
 }
 
-/// Counts one answered write; the write that uses up the count sets the fault, so that it
-/// meets the writes after it.
-pub(crate) fn answered(state: &mut State) {
-    let Some(pending) = state.after_writes.as_mut() else {
-        return;
-    };
-    pending.left = pending.left.saturating_sub(1);
-    if pending.left > 0 {
-        return;
+/// Counts one answered write: the fault to strike now if this write used up the count
+/// (it then meets the writes after it).
+pub(crate) fn answered(pending: &mut Option<Pending>) -> Option<AfterWrites> {
+    let waiting = pending.as_mut()?;
+    waiting.left = waiting.left.saturating_sub(1);
+    if waiting.left > 0 {
+        return None;
     }
-    let fault = pending.fault;
-    state.after_writes = None;
-    match fault {
-        AfterWrites::LoseLeader => state.leader = None,
-        AfterWrites::SwallowAnswers => {
-            for member in &mut state.members {
-                member.swallow_writes = true;
-            }
-        }
-    }
+    pending.take().map(|p| p.fault)
 }

@@ -10,6 +10,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::after::AfterWrites;
 use super::leases::Leases;
 use super::store::{Refusal, Store};
 use super::watchers::Watchers;
@@ -60,6 +61,20 @@ pub(crate) struct State {
     pub(crate) flicker: Option<super::flicker::Flicker>,
     /// A fault that strikes after a number of answered writes (`after.rs`).
     pub(crate) after_writes: Option<super::after::Pending>,
+}
+
+impl State {
+    /// Strikes with a fault of `after.rs`, once its writes are answered.
+    pub(crate) fn strike(&mut self, fault: AfterWrites) {
+        match fault {
+            AfterWrites::LoseLeader => self.leader = None,
+            AfterWrites::SwallowAnswers => {
+                for member in &mut self.members {
+                    member.swallow_writes = true;
+                }
+            }
+        }
+    }
 }
 
 /// What every member shares.
@@ -145,7 +160,9 @@ impl Member {
                 .members
                 .get(self.index)
                 .is_some_and(|m| m.swallow_writes);
-            super::after::answered(&mut state);
+            if let Some(fault) = super::after::answered(&mut state.after_writes) {
+                state.strike(fault);
+            }
             swallow
         };
         if swallow {
