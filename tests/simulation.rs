@@ -1042,3 +1042,86 @@ fn a_recampaign_whose_put_answer_is_lost_fails_with_timeout_and_leaves_no_key() 
     }
     assert!(cluster.keys("cast/").is_empty(), "a key left behind");
 }
+
+/// A `try_lock` whose first member does not answer (frozen) tries the next one within its
+/// one attempt per endpoint, and takes the free lock there; the first attempt, applied
+/// once the member thaws, is swept. (Mutation testing, shard 6/10: with the next endpoint
+/// never tried, `try_lock` failed with the first member's `Timeout`.)
+#[test]
+fn a_try_lock_whose_member_is_frozen_takes_the_free_lock_on_the_next() {
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(3).expect("a simulated cluster");
+    let client = etcd_sync::Client::builder()
+        .endpoints(cluster.endpoints())
+        .request_timeout(Duration::from_millis(500))
+        .connect()
+        .expect("a client");
+    let session = client.session().expect("a session");
+    let mutex = session.mutex("next").expect("a mutex");
+    for member in 0..3 {
+        cluster.set_frozen(member, true);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tried = {
+            let mutex = mutex.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(mutex.try_lock().map(|g| (g.is_held(), g.fencing_token())));
+            })
+        };
+        let outcome = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("try_lock answers");
+        let _ = tried.join();
+        cluster.set_frozen(member, false);
+        // The thawed member applies its attempt late; the sweep removes it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !cluster.keys("next/").is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(cluster.keys("next/").is_empty(), "a key left behind");
+        match outcome {
+            Ok((true, _)) => {}
+            other => panic!("try_lock with member {member} frozen: {other:?}"),
+        }
+    }
+}
+
+/// A wait cut short by its limit while its join's answer is lost cleans up its key, and a
+/// removal refused meanwhile (no leader) is tried again until etcd answers: the name is free
+/// afterwards. (Mutation testing, shard 6/10: with a refused removal given up, the key
+/// stayed on the lease and blocked the name for the rest of the session.)
+#[test]
+fn an_ambiguous_join_whose_removal_meets_an_election_still_removes_its_key() {
+    use etcd_sync::testing::sim::{AfterWrites, SimCluster};
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::connect(cluster.endpoints()).expect("a client");
+    let session = client.session().expect("a session");
+    let mutex = session.mutex("gone").expect("a mutex");
+    // The join's Txn applies unheard, and then the cluster has no leader: the cleanup's
+    // removal is refused until one is back.
+    cluster.set_swallow_writes(0, true);
+    cluster.after_writes(1, AfterWrites::LoseLeader);
+    let waited = mutex.lock_timeout(Duration::from_millis(300));
+    assert!(
+        matches!(waited, Err(etcd_sync::Error::Timeout { .. })),
+        "the wait: {waited:?}"
+    );
+    assert_eq!(cluster.leader(), None, "the join's Txn came");
+    assert_eq!(cluster.keys("gone/").len(), 1, "the join's key applied");
+    cluster.set_swallow_writes(0, false);
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.set_leader(Some(0));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cluster.keys("gone/").is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(cluster.keys("gone/").is_empty(), "the key stayed");
+    let other = client.session().expect("another session");
+    let guard = other
+        .mutex("gone")
+        .expect("a mutex")
+        .lock_timeout(Duration::from_secs(2))
+        .expect("the free name");
+    assert!(guard.is_held());
+}
