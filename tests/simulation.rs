@@ -1125,3 +1125,102 @@ fn an_ambiguous_join_whose_removal_meets_an_election_still_removes_its_key() {
         .expect("the free name");
     assert!(guard.is_held());
 }
+
+/// Restores the leader `after` the cluster lost it (waiting up to 10 s for the loss), on a
+/// thread of the caller's scope.
+fn leader_back_after<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    cluster: &'s etcd_sync::testing::sim::SimCluster,
+    after: Duration,
+) {
+    s.spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while cluster.leader().is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(after);
+        cluster.set_leader(Some(0));
+    });
+}
+
+/// A writer key of our lease that nothing here uses (an earlier life's enqueue applied
+/// late) is removed by a read that finds it ahead, also when the cluster loses its leader
+/// right after the read's join: the removal is tried again until a leader answers, and the
+/// read holds. (Mutation testing, shard 6/10: with a refused removal given up, the read
+/// waited behind its own leftover out to its limit.)
+#[test]
+fn a_leftover_whose_removal_meets_an_election_is_removed_once_a_leader_is_back() {
+    use etcd_sync::testing::sim::{AfterWrites, SimCluster};
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::connect(cluster.endpoints()).expect("a client");
+    let session = client.session().expect("a session");
+    let lease = session.lease_id();
+    let rw = session.rwlock("left").expect("a read-write lock");
+    client
+        .put_with_lease(format!("left/{lease:x}"), "", lease)
+        .expect("the leftover writer key");
+    // Answered: the read's join Txn; then no leader, and the leftover's removal is refused.
+    cluster.after_writes(1, AfterWrites::LoseLeader);
+    let read = std::thread::scope(|s| {
+        leader_back_after(s, &cluster, Duration::from_millis(500));
+        rw.read_timeout(Duration::from_secs(5))
+    });
+    let read = read.expect("the read holds once the leftover is gone");
+    assert!(read.is_held());
+    let keys: Vec<String> = cluster.keys("left/").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, vec![format!("left/{lease:x}.shared")]);
+}
+
+/// A lock that finds a key of our lease on its own place (an earlier life's) removes it by
+/// its revision and joins again with a fresh one, also when the cluster loses its leader
+/// right after the join found it: a blocking wait rides out the election. (Mutation
+/// testing, shard 6/10: with the refused removal returned at once, the lock failed.)
+#[test]
+fn a_lock_whose_found_key_meets_an_election_removes_it_and_holds() {
+    lock_whose_found_key_meets(etcd_sync::testing::sim::AfterWrites::LoseLeader);
+}
+
+/// The same when the removal's answer is lost (a transport failure, not a refusal): the
+/// removal by revision is sent again until answered. (Mutation testing, shard 6/10: with
+/// only failures that are both a refusal and transient retried, the lock failed with
+/// `Timeout`.)
+#[test]
+fn a_lock_whose_found_keys_removal_goes_unanswered_sends_it_again_and_holds() {
+    lock_whose_found_key_meets(etcd_sync::testing::sim::AfterWrites::SwallowAnswers);
+}
+
+fn lock_whose_found_key_meets(fault: etcd_sync::testing::sim::AfterWrites) {
+    use etcd_sync::testing::sim::{AfterWrites, SimCluster};
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::builder()
+        .endpoints(cluster.endpoints())
+        .request_timeout(Duration::from_millis(500))
+        .connect()
+        .expect("a client");
+    let session = client.session().expect("a session");
+    let lease = session.lease_id();
+    let mutex = session.mutex("found").expect("a mutex");
+    let old = client
+        .put_with_lease(format!("found/{lease:x}"), "", lease)
+        .expect("an earlier life's key");
+    // Answered: the join's Txn (it finds the key) and the read-only Txn that reads it.
+    cluster.after_writes(2, fault);
+    let guard = std::thread::scope(|s| {
+        if fault == AfterWrites::LoseLeader {
+            leader_back_after(s, &cluster, Duration::from_millis(500));
+        } else {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(1200));
+                cluster.set_swallow_writes(0, false);
+            });
+        }
+        mutex.lock_timeout(Duration::from_secs(5))
+    });
+    let guard = guard.expect("the lock after the fault");
+    assert!(guard.fencing_token() > old, "a fresh create revision");
+    let keys = cluster.keys("found/");
+    assert_eq!(keys.len(), 1, "one key: {keys:?}");
+    assert_eq!(keys[0].1, guard.fencing_token());
+}
