@@ -1224,3 +1224,33 @@ fn lock_whose_found_key_meets(fault: etcd_sync::testing::sim::AfterWrites) {
     assert_eq!(keys.len(), 1, "one key: {keys:?}");
     assert_eq!(keys[0].1, guard.fencing_token());
 }
+
+/// A `try_lock` that finds a key of our lease on its own place and then meets an election
+/// gives up at once with the refusal, as `try_*` does, and leaves no key of this attempt.
+/// (Mutation testing, shard 6/10: with every refusal retried, `try_lock` waited for the
+/// next leader.)
+#[test]
+fn a_try_lock_whose_found_keys_removal_is_refused_gives_up_at_once() {
+    use etcd_sync::TryLockError;
+    use etcd_sync::testing::sim::{AfterWrites, SimCluster};
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::connect(cluster.endpoints()).expect("a client");
+    let session = client.session().expect("a session");
+    let lease = session.lease_id();
+    let mutex = session.mutex("tried").expect("a mutex");
+    client
+        .put_with_lease(format!("tried/{lease:x}"), "", lease)
+        .expect("an earlier life's key");
+    cluster.after_writes(2, AfterWrites::LoseLeader);
+    let (tried, took) = std::thread::scope(|s| {
+        leader_back_after(s, &cluster, Duration::from_secs(3));
+        let started = Instant::now();
+        (mutex.try_lock().map(drop), started.elapsed())
+    });
+    match tried {
+        Err(TryLockError::Error(e)) => assert!(e.is_retryable(), "{e}"),
+        other => panic!("try_lock without a leader: {other:?}"),
+    }
+    assert!(took < Duration::from_secs(2), "try_lock waited {took:?}");
+}
