@@ -1052,6 +1052,7 @@ fn a_try_lock_whose_member_is_frozen_takes_the_free_lock_on_the_next() {
     use etcd_sync::testing::sim::SimCluster;
 
     let cluster = SimCluster::start(3).expect("a simulated cluster");
+    // The client starts on the first endpoint: member 0.
     let client = etcd_sync::Client::builder()
         .endpoints(cluster.endpoints())
         .request_timeout(Duration::from_millis(500))
@@ -1059,31 +1060,36 @@ fn a_try_lock_whose_member_is_frozen_takes_the_free_lock_on_the_next() {
         .expect("a client");
     let session = client.session().expect("a session");
     let mutex = session.mutex("next").expect("a mutex");
-    for member in 0..3 {
-        cluster.set_frozen(member, true);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let tried = {
-            let mutex = mutex.clone();
-            std::thread::spawn(move || {
-                let _ = tx.send(mutex.try_lock().map(|g| (g.is_held(), g.fencing_token())));
-            })
-        };
-        let outcome = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("try_lock answers");
-        let _ = tried.join();
-        cluster.set_frozen(member, false);
-        // The thawed member applies its attempt late; the sweep removes it.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !cluster.keys("next/").is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(cluster.keys("next/").is_empty(), "a key left behind");
-        match outcome {
-            Ok((true, _)) => {}
-            other => panic!("try_lock with member {member} frozen: {other:?}"),
-        }
+    cluster.set_frozen(0, true);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tried = {
+        let mutex = mutex.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let tried = mutex.try_lock().map(|g| g.is_held());
+            let _ = tx.send((tried, started.elapsed()));
+        })
+    };
+    let (outcome, took) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("try_lock answers");
+    let _ = tried.join();
+    cluster.set_frozen(0, false);
+    match outcome {
+        Ok(true) => {}
+        other => panic!("try_lock with member 0 frozen: {other:?}"),
     }
+    assert!(
+        took >= Duration::from_millis(400),
+        "met no frozen member: {took:?}"
+    );
+    // The thawed member may apply its attempt late; the sweep removes it.
+    std::thread::sleep(Duration::from_secs(1));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cluster.keys("next/").is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(cluster.keys("next/").is_empty(), "a key left behind");
 }
 
 /// A wait cut short by its limit while its join's answer is lost cleans up its key, and a
