@@ -7,15 +7,11 @@ use tokio::time::Instant;
 use super::history::What;
 use super::kinds::Kind;
 use super::{Rng, World};
-use crate::testing::sim::AfterWrites;
 
 pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
     let members = world.cluster.endpoints().len() as u64;
     // The faults aimed at hand-overs draw from a stream of their own.
     let mut aimed = Rng(rng.0 ^ 0x4a0d_fa17);
-    // So do the elections and lost answers timed between two writes of one operation:
-    // the schedules of the main stream stay as they were.
-    let mut amid = Rng(rng.0 ^ 0x6b7e_11a3);
     while Instant::now() < until {
         // Quiet spells of up to 4 s: long enough for liveness to be owed and checked.
         tokio::time::sleep(rng.millis(100, 4000)).await;
@@ -124,33 +120,17 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
                 // Half the time the periodic compaction runs during the election, while
                 // watchers that lost their streams wait to resume.
                 let compact = rng.below(2) == 0;
-                let between = amid.below(2) == 0;
-                if between {
-                    between_writes(world, &mut amid, AfterWrites::LoseLeader, pause).await;
-                }
                 world.cluster.set_leader(None);
                 tokio::time::sleep(pause).await;
                 if compact {
                     world.cluster.compact();
                 }
                 world.cluster.set_leader(Some(member));
-                match (compact, between) {
-                    (true, false) => "leader election, compaction meanwhile",
-                    (false, false) => "leader election",
-                    (true, true) => "leader election between writes, compaction meanwhile",
-                    (false, true) => "leader election between writes",
+                if compact {
+                    "leader election, compaction meanwhile"
+                } else {
+                    "leader election"
                 }
-            }
-            5 if amid.below(2) == 0 => {
-                between_writes(world, &mut amid, AfterWrites::SwallowAnswers, pause).await;
-                for m in 0..members as usize {
-                    world.cluster.set_swallow_writes(m, true);
-                }
-                tokio::time::sleep(pause).await;
-                for m in 0..members as usize {
-                    world.cluster.set_swallow_writes(m, false);
-                }
-                "lost answers between writes, every member"
             }
             5 => {
                 world.cluster.set_swallow_writes(member, true);
@@ -266,19 +246,6 @@ pub(super) async fn nemesis(world: &World, rng: &mut Rng, until: Instant) {
         world.note("nemesis", fault.to_string());
         *world.log().outcome.faults.entry(fault).or_default() += 1;
     }
-}
-
-/// Lets the next 1-3 writes be answered and then strikes with `fault` (between two writes
-/// of one operation: a re-campaign's join and its put, a hand-over's request and its
-/// adoption), waiting for that up to `limit`; a fault that has not struck by then is
-/// withdrawn, and the caller strikes as usual.
-async fn between_writes(world: &World, rng: &mut Rng, fault: AfterWrites, limit: Duration) {
-    world.cluster.after_writes(rng.below(3) + 1, fault);
-    let until = Instant::now() + limit;
-    while world.cluster.writes_before_fault().is_some() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    world.cluster.cancel_after_writes();
 }
 
 /// Deletes the oldest key under `name` alone (`etcdctl del <key>`), as an operator forces a
