@@ -380,3 +380,99 @@ fn a_request_overwritten_with_anything_but_the_answer_is_no_answer() {
         sa.lease_id()
     );
 }
+
+/// The randomized checker's failure of stop 72 (seed 47053219180389): a leader read the
+/// line, named the first waiter's key, and handed over; meanwhile that candidate's key had
+/// been deleted and created again behind another, so the hand-over passed the other over
+/// and its later leadership had a smaller token. `hand_over_next` resolves the first in
+/// line in its own read: nobody is passed over, and tokens grow for everyone.
+#[test]
+fn hand_over_next_passes_nobody_over_when_the_named_key_came_back_behind_another() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (sl, sa, sb) = (session(&c, 10), session(&c, 10), session(&c, 10));
+    let el = sl.election("next").unwrap();
+    let leader = el.campaign("l").unwrap();
+    // A waits first; B behind it.
+    let cancel = etcd_sync::CancelToken::new();
+    let ea = sa.election("next").unwrap();
+    let first = {
+        let (ea, options) = (
+            ea.clone(),
+            etcd_sync::WaitOptions::new().cancel_token(&cancel),
+        );
+        std::thread::spawn(move || ea.campaign_with("a", options).map(|_| ()))
+    };
+    wait_until_waiting(&el, 1);
+    let eb = sb.election("next").unwrap();
+    let b = std::thread::spawn(move || eb.campaign("b"));
+    wait_until_waiting(&el, 2);
+    let read = el.status().unwrap();
+    let named = read.waiters[0].clone();
+    assert_eq!(named.lease, sa.lease_id(), "A waits first");
+    // A gives up and campaigns again: the same key name, now behind B.
+    cancel.cancel();
+    assert!(first.join().unwrap().unwrap_err().is_cancelled());
+    let a = std::thread::spawn(move || ea.campaign("a"));
+    assert!(
+        eventually(Duration::from_secs(5), || el.status().is_ok_and(|s| s
+            .waiters
+            .iter()
+            .any(
+                |w| w.key == named.key && w.create_revision > named.create_revision
+            ))),
+        "A never waited again"
+    );
+    let now = el.status().unwrap();
+    assert_eq!(now.waiters[0].lease, sb.lease_id(), "B waits first now");
+
+    // Handed to the next in line: B, not the key read before.
+    let next = leader.hand_over_next().unwrap();
+    assert_eq!(next.lease, sb.lease_id(), "handed to {next:?}");
+    assert!(!leader.is_leader());
+    let mut b = b.join().unwrap().unwrap();
+    assert!(b.is_leader());
+    assert!(b.fencing_token() > leader.fencing_token());
+    // A still waits, and leads after B with a greater token.
+    b.resign().unwrap();
+    let a = a.join().unwrap().unwrap();
+    assert!(
+        a.fencing_token() > b.fencing_token(),
+        "tokens grow: B {} then A {}",
+        b.fencing_token(),
+        a.fencing_token()
+    );
+    // With A leading and nobody behind: refused at once, and A still leads.
+    let started = Instant::now();
+    let e = a.hand_over_next().unwrap_err();
+    assert!(e.is_hand_over_failed(), "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(a.is_leader());
+}
+
+/// The next in line that is no candidate of this crate (a `Mutex` waiter) never answers:
+/// the hand-over fails within its limit and the leader still leads.
+#[test]
+fn hand_over_next_to_a_waiter_that_never_answers_fails_within_its_limit() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (sl, sm) = (session(&c, 10), session(&c, 10));
+    let el = sl.election("next-quiet").unwrap();
+    let mut leader = el.campaign("l").unwrap();
+    let m = sm.mutex("next-quiet").unwrap();
+    let waiter = std::thread::spawn(move || m.lock_timeout(Duration::from_secs(5)).map(|_| ()));
+    wait_until_waiting(&el, 1);
+    let started = Instant::now();
+    let options = etcd_sync::WaitOptions::new().timeout(Duration::from_millis(500));
+    let e = leader.hand_over_next_with(options).unwrap_err();
+    let took = started.elapsed();
+    assert!(e.is_hand_over_failed(), "{e:?}");
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert!(leader.is_leader());
+    assert!(leader.put("fenced", "still").is_ok());
+    leader.resign().unwrap();
+    waiter.join().unwrap().unwrap();
+}

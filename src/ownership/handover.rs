@@ -165,10 +165,32 @@ pub(super) fn remove_after_answer(
     rx
 }
 
-/// The leader's side: hands `held`'s leadership to the candidate `to` (its key, or its
-/// value) within `wait`. `Ok`: the candidate leads (the key as the hand-over left it) and
-/// `held` has ended without deleting anything. `Err(HandOverFailed)`: `held` still leads.
-pub(crate) fn hand_over(held: &Held, to: &[u8], wait: &Wait) -> Result<KeyValue> {
+/// Whom a hand-over goes to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum To<'a> {
+    /// The waiting candidate with this key, or else this value (wherever it waits).
+    Named(&'a [u8]),
+    /// The first key in line behind the leader, as the hand-over's own read finds it. No
+    /// key can come between the two later (new keys queue behind, and only the leader's
+    /// key is adopted), so nobody is passed over and the successor's token is the least
+    /// of the waiters'.
+    Next,
+}
+
+impl To<'_> {
+    /// How an error names the candidate.
+    fn shown(&self) -> &[u8] {
+        match self {
+            To::Named(to) => to,
+            To::Next => b"the next in line",
+        }
+    }
+}
+
+/// The leader's side: hands `held`'s leadership to the candidate `to` within `wait`.
+/// `Ok`: the candidate leads (the key as the hand-over left it) and `held` has ended
+/// without deleting anything. `Err(HandOverFailed)`: `held` still leads.
+pub(crate) fn hand_over(held: &Held, to: To<'_>, wait: &Wait) -> Result<KeyValue> {
     crate::client::runtime::ensure_blocking_allowed()?;
     if !held.is_current() {
         return Err(Error::NotLeader);
@@ -202,7 +224,7 @@ pub(crate) fn hand_over(held: &Held, to: &[u8], wait: &Wait) -> Result<KeyValue>
     }
     let holder = outcome.map_err(|e| match e {
         Error::Timeout { after, .. } if e.is_wait_timeout() => Error::HandOverFailed {
-            to: text(to).into_owned(),
+            to: text(to.shown()).into_owned(),
             reason: format!("{} {after:?}", reason::NOT_TAKEN_WITHIN),
         },
         e => session.judge(e),
@@ -254,7 +276,7 @@ async fn ask(
     watches: &Watches,
     line: &Place,
     (key, rev, lease): &(Vec<u8>, i64, i64),
-    to: &[u8],
+    to: To<'_>,
 ) -> Result<Asked> {
     let read = rpc.read(&Range::prefix(&line.prefix)).await?;
     let exclusive = |kv: &&KeyValue| Mode::of_key(&line.prefix, &kv.key) == Some(Mode::Exclusive);
@@ -271,12 +293,21 @@ async fn ask(
             .filter(exclusive)
             .filter(|kv| kv.create_revision > *rev)
     };
-    let Some(c) = candidates()
-        .find(|kv| kv.key == to)
-        .or_else(|| candidates().find(|kv| kv.value == to))
-        .cloned()
-    else {
-        return Err(failed(to, reason::NO_CANDIDATE));
+    let found = match to {
+        To::Named(to) => candidates()
+            .find(|kv| kv.key == to)
+            .or_else(|| candidates().find(|kv| kv.value == to)),
+        // The first in line behind us, if it is a candidate (any other mode never adopts).
+        To::Next => read
+            .kvs
+            .iter()
+            .filter(|kv| Mode::of_key(&line.prefix, &kv.key).is_some())
+            .filter(|kv| kv.create_revision > *rev)
+            .min_by_key(|kv| kv.create_revision)
+            .filter(|kv| exclusive(kv)),
+    };
+    let Some(c) = found.cloned() else {
+        return Err(failed(to.shown(), reason::NO_CANDIDATE));
     };
     if c.lease == 0 || c.lease == *lease {
         return Err(failed(

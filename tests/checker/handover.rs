@@ -3,8 +3,10 @@
 //! resigning. The next in line may be one of our waiting campaigns (it answers and adopts
 //! the leader's key), a `Mutex` or multi-lock waiter, or Go's `etcdctl lock` (neither
 //! answers: the hand-over fails within its limit and the leader still leads). Only the
-//! next in line, so fencing tokens keep growing (a candidate passed over would get a
-//! smaller token than its successor: the documented limit).
+//! next in line as the hand-over itself reads it (`hand_over_next`), so fencing tokens
+//! keep growing (a candidate passed over would get a smaller token than its successor:
+//! the documented limit of `hand_over` by name, which stop 72's run met when the named
+//! key had come back behind another waiter).
 //!
 //! Log lines:
 //!
@@ -19,7 +21,7 @@
 //! the old guard's writes under its compares (`ownership_compare` + `lease_compare`) must
 //! fail after it (the worker's `STALE` probe).
 
-use etcd_sync::{Leadership, Session};
+use etcd_sync::{Leadership, Session, WaitOptions};
 
 use super::common::monotonic_ns;
 use super::workload::error_kind;
@@ -45,7 +47,11 @@ pub(crate) fn hand_over_next(
     };
     let rev = leadership.create_revision();
     let called = monotonic_ns();
-    match leadership.hand_over_timeout(&to.key, rng.millis(100, 1_500)) {
+    // The first in line as the hand-over reads it: `to`'s key may have been deleted and
+    // created again behind another since the read above (stop 72, seed 47053219180389),
+    // and a hand-over by its name would pass the other over.
+    let options = WaitOptions::new().timeout(rng.millis(100, 1_500));
+    match leadership.hand_over_next_with(options) {
         Ok(next) => {
             let returned = monotonic_ns();
             log(
@@ -61,12 +67,11 @@ pub(crate) fn hand_over_next(
             if lost != Err(crossbeam_channel::TryRecvError::Disconnected) {
                 wrong.push("its lost() did not fire".to_string());
             }
-            if next.key != leadership.key() || next.lease != to.lease {
+            if next.key != leadership.key() || next.lease == lease || next.lease == 0 {
                 wrong.push(format!(
-                    "the successor holds {} on lease {:x}, asked for lease {:x}",
+                    "the successor holds {} on lease {:x}, ours {lease:x}",
                     next.key_str(),
                     next.lease,
-                    to.lease
                 ));
             }
             for what in wrong {
@@ -79,8 +84,14 @@ pub(crate) fn hand_over_next(
             false
         }
         Err(e) => {
-            // Cut short: the adoption may have been on its way (it applies, or never).
-            log(log_file, format!("LH {name} {rev} {} {called} -", to.lease));
+            // Cut short: the adoption may have been on its way (it applies, or never), to
+            // the next in line: `to`, unless our key already shows another lease (`to`'s
+            // key came back behind another waiter, who was next).
+            let now = session.client().get(leadership.key()).ok().flatten();
+            let went = now
+                .filter(|kv| kv.create_revision == rev && kv.lease != lease && kv.lease != 0)
+                .map_or(to.lease, |kv| kv.lease);
+            log(log_file, format!("LH {name} {rev} {went} {called} -"));
             log(log_file, format!("HO {}", error_kind(&e)));
             false
         }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::ownership::handover::To;
 use crate::ownership::{self, Wait};
 use crate::recipes::guard::{Guard, LeaderKind};
 use crate::recipes::holder::Holder;
@@ -20,7 +21,9 @@ impl Guard<LeaderKind> {
     /// `etcdctl elect`'s included) keeps its place. Observers see an ordinary change of
     /// leader (a new value and lease under the same key). Before that, the candidate's
     /// campaign confirms that it still waits and will take it; its `campaign` then returns
-    /// a [`Leadership`](crate::Leadership) whose fencing token is greater than ours.
+    /// a [`Leadership`](crate::Leadership) whose fencing token is greater than ours. A
+    /// candidate passed over (waiting between us and `to`) gets a smaller token than `to`'s
+    /// when it leads later; [`hand_over_next`](Guard::hand_over_next) passes nobody over.
     ///
     /// On success this guard no longer leads: [`is_leader`](Guard::is_leader) is false,
     /// [`lost`](Guard::lost) fires, and `Drop` deletes nothing. This session cannot
@@ -62,7 +65,7 @@ impl Guard<LeaderKind> {
     /// ```
     pub fn hand_over(&self, to: impl AsRef<[u8]>) -> Result<Holder> {
         let timeout = self.held.request_timeout();
-        self.hand_over_until(to.as_ref(), Wait::from_timeout(timeout))
+        self.hand_over_until(To::Named(to.as_ref()), Wait::from_timeout(timeout))
     }
 
     /// [`hand_over`](Guard::hand_over), waiting up to `timeout` for the candidate to take
@@ -81,7 +84,7 @@ impl Guard<LeaderKind> {
     /// # Ok(()) }
     /// ```
     pub fn hand_over_timeout(&self, to: impl AsRef<[u8]>, timeout: Duration) -> Result<Holder> {
-        self.hand_over_until(to.as_ref(), Wait::from_timeout(timeout))
+        self.hand_over_until(To::Named(to.as_ref()), Wait::from_timeout(timeout))
     }
 
     /// [`hand_over`](Guard::hand_over) with a timeout and a cancel token
@@ -97,10 +100,60 @@ impl Guard<LeaderKind> {
     /// # Ok(()) }
     /// ```
     pub fn hand_over_with(&self, to: impl AsRef<[u8]>, options: WaitOptions) -> Result<Holder> {
-        self.hand_over_until(to.as_ref(), Wait::from_options(options))
+        self.hand_over_until(To::Named(to.as_ref()), Wait::from_options(options))
     }
 
-    fn hand_over_until(&self, to: &[u8], wait: Wait) -> Result<Holder> {
+    /// [`hand_over`](Guard::hand_over) to whoever waits first in line behind us, as the
+    /// hand-over's own read of the name finds it: nobody is passed over, so the
+    /// successor's fencing token is the least of the waiters' and tokens keep growing for
+    /// everyone who leads later. (A key read from [`status`](crate::Election::status) and
+    /// then named may have been deleted and created again, behind others, before the
+    /// hand-over reads it.) If the first in line is no candidate of this crate (a `Mutex`
+    /// waiter, `etcdctl`, Go) it never answers: [`Error::HandOverFailed`] after the limit,
+    /// and we still lead.
+    ///
+    /// [`Error::HandOverFailed`]: crate::Error::HandOverFailed
+    ///
+    /// # Errors
+    ///
+    /// As [`hand_over`](Guard::hand_over); `HandOverFailed` also when nobody waits behind
+    /// us.
+    ///
+    /// ```no_run
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let leadership = session.election("scheduler")?.campaign("host-a")?;
+    /// // ... other hosts campaign on their own sessions ...
+    /// let next = leadership.hand_over_next()?;
+    /// println!("{} leads now", next.value_str());
+    /// # Ok(()) }
+    /// ```
+    pub fn hand_over_next(&self) -> Result<Holder> {
+        let timeout = self.held.request_timeout();
+        self.hand_over_until(To::Next, Wait::from_timeout(timeout))
+    }
+
+    /// [`hand_over_next`](Guard::hand_over_next) with a timeout and a cancel token
+    /// ([`Error::Cancelled`](crate::Error::Cancelled): we still lead).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> etcd_sync::Result<()> {
+    /// # let session = etcd_sync::Client::connect(["http://127.0.0.1:2379"])?.session()?;
+    /// let leadership = session.election("e")?.campaign("a")?;
+    /// let options = etcd_sync::WaitOptions::new().timeout(Duration::from_secs(2));
+    /// match leadership.hand_over_next_with(options) {
+    ///     Ok(next) => println!("{} leads now", next.value_str()),
+    ///     Err(e) if e.is_hand_over_failed() => println!("still leading: {e}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn hand_over_next_with(&self, options: WaitOptions) -> Result<Holder> {
+        self.hand_over_until(To::Next, Wait::from_options(options))
+    }
+
+    fn hand_over_until(&self, to: To<'_>, wait: Wait) -> Result<Holder> {
         let kv = ownership::hand_over(&self.held, to, &wait)?;
         Ok(Holder::of(self.held.prefix(), kv, None))
     }
