@@ -1,9 +1,11 @@
 //! A fault that strikes between two writes of one operation: the cluster answers the next
-//! `n` writes and then loses its leader or its answers. A recipe that writes twice (a
-//! re-campaign's join and its put) meets the fault at its second write, which no timing of
-//! the other faults provokes on demand.
+//! `n` writes and then loses its leader, its answers, or its consent to deletes. A recipe
+//! that writes twice (a re-campaign's join and its put, a join and its cleanup) meets the
+//! fault at its second write, which no timing of the other faults provokes on demand.
 
 use super::SimCluster;
+use crate::transport::generated::etcdserverpb as pb;
+use pb::request_op::Request as Op;
 
 /// What strikes once the writes counted by [`SimCluster::after_writes`] are answered.
 ///
@@ -21,6 +23,17 @@ pub enum AfterWrites {
     /// Every member applies writes and swallows their answers, as
     /// [`SimCluster::set_swallow_writes`]`(i, true)` for each `i`, until that is undone.
     SwallowAnswers,
+    /// Every member refuses deletes, as [`SimCluster::set_deny_deletes`]`(true)`.
+    DenyDeletes,
+}
+
+/// The faults of this file in the cluster's state.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Faults {
+    /// The fault waiting for its writes.
+    pub(crate) pending: Option<Pending>,
+    /// Requests that delete are refused.
+    pub(crate) deny_deletes: bool,
 }
 
 /// The fault waiting for its writes, and how many are left to answer first.
@@ -49,9 +62,9 @@ impl SimCluster {
     /// ```
     pub fn after_writes(&self, n: u64, fault: AfterWrites) {
         let mut state = self.shared.lock();
-        state.after_writes = Some(Pending { left: n, fault });
+        state.after_writes.pending = Some(Pending { left: n, fault });
         if n == 0 {
-            state.after_writes = None;
+            state.after_writes.pending = None;
             state.strike(fault);
         }
     }
@@ -72,7 +85,7 @@ impl SimCluster {
     /// # Ok(()) }
     /// ```
     pub fn writes_before_fault(&self) -> Option<u64> {
-        self.shared.lock().after_writes.map(|p| p.left)
+        self.shared.lock().after_writes.pending.map(|p| p.left)
     }
 
     /// Withdraws the fault of [`after_writes`](SimCluster::after_writes) if it has not
@@ -89,17 +102,49 @@ impl SimCluster {
     /// # Ok(()) }
     /// ```
     pub fn cancel_after_writes(&self) -> bool {
-        self.shared.lock().after_writes.take().is_some()
+        self.shared.lock().after_writes.pending.take().is_some()
     }
+}
+
+impl SimCluster {
+    /// Makes every member refuse a request that deletes (a DeleteRange, or a Txn with a
+    /// delete on either branch: etcd checks both) with "etcdserver: permission denied"
+    /// (`true`), as etcd refuses a user whose role lost its write permission; or serve them
+    /// again (`false`).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = etcd_sync::testing::sim::SimCluster::start(1)?;
+    /// let client = etcd_sync::Client::connect(cluster.endpoints())?;
+    /// client.put("kept", "1")?;
+    /// cluster.set_deny_deletes(true);
+    /// assert!(client.delete("kept").is_err());
+    /// cluster.set_deny_deletes(false);
+    /// assert_eq!(client.delete("kept")?, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_deny_deletes(&self, deny: bool) {
+        self.shared.lock().after_writes.deny_deletes = deny;
+    }
+}
+
+/// Whether `req` is refused by [`SimCluster::set_deny_deletes`]: it deletes on a branch.
+pub(crate) fn denied(faults: &Faults, req: &pb::TxnRequest) -> bool {
+    faults.deny_deletes
+        && req
+            .success
+            .iter()
+            .chain(&req.failure)
+            .any(|op| matches!(op.request, Some(Op::RequestDeleteRange(_))))
 }
 
 /// Counts one answered write: the fault to strike now if this write used up the count
 /// (it then meets the writes after it).
-pub(crate) fn answered(pending: &mut Option<Pending>) -> Option<AfterWrites> {
-    let waiting = pending.as_mut()?;
+pub(crate) fn answered(faults: &mut Faults) -> Option<AfterWrites> {
+    let waiting = faults.pending.as_mut()?;
     waiting.left = waiting.left.saturating_sub(1);
     if waiting.left > 0 {
         return None;
     }
-    pending.take().map(|p| p.fault)
+    faults.pending.take().map(|p| p.fault)
 }

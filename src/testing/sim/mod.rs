@@ -158,7 +158,7 @@ impl SimCluster {
                 progress_interval: None,
                 applied: lag::Applied::default(),
                 flicker: None,
-                after_writes: None,
+                after_writes: Default::default(),
             }),
             cluster_id: 0xcdf8_1819_4e3a_8c32 ^ number,
             thawed: tokio::sync::Notify::new(),

@@ -59,8 +59,8 @@ pub(crate) struct State {
     pub(crate) applied: super::lag::Applied,
     /// A key that appears and goes around the writes that put it (`flicker.rs`).
     pub(crate) flicker: Option<super::flicker::Flicker>,
-    /// A fault that strikes after a number of answered writes (`after.rs`).
-    pub(crate) after_writes: Option<super::after::Pending>,
+    /// A fault that strikes after a number of answered writes, refused deletes (`after.rs`).
+    pub(crate) after_writes: super::after::Faults,
 }
 
 impl State {
@@ -73,6 +73,7 @@ impl State {
                     member.swallow_writes = true;
                 }
             }
+            AfterWrites::DenyDeletes => self.after_writes.deny_deletes = true,
         }
     }
 }
@@ -191,6 +192,9 @@ impl Member {
     /// Applies a transaction and tells the watchers.
     fn apply(&self, req: &pb::TxnRequest) -> Result<pb::TxnResponse, Status> {
         let mut state = self.shared.lock();
+        if super::after::denied(&state.after_writes, req) {
+            return Err(Status::permission_denied("etcdserver: permission denied"));
+        }
         let State {
             store,
             leases,
