@@ -492,7 +492,10 @@ fn a_waiter_whose_member_is_killed_keeps_waiting_and_acquires() {
     let g = hs.mutex("f-wait-kill").unwrap().lock().unwrap();
 
     let waiter_client = client_for(&all); // talks to member 0, perhaps the leader
-    let ws = session(&waiter_client, 10);
+    // A TTL that covers the election after the kill with room to spare: on a loaded
+    // 2-core CI machine a lease of 10 s once went unrenewed past its deadline (at least
+    // 5.7 s after the kill: etcd 3.6.15 leg), and a client must then report the loss.
+    let ws = session(&waiter_client, 20);
     let wm = ws.mutex("f-wait-kill").unwrap();
     let waiter = std::thread::spawn(move || wm.lock().map(|g| g.fencing_token()));
     std::thread::sleep(Duration::from_millis(500));
@@ -501,6 +504,7 @@ fn a_waiter_whose_member_is_killed_keeps_waiting_and_acquires() {
         "waiter acquired while the holder held"
     );
     cl.kill(0).unwrap();
+    let killed = Instant::now();
     std::thread::sleep(Duration::from_millis(1500));
     if waiter.is_finished() {
         panic!(
@@ -510,10 +514,14 @@ fn a_waiter_whose_member_is_killed_keeps_waiting_and_acquires() {
     }
     let token = g.fencing_token();
     drop(g);
-    let next = waiter
-        .join()
-        .unwrap()
-        .expect("the waiter acquires after the release");
+    let next = waiter.join().unwrap().unwrap_or_else(|e| {
+        panic!(
+            "the waiter did not acquire after the release: {e} ({:?} after the kill; \
+             leader now: {:?})",
+            killed.elapsed(),
+            cl.leader()
+        )
+    });
     assert!(next > token);
     assert!(ws.is_alive(), "{:?}", ws.loss_reason());
 }

@@ -1359,3 +1359,143 @@ fn one_session(
     let session = client.session().expect("a session");
     (cluster, client, session)
 }
+
+/// A client whose requests time out after 300 ms, on a simulated cluster of one member,
+/// and a session of it.
+fn quick_session() -> (
+    etcd_sync::testing::sim::SimCluster,
+    etcd_sync::Client,
+    etcd_sync::Session,
+) {
+    let cluster = etcd_sync::testing::sim::SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::builder()
+        .endpoints(cluster.endpoints())
+        .request_timeout(Duration::from_millis(300))
+        .connect()
+        .expect("a client");
+    let session = client.session().expect("a session");
+    (cluster, client, session)
+}
+
+/// Whether `done` turns true within `limit`, polled every 20 ms.
+fn within(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+/// A release request for a hold that an operator then ends: the holder removes the
+/// request once it finds its key gone, and a removal that times out (etcd slow to commit,
+/// for longer than the client's own retries) is sent again until it goes, so the request
+/// does not outlive the hold. (Mutation testing, shard 7/10: `requests.rs:177:27`, with
+/// the removal given up at its first transient failure, the request stayed for the
+/// session's life.)
+#[test]
+fn a_request_removal_after_a_forced_release_is_sent_again_after_a_timeout() {
+    use etcd_sync::testing::sim::TimedOut;
+
+    let (cluster, client, session) = quick_session();
+    let guard = session
+        .mutex("asked")
+        .expect("a mutex")
+        .lock()
+        .expect("the lock");
+    let asked = client.request_release("asked").expect("the request");
+    assert_eq!(asked.len(), 1, "holders asked: {asked:?}");
+    assert_eq!(cluster.keys("asked.revoke/").len(), 1);
+    cluster.set_time_out(TimedOut::Deletes, true);
+    assert_eq!(cluster.delete_prefix("asked/"), 1);
+    assert!(
+        within(Duration::from_secs(1), || !guard.is_held()),
+        "the holder did not hear its key go"
+    );
+    // Several request timeouts: the client's own retries of the removal have given up.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        cluster.keys("asked.revoke/").len(),
+        1,
+        "removed while refused"
+    );
+    cluster.set_time_out(TimedOut::Deletes, false);
+    assert!(
+        within(Duration::from_secs(3), || cluster
+            .keys("asked.revoke/")
+            .is_empty()),
+        "the request outlives the hold: {:?}",
+        cluster.keys("asked.revoke/")
+    );
+    assert!(session.is_alive());
+}
+
+/// A holder that starts following its release requests while reads time out (for longer
+/// than the client's own retries) reads again until etcd answers, and then hears a
+/// request. (Mutation testing, shard 7/10: `requests.rs:267:27`, with the read given up
+/// at its first transient failure, the follower stopped and no request was ever heard.)
+#[test]
+fn a_request_follower_whose_first_read_times_out_reads_again_and_hears_requests() {
+    use etcd_sync::testing::sim::TimedOut;
+
+    let (cluster, client, session) = quick_session();
+    let guard = session
+        .mutex("heard")
+        .expect("a mutex")
+        .lock()
+        .expect("the lock");
+    cluster.set_time_out(TimedOut::Reads, true);
+    let requests = guard.release_requested();
+    std::thread::sleep(Duration::from_millis(1500));
+    cluster.set_time_out(TimedOut::Reads, false);
+    // The follower's next read, after its backoff (a quick one: at most a second).
+    std::thread::sleep(Duration::from_millis(1200));
+    let asked = client.request_release("heard").expect("the request");
+    assert_eq!(asked.len(), 1, "holders asked: {asked:?}");
+    let heard = requests.recv_timeout(Duration::from_secs(2));
+    assert!(heard.is_ok(), "no request heard: {heard:?}");
+    assert!(guard.is_held());
+}
+
+/// The same for a downgradable write (a writer key and its reader twin, in one Txn): cut
+/// short while etcd swallows answers, it waits a quarter of a request timeout for each
+/// key's removal and ends with `Timeout` within a request timeout; both keys go once etcd
+/// answers again. (Mutation testing, shard 7/10: `twin.rs:67:68`, a wait of four request
+/// timeouts for the twin's removal instead of a quarter of one.)
+#[test]
+fn a_downgradable_write_cut_short_while_answers_are_lost_ends_within_a_request_timeout() {
+    use etcd_sync::Error;
+    use etcd_sync::testing::sim::SimCluster;
+
+    let cluster = SimCluster::start(1).expect("a simulated cluster");
+    let client = etcd_sync::Client::builder()
+        .endpoints(cluster.endpoints())
+        .request_timeout(Duration::from_secs(2))
+        .connect()
+        .expect("a client");
+    let session = client.session().expect("a session");
+    let rw = session.rwlock("cut-twin").expect("a read-write lock");
+    cluster.set_swallow_writes(0, true);
+    let started = Instant::now();
+    let waited = rw.write_downgradable_timeout(Duration::from_millis(200));
+    let took = started.elapsed();
+    cluster.set_swallow_writes(0, false);
+    assert!(
+        matches!(waited, Err(Error::Timeout { .. })),
+        "the wait: {:?}",
+        waited.map(drop)
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "the wait ended {took:?} after its start"
+    );
+    assert!(
+        within(Duration::from_secs(5), || cluster
+            .keys("cut-twin/")
+            .is_empty()),
+        "keys left: {:?}",
+        cluster.keys("cut-twin/")
+    );
+}

@@ -2,6 +2,8 @@
 //! `n` writes and then loses its leader, its answers, or its consent to deletes. A recipe
 //! that writes twice (a re-campaign's join and its put, a join and its cleanup) meets the
 //! fault at its second write, which no timing of the other faults provokes on demand.
+//! Deletes refused for good, and deletes or reads that time out for a while, are set here
+//! too.
 
 use super::SimCluster;
 use crate::transport::generated::etcdserverpb as pb;
@@ -34,7 +36,30 @@ pub(crate) struct Faults {
     pub(crate) pending: Option<Pending>,
     /// Requests that delete are refused.
     pub(crate) deny_deletes: bool,
+    /// Requests that delete time out (not applied).
+    pub(crate) time_out_deletes: bool,
+    /// Linearizable and serializable reads time out.
+    pub(crate) time_out_reads: bool,
 }
+
+/// Which requests [`SimCluster::set_time_out`] makes every member refuse.
+///
+/// ```
+/// use etcd_sync::testing::sim::TimedOut;
+///
+/// assert_ne!(TimedOut::Deletes, TimedOut::Reads);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimedOut {
+    /// A DeleteRange, or a Txn with a delete on either branch.
+    Deletes,
+    /// A Range.
+    Reads,
+}
+
+/// What a member answers a request [`SimCluster::set_time_out`] refuses.
+pub(crate) const TIMED_OUT: &str = "etcdserver: request timed out";
 
 /// The fault waiting for its writes, and how many are left to answer first.
 #[derive(Debug, Clone, Copy)]
@@ -128,14 +153,53 @@ impl SimCluster {
     }
 }
 
+impl SimCluster {
+    /// Makes every member refuse `what` with "etcdserver: request timed out", unapplied
+    /// (`true`), as a member does whose proposal or read index does not come back in
+    /// time, while watches and keep-alives go on; or serve them again (`false`). A client
+    /// gives a request up after its own retries; what retries after that is the caller's.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use etcd_sync::testing::sim::{SimCluster, TimedOut};
+    ///
+    /// let cluster = SimCluster::start(1)?;
+    /// let client = etcd_sync::Client::builder()
+    ///     .endpoints(cluster.endpoints())
+    ///     .request_timeout(std::time::Duration::from_millis(300))
+    ///     .connect()?;
+    /// client.put("kept", "1")?;
+    /// cluster.set_time_out(TimedOut::Reads, true);
+    /// assert!(client.get("kept").is_err_and(|e| e.is_retryable()));
+    /// cluster.set_time_out(TimedOut::Reads, false);
+    /// assert!(client.get("kept")?.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn set_time_out(&self, what: TimedOut, on: bool) {
+        let mut state = self.shared.lock();
+        match what {
+            TimedOut::Deletes => state.after_writes.time_out_deletes = on,
+            TimedOut::Reads => state.after_writes.time_out_reads = on,
+        }
+    }
+}
+
+/// Whether `req` deletes on a branch.
+fn deletes(req: &pb::TxnRequest) -> bool {
+    req.success
+        .iter()
+        .chain(&req.failure)
+        .any(|op| matches!(op.request, Some(Op::RequestDeleteRange(_))))
+}
+
 /// Whether `req` is refused by [`SimCluster::set_deny_deletes`]: it deletes on a branch.
 pub(crate) fn denied(faults: &Faults, req: &pb::TxnRequest) -> bool {
-    faults.deny_deletes
-        && req
-            .success
-            .iter()
-            .chain(&req.failure)
-            .any(|op| matches!(op.request, Some(Op::RequestDeleteRange(_))))
+    faults.deny_deletes && deletes(req)
+}
+
+/// Whether `req` times out by [`SimCluster::set_time_out`]`(TimedOut::Deletes, true)`.
+pub(crate) fn timed_out(faults: &Faults, req: &pb::TxnRequest) -> bool {
+    faults.time_out_deletes && deletes(req)
 }
 
 /// Counts one answered write: the fault to strike now if this write used up the count

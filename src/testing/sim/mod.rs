@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::task::AbortHandle;
 
-pub use after::AfterWrites;
+pub use after::{AfterWrites, TimedOut};
 pub use fidelity::{PROGRESS_INTERVAL, transcript};
 pub use run::{LOSS_BOUND, Mode, Mutation, Operation, Outcome, RunConfig, What, run, sleep};
 

@@ -195,6 +195,9 @@ impl Member {
         if super::after::denied(&state.after_writes, req) {
             return Err(Status::permission_denied("etcdserver: permission denied"));
         }
+        if super::after::timed_out(&state.after_writes, req) {
+            return Err(Status::unavailable(super::after::TIMED_OUT));
+        }
         let State {
             store,
             leases,
@@ -273,6 +276,9 @@ impl pb::kv_server::Kv for Member {
             tokio::time::sleep(wait).await;
         }
         let state = self.shared.lock();
+        if state.after_writes.time_out_reads {
+            return Err(Status::unavailable(super::after::TIMED_OUT));
+        }
         // A serializable read is served from this member's own store: behind the
         // cluster's by its lag.
         let now = match lag {
