@@ -1499,3 +1499,51 @@ fn a_downgradable_write_cut_short_while_answers_are_lost_ends_within_a_request_t
         cluster.keys("cut-twin/")
     );
 }
+
+/// A release that does not know yet that an operator deleted its key (its member's events
+/// come late) finds the key gone and removes the key's release request instead; when that
+/// removal times out (for longer than the client's own retries) it is sent again until it
+/// goes. (Mutation testing, shard 7/10: `requests.rs:116:23`, with the removal given up
+/// at its first transient failure, the request stayed for the session's life.)
+#[test]
+fn a_release_that_finds_its_key_gone_sends_the_request_removal_again_after_a_timeout() {
+    use etcd_sync::testing::sim::{AfterWrites, TimedOut};
+
+    let (cluster, client, session) = quick_session();
+    let guard = session
+        .mutex("gone")
+        .expect("a mutex")
+        .lock()
+        .expect("the lock");
+    let asked = client.request_release("gone").expect("the request");
+    assert_eq!(asked.len(), 1, "holders asked: {asked:?}");
+    // Events, and answers, 200 ms late (within the request timeout).
+    cluster.set_lag(0, Some(Duration::from_millis(200)));
+    assert_eq!(cluster.delete_prefix("gone/"), 1);
+    // The release's own Txn finds the key gone (answered); the request's removal after
+    // it times out.
+    cluster.after_writes(1, AfterWrites::TimeOutDeletes);
+    assert!(guard.is_held(), "the delete was heard at once");
+    drop(guard);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        cluster.keys("gone.revoke/").len(),
+        1,
+        "removed while refused"
+    );
+    assert_eq!(
+        cluster.writes_before_fault(),
+        None,
+        "the release wrote nothing"
+    );
+    cluster.set_time_out(TimedOut::Deletes, false);
+    cluster.set_lag(0, None);
+    assert!(
+        within(Duration::from_secs(3), || cluster
+            .keys("gone.revoke/")
+            .is_empty()),
+        "the request outlives the hold: {:?}",
+        cluster.keys("gone.revoke/")
+    );
+    assert!(session.is_alive());
+}

@@ -27,6 +27,9 @@ pub enum AfterWrites {
     SwallowAnswers,
     /// Every member refuses deletes, as [`SimCluster::set_deny_deletes`]`(true)`.
     DenyDeletes,
+    /// Every member times deletes out, as
+    /// [`SimCluster::set_time_out`]`(TimedOut::Deletes, true)`.
+    TimeOutDeletes,
 }
 
 /// The faults of this file in the cluster's state.

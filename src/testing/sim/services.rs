@@ -74,6 +74,7 @@ impl State {
                 }
             }
             AfterWrites::DenyDeletes => self.after_writes.deny_deletes = true,
+            AfterWrites::TimeOutDeletes => self.after_writes.time_out_deletes = true,
         }
     }
 }
