@@ -642,6 +642,69 @@ fn tls_and_auth_flags_reach_a_secured_etcd() {
     );
 }
 
+/// `elect --hand-over-next`: a signal hands leadership to the first candidate in line,
+/// whoever it is; the one behind it keeps waiting and leads after it.
+#[test]
+fn elect_hands_over_to_the_first_in_line_on_a_signal() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let mut p = Proc::spawn(etcd_sync(
+        &server,
+        &["elect", "hn", "first", "--hand-over-next"],
+    ));
+    let key = p.line(WAIT);
+    assert_eq!(p.line(WAIT), "first");
+    let (sb, sc) = (session(&c, 10), session(&c, 10));
+    let eb = sb.election("hn").unwrap();
+    let next = std::thread::spawn(move || eb.campaign("next"));
+    assert!(eventually(WAIT, || keys(&c, "hn/").len() == 2));
+    let ec = sc.election("hn").unwrap();
+    let behind = std::thread::spawn(move || ec.campaign_timeout("behind", Duration::from_secs(8)));
+    assert!(eventually(WAIT, || keys(&c, "hn/").len() == 3));
+
+    p.signal(libc::SIGTERM);
+    assert_eq!(p.code(WAIT), 0, "stderr: {}", p.stderr());
+    assert!(p.stderr().contains("handed over to next"), "{}", p.stderr());
+    let leadership = next.join().unwrap().unwrap();
+    assert_eq!(
+        leadership.key_str(),
+        key,
+        "the successor holds the old leader's key"
+    );
+    assert!(!behind.is_finished(), "the candidate behind led");
+    drop(leadership);
+    assert!(
+        behind.join().unwrap().is_ok(),
+        "the candidate behind leads after the successor"
+    );
+}
+
+/// `elect --hand-over-to` and `--hand-over-next` together are refused before anything
+/// is written.
+#[test]
+fn elect_refuses_both_hand_over_options() {
+    let server = etcd();
+    let out = etcd_sync(
+        &server,
+        &[
+            "elect",
+            "hb",
+            "v",
+            "--hand-over-to",
+            "x",
+            "--hand-over-next",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{out:?}"
+    );
+    assert!(keys(&client(&server.endpoints()), "hb/").is_empty());
+}
+
 /// `elect --hand-over-to`: a signal hands leadership to the named waiting candidate
 /// instead of resigning; the candidate ahead of it keeps waiting (issue 53).
 #[test]

@@ -450,7 +450,8 @@ With --hand-over-to CANDIDATE: where it would resign (a signal, a request with \
 CANDIDATE (its value, or its key as `etcd-sync status` shows it) instead: it leads next, \
 with no moment without a leader, and every other candidate keeps its place. If that fails \
 (no such candidate waits, or it did not take it within the request timeout), resign as \
-usual; either way the exit code is as without it.
+usual; either way the exit code is as without it. With --hand-over-next, the same to \
+whoever waits first in line, as the hand-over finds it: nobody is passed over.
 
 With CMD (after `--`): run CMD while leading, with ETCD_ELECT_KEY and ETCD_ELECT_REV (the \
 key's create revision) in its environment; on loss or signals, as for `etcd-sync lock`.
@@ -541,6 +542,11 @@ pub struct ElectArgs {
     /// key) instead; resign if that fails
     #[arg(long, value_name = "CANDIDATE", conflicts_with = "listen")]
     pub hand_over_to: Option<String>,
+
+    /// Where we would resign, hand leadership to the first candidate waiting in line
+    /// instead (nobody is passed over); resign if that fails
+    #[arg(long, conflicts_with_all = ["listen", "hand_over_to"])]
+    pub hand_over_next: bool,
 
     #[command(flatten)]
     pub hold: HoldOpts,

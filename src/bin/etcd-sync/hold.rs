@@ -22,9 +22,18 @@ use crate::wait::{TICK, Waited, interruptible_with};
 pub enum Held {
     /// A lock, read lock or permit (`etcd-sync lock`, whatever the mode).
     Lock(Box<dyn LockGuard>),
-    /// The leadership, the value we campaigned with, and the candidate to hand it to
-    /// instead of resigning (`--hand-over-to`).
-    Leadership(Leadership, String, Option<String>),
+    /// The leadership, the value we campaigned with, and whom to hand it to instead of
+    /// resigning (`--hand-over-to`, `--hand-over-next`).
+    Leadership(Leadership, String, Option<Successor>),
+}
+
+/// Whom `elect` hands leadership to where it would resign.
+#[derive(Debug, Clone)]
+pub enum Successor {
+    /// The waiting candidate with this value or key (`--hand-over-to`).
+    Named(String),
+    /// The first candidate in line (`--hand-over-next`).
+    Next,
 }
 
 impl Held {
@@ -85,7 +94,8 @@ impl Held {
     }
 
     /// Unlocks, releases the permit, or resigns (deleting the key only if it is still ours);
-    /// with `--hand-over-to`, hands leadership over first, and resigns if that fails.
+    /// with `--hand-over-to` or `--hand-over-next`, hands leadership over first, and
+    /// resigns if that fails.
     fn release(self) -> etcd_sync::Result<()> {
         match self {
             Held::Lock(guard) => guard.release(),
@@ -95,10 +105,14 @@ impl Held {
     }
 }
 
-/// `--hand-over-to`: hands `leadership` to the candidate `to`; resigns if it still leads
-/// after a failed attempt.
-fn hand_over(mut leadership: Leadership, to: &str) -> etcd_sync::Result<()> {
-    match leadership.hand_over(to) {
+/// `--hand-over-to`, `--hand-over-next`: hands `leadership` to the successor `to`;
+/// resigns if it still leads after a failed attempt.
+fn hand_over(mut leadership: Leadership, to: &Successor) -> etcd_sync::Result<()> {
+    let handed = match to {
+        Successor::Named(to) => leadership.hand_over(to),
+        Successor::Next => leadership.hand_over_next(),
+    };
+    match handed {
         Ok(next) => {
             eprintln!(
                 "etcd-sync: leadership handed over to {} ({})",

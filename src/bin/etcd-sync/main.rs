@@ -175,7 +175,11 @@ fn elect(session: &Session, args: &ElectArgs, quiet: bool) -> Exit {
     };
     let proposal = args.proposal.clone().unwrap_or_default();
     let timeout = args.hold.timeout;
-    let successor = args.hand_over_to.clone();
+    let successor = match (&args.hand_over_to, args.hand_over_next) {
+        (Some(to), _) => Some(hold::Successor::Named(to.clone())),
+        (None, true) => Some(hold::Successor::Next),
+        (None, false) => None,
+    };
     let acquired = acquire(session, &args.name, timeout, quiet, move |options| {
         election
             .campaign_with(&proposal, options)
