@@ -78,8 +78,11 @@ pub(super) fn hand_over_or_release(
             if e.is_lost() {
                 // The adoption may have been on its way (it may apply, or not), or have
                 // applied unheard, its successor gone before the retry read it back.
-                // To `to`, or to whoever was first when its key had come back behind.
-                let went = lease_of_key(world, guard.key()).filter(|&l| l != lease && l != 0);
+                // To whoever first led with our key since the call (it may have been handed
+                // on again before this error came), else its lease now, else `to`'s.
+                let went = first_successor(world, token, lease, called)
+                    .or_else(|| lease_of_key(world, guard.key()))
+                    .filter(|&l| l != lease && l != 0);
                 let handed = What::HandOver {
                     token,
                     lease: went.unwrap_or(to.lease),
@@ -98,6 +101,26 @@ pub(super) fn hand_over_or_release(
             release(world, me, Kind::Lead, guard);
         }
     }
+}
+
+/// The lease of the first other session whose campaign returned leading with the key of
+/// `token` since `called`: the successor of a hand-over whose answer came late.
+fn first_successor(world: &World, token: i64, ours: i64, called: u64) -> Option<i64> {
+    let log = world.log();
+    log.outcome
+        .history
+        .iter()
+        .filter(|op| op.name == Some(Kind::Lead.name()))
+        .filter_map(|op| match op.what {
+            What::Acquire {
+                lease, token: t, ..
+            } if t == token && lease != ours => {
+                op.returned.filter(|&at| at >= called).map(|at| (at, lease))
+            }
+            _ => None,
+        })
+        .min()
+        .map(|(_, lease)| lease)
 }
 
 /// Why the failure `e` of a hand-over to `to` was not owed, if it was not: refused as
