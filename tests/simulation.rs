@@ -1312,15 +1312,8 @@ fn a_leftover_removal_refused_for_good_lets_a_write_report_the_refusal() {
 #[test]
 fn a_multi_lock_cut_short_while_its_txn_goes_unanswered_ends_within_a_request_timeout() {
     use etcd_sync::Error;
-    use etcd_sync::testing::sim::SimCluster;
 
-    let cluster = SimCluster::start(1).expect("a simulated cluster");
-    let client = etcd_sync::Client::builder()
-        .endpoints(cluster.endpoints())
-        .request_timeout(Duration::from_secs(2))
-        .connect()
-        .expect("a client");
-    let session = client.session().expect("a session");
+    let (cluster, _client, session) = session_with_request_timeout(Duration::from_secs(2));
     let multi = session
         .multi_lock(["cut-a", "cut-b"])
         .expect("a multi-lock");
@@ -1360,9 +1353,11 @@ fn one_session(
     (cluster, client, session)
 }
 
-/// A client whose requests time out after 300 ms, on a simulated cluster of one member,
-/// and a session of it.
-fn quick_session() -> (
+/// A client whose requests time out after `request_timeout`, on a simulated cluster of
+/// one member, and a session of it.
+fn session_with_request_timeout(
+    request_timeout: Duration,
+) -> (
     etcd_sync::testing::sim::SimCluster,
     etcd_sync::Client,
     etcd_sync::Session,
@@ -1370,7 +1365,7 @@ fn quick_session() -> (
     let cluster = etcd_sync::testing::sim::SimCluster::start(1).expect("a simulated cluster");
     let client = etcd_sync::Client::builder()
         .endpoints(cluster.endpoints())
-        .request_timeout(Duration::from_millis(300))
+        .request_timeout(request_timeout)
         .connect()
         .expect("a client");
     let session = client.session().expect("a session");
@@ -1399,7 +1394,7 @@ fn within(limit: Duration, done: impl Fn() -> bool) -> bool {
 fn a_request_removal_after_a_forced_release_is_sent_again_after_a_timeout() {
     use etcd_sync::testing::sim::TimedOut;
 
-    let (cluster, client, session) = quick_session();
+    let (cluster, client, session) = session_with_request_timeout(Duration::from_millis(300));
     let guard = session
         .mutex("asked")
         .expect("a mutex")
@@ -1440,7 +1435,7 @@ fn a_request_removal_after_a_forced_release_is_sent_again_after_a_timeout() {
 fn a_request_follower_whose_first_read_times_out_reads_again_and_hears_requests() {
     use etcd_sync::testing::sim::TimedOut;
 
-    let (cluster, client, session) = quick_session();
+    let (cluster, client, session) = session_with_request_timeout(Duration::from_millis(300));
     let guard = session
         .mutex("heard")
         .expect("a mutex")
@@ -1467,15 +1462,8 @@ fn a_request_follower_whose_first_read_times_out_reads_again_and_hears_requests(
 #[test]
 fn a_downgradable_write_cut_short_while_answers_are_lost_ends_within_a_request_timeout() {
     use etcd_sync::Error;
-    use etcd_sync::testing::sim::SimCluster;
 
-    let cluster = SimCluster::start(1).expect("a simulated cluster");
-    let client = etcd_sync::Client::builder()
-        .endpoints(cluster.endpoints())
-        .request_timeout(Duration::from_secs(2))
-        .connect()
-        .expect("a client");
-    let session = client.session().expect("a session");
+    let (cluster, _client, session) = session_with_request_timeout(Duration::from_secs(2));
     let rw = session.rwlock("cut-twin").expect("a read-write lock");
     cluster.set_swallow_writes(0, true);
     let started = Instant::now();
@@ -1509,7 +1497,7 @@ fn a_downgradable_write_cut_short_while_answers_are_lost_ends_within_a_request_t
 fn a_release_that_finds_its_key_gone_sends_the_request_removal_again_after_a_timeout() {
     use etcd_sync::testing::sim::{AfterWrites, TimedOut};
 
-    let (cluster, client, session) = quick_session();
+    let (cluster, client, session) = session_with_request_timeout(Duration::from_millis(300));
     let guard = session
         .mutex("gone")
         .expect("a mutex")
