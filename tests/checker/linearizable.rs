@@ -125,6 +125,9 @@ fn mode(text: &str) -> Option<Mode> {
 
 /// The events of one child's log, and the leases it used.
 fn parse_child(text: &str, events: &mut Vec<Event>, leases: &mut Vec<i64>) {
+    // The lease each of this child's holds was acquired on, by name and token: its release
+    // deletes the key only while it is on that lease (a leadership it handed over is not).
+    let mut lease_of: std::collections::BTreeMap<(String, i64), i64> = Default::default();
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         let num = |i: usize| f.get(i).and_then(|s| s.parse::<i64>().ok());
@@ -141,6 +144,9 @@ fn parse_child(text: &str, events: &mut Vec<Event>, leases: &mut Vec<i64>) {
         let event = match (f[0], f.len()) {
             ("LA", 7) => {
                 leases.extend(num(3));
+                if let (Some(lease), Some(token)) = (num(3), num(4)) {
+                    lease_of.insert((f[1].to_string(), token), lease);
+                }
                 let op = Op::Acquire {
                     mode: mode(f[2]).unwrap_or(Mode::Exclusive),
                     lease: num(3).unwrap_or_default(),
@@ -162,8 +168,11 @@ fn parse_child(text: &str, events: &mut Vec<Event>, leases: &mut Vec<i64>) {
                     Ret::Gone
                 };
                 let token = num(2).unwrap_or_default();
+                let lease = lease_of.get(&(f[1].to_string(), token)).copied();
                 match at(4) {
-                    Some(returned) => named(Op::Release(token), ret, at(3), Some(returned)),
+                    Some(returned) => {
+                        named(Op::Release { token, lease }, ret, at(3), Some(returned))
+                    }
                     None => named(Op::Remove(token), Ret::Done, at(3), None),
                 }
             }
@@ -421,6 +430,26 @@ LH ck-b 2697 3051929976069484817 70435851362819 70435862865383
         );
         let taken = handed_over(true);
         assert_eq!(taken.failures.len(), 1, "{taken:?}");
+    }
+
+    /// A leader's release after its hand-over: it finds its key gone (`LR ... 0`), on
+    /// another lease now, and leaves it; the successor's release deletes it later. The
+    /// release's lease is the one its child acquired the token on (not logged with `LR`).
+    #[test]
+    fn a_release_after_a_hand_over_leaves_the_successors_hold() {
+        let old_leader =
+            "LA ck-a x 100 10 1000 2000\nLH ck-a 10 200 3000 3100\nLR ck-a 10 3200 3300 0\n";
+        let successor = "LA ck-a x 200 10 2500 3050\nLR ck-a 10 3400 3500 1\n";
+        let logs = [old_leader.to_string(), successor.to_string()];
+        let verdict = fenced::check(history("", &logs, false), BUDGET, LIMIT);
+        assert!(
+            verdict.failures.is_empty() && verdict.undecided.is_empty(),
+            "{verdict:?}"
+        );
+        // Had the old leader's release deleted it, the successor's could not.
+        let logs = [old_leader.replace(" 0\n", " 1\n"), successor.to_string()];
+        let verdict = fenced::check(history("", &logs, false), BUDGET, LIMIT);
+        assert_eq!(verdict.failures.len(), 1, "{verdict:?}");
     }
 
     /// Seed 76757429038322 on etcd 3.4.23, in short: a leader's hand-over whose answer

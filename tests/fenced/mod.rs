@@ -11,10 +11,11 @@
 //!   has not ended, and `t` is newer than every token issued before it (an exclusive hold)
 //!   or than the last exclusive one (a reader, a permit). The same token again on the same
 //!   lease is the same hold (a re-campaign, or a key adopted after a restart).
-//! - `Release(t)` deleted the key only if `t` holds (and ends it). One that found the key
-//!   gone (`LockLost`) may have deleted it itself: a first attempt whose answer was lost,
-//!   then a retry that found nothing (the simulation's lost answers show it), so it only
-//!   says the key is gone when it returns.
+//! - `Release(t)` deleted the key only if `t` holds on the releaser's lease (and ends it).
+//!   One that found the key gone (`LockLost`) may have deleted it itself: a first attempt
+//!   whose answer was lost, then a retry that found nothing (the simulation's lost answers
+//!   show it), so it only says the key is gone when it returns, if it was on the
+//!   releaser's lease: a release compares the lease, and leaves a key handed over alone.
 //! - `Observe(t)` (a guarded write's outcome, or the simulation's look at the store)
 //!   finds the key only while `t` holds.
 //! - What else ends a hold: an operator delete (`RemoveAll`), the end of its lease
@@ -70,7 +71,12 @@ pub enum Op {
         mode: Mode,
         lease: i64,
     },
-    Release(i64),
+    /// The release of hold `token` by a holder on `lease` (`None`: not known, any): it
+    /// deletes the key only while the key is on that lease, as the client compares it.
+    Release {
+        token: i64,
+        lease: Option<i64>,
+    },
     Observe(i64),
     /// A write hold that goes on as a read with no gap.
     Downgrade(i64),
@@ -159,6 +165,14 @@ impl FencedLock {
         }
     }
 
+    /// Whether hold `token` is on `lease` (any lease for `None`; true if it does not hold).
+    fn on(&self, token: i64, lease: Option<i64>) -> bool {
+        match (self.held.get(&token), lease) {
+            (Some((_, held)), Some(lease)) => *held == lease,
+            _ => true,
+        }
+    }
+
     fn acquire(&mut self, mode: Mode, lease: i64, token: i64) -> bool {
         if let Some((_, l)) = self.held.get(&token) {
             self.placed.insert(token);
@@ -198,8 +212,13 @@ impl FencedLock {
     /// The effect of an operation that cannot fail (and of one that never returned).
     fn apply(&mut self, op: &Op) {
         match op {
-            Op::Remove(token) | Op::Release(token) => {
+            Op::Remove(token) => {
                 self.held.remove(token);
+            }
+            Op::Release { token, lease } => {
+                if self.on(*token, *lease) {
+                    self.held.remove(token);
+                }
             }
             Op::RemoveAll => self.held.clear(),
             Op::EndLease(lease) => {
@@ -247,11 +266,12 @@ impl SequentialSpec for FencedLock {
             (Op::Acquire { mode, lease }, Ret::Acquired(token)) => {
                 self.acquire(*mode, *lease, *token)
             }
-            (Op::Release(token), Ret::Released) | (Op::Observe(token), Ret::Present) => {
-                let holds = self.held.contains_key(token);
+            (Op::Release { token, lease }, Ret::Released) => {
+                let holds = self.held.contains_key(token) && self.on(*token, *lease);
                 self.apply(op);
                 holds
             }
+            (Op::Observe(token), Ret::Present) => self.held.contains_key(token),
             (Op::Observe(token), Ret::Absent) => !self.held.contains_key(token),
             (Op::HandOver { token, to }, Ret::Done) => {
                 let exclusive = matches!(self.held.get(token), Some((Mode::Exclusive, _)));
@@ -259,8 +279,9 @@ impl SequentialSpec for FencedLock {
                 exclusive && !self.ended.contains(to)
             }
             // The key is gone when the release returns, maybe by its own first attempt,
-            // whose answer was lost before a retry found nothing (`LockLost`).
-            (Op::Release(_), Ret::Gone) => {
+            // whose answer was lost before a retry found nothing (`LockLost`); or it was
+            // on another lease (handed over), which the release leaves alone.
+            (Op::Release { .. }, Ret::Gone) => {
                 self.apply(op);
                 true
             }

@@ -102,7 +102,10 @@ pub(super) fn settle(events: Vec<Event>) -> Vec<Event> {
         last = last.max(returned);
         let token = match (&e.op, &e.ret) {
             (_, Ret::Acquired(token)) => Some(*token),
-            (Op::Release(t) | Op::Observe(t) | Op::Downgrade(t) | Op::Remove(t), _) => Some(*t),
+            (
+                Op::Release { token: t, .. } | Op::Observe(t) | Op::Downgrade(t) | Op::Remove(t),
+                _,
+            ) => Some(*t),
             (Op::HandOver { token, .. }, _) => Some(*token),
             _ => None,
         };

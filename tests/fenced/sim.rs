@@ -21,9 +21,14 @@ pub fn event(operation: &Operation) -> Event {
             };
             (Op::Acquire { mode, lease }, Ret::Acquired(token))
         }
-        What::Release { token, deleted } => {
+        What::Release {
+            token,
+            lease,
+            deleted,
+        } => {
             let ret = if deleted { Ret::Released } else { Ret::Gone };
-            (Op::Release(token), ret)
+            let lease = Some(lease);
+            (Op::Release { token, lease }, ret)
         }
         What::Observe { token, present } => {
             let ret = if present { Ret::Present } else { Ret::Absent };

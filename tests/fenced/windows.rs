@@ -41,6 +41,7 @@ fn after(state: &FencedLock, window: &[Event]) -> Option<FencedLock> {
     let mut gone = BTreeSet::new();
     let mut downgraded = BTreeSet::new();
     let mut handed = BTreeMap::new();
+    let mut found_gone = Vec::new();
     for e in window {
         match (&e.op, &e.ret) {
             (Op::Acquire { mode, lease }, Ret::Acquired(t)) => {
@@ -52,8 +53,11 @@ fn after(state: &FencedLock, window: &[Event]) -> Option<FencedLock> {
                     acquired.entry(*t).or_insert((*mode, *lease, e));
                 }
             }
-            (Op::Release(t), _) | (Op::Observe(t), Ret::Absent) => {
-                gone.insert(*t);
+            (Op::Release { token, .. }, Ret::Released) | (Op::Observe(token), Ret::Absent) => {
+                gone.insert(*token);
+            }
+            (Op::Release { token, lease }, _) => {
+                found_gone.push((*token, *lease));
             }
             (Op::Downgrade(t), _) => {
                 downgraded.insert(*t);
@@ -65,6 +69,20 @@ fn after(state: &FencedLock, window: &[Event]) -> Option<FencedLock> {
                 handed.insert(*token, *to);
             }
             _ => {}
+        }
+    }
+    // A release that found its key gone ended the hold if it was on the releaser's lease,
+    // else left it (handed over): not cut where a hand-over in the window makes that
+    // depend on the order.
+    for (t, lease) in found_gone {
+        let on = |held: i64| lease.is_none_or(|l| l == held);
+        let holder = state.held.get(&t).map(|(_, l)| *l);
+        let holder = holder.or_else(|| acquired.get(&t).map(|(_, l, _)| *l));
+        if handed.contains_key(&t) && lease.is_some() {
+            return None;
+        }
+        if holder.is_none_or(on) {
+            gone.insert(t);
         }
     }
     // Keys held at the start: a removal in the window removes them (nothing brings a key

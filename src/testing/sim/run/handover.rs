@@ -19,6 +19,7 @@ use crate::ownership::handover::reason;
 use crate::recipes::guard::{Guard, LeaderKind};
 use crate::recipes::holder::Holder;
 use crate::session::Session;
+use crate::support::cancel::WaitOptions;
 use crate::support::error::Error;
 
 /// Ends a leadership: a third of the time, when another session's candidate waits next in
@@ -38,8 +39,9 @@ pub(super) fn hand_over_or_release(
         (true, Ok(election)) => election.status().ok(),
         _ => None,
     };
-    // The next in line: then fencing tokens keep growing (a candidate passed over would
-    // get a smaller token than its successor's; `tests/handover.rs` passes one over).
+    // Only when another session's candidate waits first; the hand-over itself finds the
+    // first in line (`hand_over_next`): `to`'s key may have gone and come back behind
+    // another waiter since this read, and a hand-over by its name would pass that one over.
     let to = status.and_then(|s| s.waiters.into_iter().next());
     let to = to.filter(|w| w.lease != lease && w.lease != 0);
     let Some(to) = to.filter(|_| guard.is_held()) else {
@@ -53,7 +55,7 @@ pub(super) fn hand_over_or_release(
     world.log().outcome.handovers_owed_in_time += u64::from(owed);
     // A nemesis waiting for a hand-over runs first, once this process yields.
     world.handover_faults.1.notify_waiters();
-    match guard.hand_over_timeout(&to.key, limit) {
+    match guard.hand_over_next_with(WaitOptions::new().timeout(limit)) {
         Ok(next) => {
             let handed = What::HandOver {
                 token,
@@ -65,8 +67,8 @@ pub(super) fn hand_over_or_release(
             if guard.is_held() {
                 world.violation(me, "still leads after handing over".into());
             }
-            if next.key != guard.key() || next.lease != to.lease {
-                let what = format!("handed over to {:?}, asked for {:?}", next, to);
+            if next.key != guard.key() || next.lease == lease || next.lease == 0 {
+                let what = format!("handed over to {next:?}, from lease {lease:x}");
                 world.violation(me, what);
             }
             drop(guard); // deletes nothing: the key is the successor's
@@ -76,9 +78,14 @@ pub(super) fn hand_over_or_release(
             if e.is_lost() {
                 // The adoption may have been on its way (it may apply, or not), or have
                 // applied unheard, its successor gone before the retry read it back.
+                // To whoever first led with our key since the call (it may have been handed
+                // on again before this error came), else its lease now, else `to`'s.
+                let went = first_successor(world, token, lease, called)
+                    .or_else(|| lease_of_key(world, guard.key()))
+                    .filter(|&l| l != lease && l != 0);
                 let handed = What::HandOver {
                     token,
-                    lease: to.lease,
+                    lease: went.unwrap_or(to.lease),
                 };
                 world.record(me, Some(name), handed, (called, false));
             } else if let Some(what) = unowed(world, &e, &to, first_ask) {
@@ -94,6 +101,26 @@ pub(super) fn hand_over_or_release(
             release(world, me, Kind::Lead, guard);
         }
     }
+}
+
+/// The lease of the first other session whose campaign returned leading with the key of
+/// `token` since `called`: the successor of a hand-over whose answer came late.
+fn first_successor(world: &World, token: i64, ours: i64, called: u64) -> Option<i64> {
+    let log = world.log();
+    log.outcome
+        .history
+        .iter()
+        .filter(|op| op.name == Some(Kind::Lead.name()))
+        .filter_map(|op| match op.what {
+            What::Acquire {
+                lease, token: t, ..
+            } if t == token && lease != ours => {
+                op.returned.filter(|&at| at >= called).map(|at| (at, lease))
+            }
+            _ => None,
+        })
+        .min()
+        .map(|(_, lease)| lease)
 }
 
 /// Why the failure `e` of a hand-over to `to` was not owed, if it was not: refused as

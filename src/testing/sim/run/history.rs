@@ -37,6 +37,9 @@ pub enum What {
     Release {
         /// The hold's fencing token.
         token: i64,
+        /// The releasing guard's lease (for a leadership handed to it, not its key's name):
+        /// a release deletes the key only while it is on this lease.
+        lease: i64,
         /// Whether the release deleted the key.
         deleted: bool,
     },

@@ -48,6 +48,7 @@ pub(super) fn hold_and<K: GuardKind>(
 pub(super) fn release<K: GuardKind>(world: &World, me: &str, what: Kind, guard: Guard<K>) {
     let request = crate::line::request::request_key(what.name().as_bytes(), guard.key());
     let token = super::judge::created(&guard);
+    let lease = guard.held.lease_id();
     let called = world.tick();
     let name = Some(what.name());
     match guard.release() {
@@ -55,6 +56,7 @@ pub(super) fn release<K: GuardKind>(world: &World, me: &str, what: Kind, guard: 
             world.note(me, "released".into());
             let released = What::Release {
                 token,
+                lease,
                 deleted: true,
             };
             world.record(me, name, released, (called, true));
@@ -67,6 +69,7 @@ pub(super) fn release<K: GuardKind>(world: &World, me: &str, what: Kind, guard: 
                 (
                     What::Release {
                         token,
+                        lease,
                         deleted: false,
                     },
                     true,

@@ -343,21 +343,16 @@ pub(super) fn created<K: crate::recipes::guard::GuardKind>(guard: &Guard<K>) -> 
 /// A leadership's fencing token exceeds every earlier leadership's of the name (equals it
 /// only for the same key: a resumed lease's earlier life), and is its key's create
 /// revision, or for a leadership handed over to it, above it (the key it waited with).
-/// The documented exception: a candidate that a hand-over passed over (it waited ahead of
-/// the successor, whose key is younger) leads later with its own, smaller token. The
-/// simulation hands over to the first waiter, but a waiter that leaves and joins again
-/// under the same key name between the leader's look at the line and its hand-over is
-/// found at the back.
+/// The simulation hands over to the first in line only (`hand_over_next`), so nobody is
+/// passed over: `hand_over` by name's documented exception (a candidate passed over leads
+/// later with a smaller token) does not arise.
 pub(super) fn leads_after(world: &World, me: &str, guard: &Guard<LeaderKind>) {
     let name = Kind::Lead.name();
     let token = guard.fencing_token();
     let mut log = world.log();
     let last = log.last_term.insert(name, (token, created(guard)));
     drop(log);
-    let passed_over = |(last, key): (i64, i64)| last > key && key < token && token < last;
-    let stale = |(last, key): (i64, i64)| {
-        (token < last || (token == last && key != created(guard))) && !passed_over((last, key))
-    };
+    let stale = |(last, key): (i64, i64)| token < last || (token == last && key != created(guard));
     if last.is_some_and(stale) || token < created(guard) {
         world.violation(
             me,
