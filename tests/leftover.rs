@@ -61,6 +61,39 @@ fn resumed_with_a_leftover_writer_key(after_a_short_line: bool) {
     assert!(read.is_held());
 }
 
+/// A downgradable write of a resumed session finds one key of its pair left from the old
+/// life (the writer key, or its reader twin, alone): it removes it and takes both afresh,
+/// newer than the leftover. (Mutation testing, shard 8/10: `line/queue/existing.rs:42`,
+/// a join that took one leftover key of the pair for none and joined again until it gave
+/// up, "kept appearing and going".)
+#[test]
+fn a_downgradable_write_over_one_leftover_key_of_its_pair_takes_both_afresh() {
+    for suffix in ["", ".shared"] {
+        let server = etcd();
+        let old = client(&server.endpoints());
+        let first = session(&old, 10);
+        let lease = first.lease_id();
+        first.orphan();
+        let c = client(&server.endpoints());
+        let resumed = c.session_builder().resume(lease).start().unwrap();
+        let leftover = format!("pair/{lease:x}{suffix}");
+        let left_at = c.put_with_lease(&leftover, "", lease).unwrap();
+        let write = resumed
+            .rwlock("pair")
+            .unwrap()
+            .write_downgradable_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{leftover:?} left: {e}"));
+        assert!(write.fencing_token() > left_at, "{leftover:?} left");
+        assert_eq!(
+            keys(&c, "pair/"),
+            vec![format!("pair/{lease:x}"), format!("pair/{lease:x}.shared")],
+            "{leftover:?} left"
+        );
+        write.release().unwrap();
+        assert!(keys(&c, "pair/").is_empty(), "{leftover:?} left");
+    }
+}
+
 /// The same rule never touches a key this process uses: a writer of the same session on
 /// another thread keeps its key, and the read waits for it like any reader.
 #[test]
