@@ -341,7 +341,7 @@ fn resumed_session_recampaigns_and_keeps_leadership() {
 /// A resumed session's campaign with the value its key already holds keeps its place and
 /// writes nothing: the key's mod revision stays, so observers see no new proclamation.
 /// (Mutation testing, shard 6/10: with the value never taken as equal, the campaign put the
-/// same value again.)
+/// same value again.) It knows it leads from that one read.
 #[test]
 fn a_resumed_campaign_with_the_same_value_writes_nothing() {
     let server = etcd();
@@ -353,8 +353,14 @@ fn a_resumed_campaign_with_the_same_value_writes_nothing() {
     std::mem::forget(l); // a crash: no resign
     s.orphan();
     let resumed = c.session_builder().resume(s.lease_id()).start().unwrap();
-    let again = resumed.election("same").unwrap().campaign("abc").unwrap();
+    let election = resumed.election("same").unwrap();
+    let ranges = || common::handled(&server.metrics().unwrap(), "Range");
+    let before_ranges = ranges();
+    let again = election.campaign("abc").unwrap();
     assert_eq!(again.fencing_token(), token, "kept its place");
+    // The read of what existed found our key first in line: no read of the line after it
+    // (mutation shard 8/10: `existing.rs:66:24`, the owner's check dropped, read it).
+    assert_eq!(ranges() - before_ranges, 0, "the line was read again");
     let after = c.get(&key).unwrap().expect("the leader's key");
     assert_eq!(after.value, b"abc");
     assert_eq!(
