@@ -347,9 +347,6 @@ fn tls_and_auth_together() {
     ));
 }
 
-/// A role that covers a lock's `<name>/` and nothing beside it: releases still work (they
-/// fall back to deleting the key alone once etcd refuses the release request's delete),
-/// and asking is refused with a clear error, not a hang.
 /// `etcdctl <args>` as root against `server`, which must succeed.
 fn root_ctl(server: &EtcdServer, args: &[&str]) {
     let root = format!("{}:{}", AUTH_ROOT.0, AUTH_ROOT.1);
@@ -381,6 +378,9 @@ fn user_with_role(server: &EtcdServer, name: &str, grants: &[&[&str]]) -> Client
     user_client(server, (name, &password)).unwrap_or_else(|e| panic!("connect as {name}: {e}"))
 }
 
+/// A role that covers a lock's `<name>/` and nothing beside it: releases and downgrades
+/// still work (they fall back to deleting the key alone once etcd refuses the release
+/// request's delete), and asking is refused with a clear error, not a hang.
 #[test]
 fn a_role_on_the_name_alone_still_releases_and_is_refused_asking() {
     let server = auth_server(&[]);
@@ -401,6 +401,21 @@ fn a_role_on_the_name_alone_still_releases_and_is_refused_asking() {
             "round {round}: the key went"
         );
     }
+    // A downgrade deletes the writer key alone too. (Mutation testing, shard 8/10:
+    // `hold/downgrade.rs:125:15`, the fallback never taken, failed the downgrade.)
+    let rw = c.session().unwrap().rwlock("jobs/nightly").unwrap();
+    let write = rw
+        .write_downgradable_timeout(Duration::from_secs(5))
+        .unwrap();
+    let read = write
+        .downgrade()
+        .unwrap_or_else(|e| panic!("downgrade: {}", e.error()));
+    assert_eq!(
+        c.get_prefix("jobs/nightly/").unwrap().len(),
+        1,
+        "the read key alone"
+    );
+    read.release().unwrap();
     let held = mutex.lock().unwrap();
     match c.request_release("jobs/nightly") {
         Err(Error::Server {
