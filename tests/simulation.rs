@@ -1535,3 +1535,52 @@ fn a_release_that_finds_its_key_gone_sends_the_request_removal_again_after_a_tim
     );
     assert!(session.is_alive());
 }
+
+/// A downgrade whose Txn applies while its answer is lost is sent again (to the next
+/// member, once the first times out): the retry finds
+/// the writer key gone and the twin rewritten by the first attempt (its mod revision past
+/// the join's), so the downgrade holds. (Mutation testing, shard 8/10:
+/// `hold/downgrade.rs:141:28` and `:142:39`, the first attempt's mark not recognised: the
+/// downgrade reported `LockLost` and released the read.)
+#[test]
+fn a_downgrade_whose_answer_is_lost_is_sent_again_and_holds() {
+    use etcd_sync::testing::sim::AfterWrites;
+
+    // Two members: the first attempt times out on one, the retry goes to the other.
+    let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
+    let client = etcd_sync::Client::builder()
+        .endpoints(cluster.endpoints())
+        .request_timeout(Duration::from_millis(500))
+        .connect()
+        .expect("a client");
+    let session = client.session().expect("a session");
+    let write = session
+        .rwlock("dg-lost")
+        .expect("a read-write lock")
+        .write_downgradable()
+        .expect("a write");
+    let (writer, twin) = (
+        write.key_str().into_owned(),
+        format!("{}.shared", write.key_str()),
+    );
+    let token = write.fencing_token();
+    cluster.after_writes(0, AfterWrites::SwallowAnswers);
+    let read = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            (0..2).for_each(|m| cluster.set_swallow_writes(m, false));
+        });
+        write.downgrade()
+    });
+    (0..2).for_each(|m| cluster.set_swallow_writes(m, false));
+    let read = read.unwrap_or_else(|e| panic!("the downgrade: {}", e.error()));
+    assert!(read.is_held());
+    assert_eq!(read.key_str(), twin.as_str());
+    let keys = cluster.keys("dg-lost/");
+    assert_eq!(
+        keys,
+        vec![(twin.clone(), token)],
+        "{writer} went, the twin stayed"
+    );
+    read.release().expect("the read's release");
+}
