@@ -29,14 +29,23 @@ fn a_leftover_is_found_in_the_read_of_a_short_line() {
     resumed_with_a_leftover_writer_key(true);
 }
 
-fn resumed_with_a_leftover_writer_key(after_a_short_line: bool) {
-    let server = etcd();
+/// A process restarted on its lease: a new client, and a session resuming the lease of a
+/// session of another client that was orphaned (its keys stay). With the lease.
+fn resumed_session(
+    server: &etcd_sync::testing::EtcdServer,
+) -> (etcd_sync::Client, etcd_sync::Session, i64) {
     let old = client(&server.endpoints());
     let first = session(&old, 10);
     let lease = first.lease_id();
     first.orphan();
     let c = client(&server.endpoints());
     let resumed = c.session_builder().resume(lease).start().unwrap();
+    (c, resumed, lease)
+}
+
+fn resumed_with_a_leftover_writer_key(after_a_short_line: bool) {
+    let server = etcd();
+    let (c, resumed, lease) = resumed_session(&server);
     let rw = resumed.rwlock("leftover").unwrap();
     if after_a_short_line {
         rw.read().unwrap().release().unwrap();
@@ -70,12 +79,7 @@ fn resumed_with_a_leftover_writer_key(after_a_short_line: bool) {
 fn a_downgradable_write_over_one_leftover_key_of_its_pair_takes_both_afresh() {
     for suffix in ["", ".shared"] {
         let server = etcd();
-        let old = client(&server.endpoints());
-        let first = session(&old, 10);
-        let lease = first.lease_id();
-        first.orphan();
-        let c = client(&server.endpoints());
-        let resumed = c.session_builder().resume(lease).start().unwrap();
+        let (c, resumed, lease) = resumed_session(&server);
         let leftover = format!("pair/{lease:x}{suffix}");
         let left_at = c.put_with_lease(&leftover, "", lease).unwrap();
         let write = resumed

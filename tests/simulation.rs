@@ -1362,7 +1362,19 @@ fn session_with_request_timeout(
     etcd_sync::Client,
     etcd_sync::Session,
 ) {
-    let cluster = etcd_sync::testing::sim::SimCluster::start(1).expect("a simulated cluster");
+    members_session_with_request_timeout(1, request_timeout)
+}
+
+/// The same on a simulated cluster of `members` members.
+fn members_session_with_request_timeout(
+    members: usize,
+    request_timeout: Duration,
+) -> (
+    etcd_sync::testing::sim::SimCluster,
+    etcd_sync::Client,
+    etcd_sync::Session,
+) {
+    let cluster = etcd_sync::testing::sim::SimCluster::start(members).expect("a simulated cluster");
     let client = etcd_sync::Client::builder()
         .endpoints(cluster.endpoints())
         .request_timeout(request_timeout)
@@ -1547,13 +1559,8 @@ fn a_downgrade_whose_answer_is_lost_is_sent_again_and_holds() {
     use etcd_sync::testing::sim::AfterWrites;
 
     // Two members: the first attempt times out on one, the retry goes to the other.
-    let cluster = etcd_sync::testing::sim::SimCluster::start(2).expect("a simulated cluster");
-    let client = etcd_sync::Client::builder()
-        .endpoints(cluster.endpoints())
-        .request_timeout(Duration::from_millis(500))
-        .connect()
-        .expect("a client");
-    let session = client.session().expect("a session");
+    let (cluster, _client, session) =
+        members_session_with_request_timeout(2, Duration::from_millis(500));
     let write = session
         .rwlock("dg-lost")
         .expect("a read-write lock")
