@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{client, etcd, eventually, handled, keys, session, streams_started};
+use common::{client, etcd, eventually, handled, keys, session, store_ranges, streams_started};
 use etcd_sync::{Client, Error, TryLockError};
 
 /// A counter kept in etcd, incremented with a plain get + put: only correct under the lock.
@@ -456,4 +456,38 @@ fn acquire_and_release_cost_one_request_and_handoff_no_read() {
     );
     assert_eq!(watches() - watch2, 0, "no watch stream opened");
     drop(m2);
+}
+
+/// What etcd reads for an uncontended lock, counted inside its requests (the store's range
+/// count, a Txn's compares included): the first acquisition on a name compares our key's
+/// absence and reads the line and our lease's keys under the name (a resumed lease's
+/// leftovers may be there); a later one, after a short line, compares and reads the line
+/// alone (our lease's keys are in it); a release compares our key's create revision and
+/// lease. (Mutation testing, `line/queue/mod.rs`: a line taken for long when its read was
+/// whole read our lease's keys again in every Txn, at no cost in requests.)
+#[test]
+fn an_uncontended_lock_reads_our_leases_keys_only_on_its_first_acquisition() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 30);
+    let m = s.mutex("reads").unwrap();
+    let ranges = || store_ranges(&server.metrics().unwrap());
+    for round in 0..3 {
+        let before = ranges();
+        let g = m.lock().unwrap();
+        let acquired = ranges();
+        drop(g);
+        let released = ranges();
+        let expected = if round == 0 { 3 } else { 2 };
+        assert_eq!(
+            acquired - before,
+            expected,
+            "round {round}: ranges of the acquisition"
+        );
+        assert_eq!(
+            released - acquired,
+            2,
+            "round {round}: ranges of the release"
+        );
+    }
 }

@@ -7,7 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, client, etcd, etcdctl_command as etcdctl, eventually, keys, session};
+use common::{
+    ChildGuard, client, etcd, etcdctl_command as etcdctl, eventually, keys, session, store_ranges,
+};
 use etcd_sync::{Error, TryLockError};
 
 #[test]
@@ -649,4 +651,36 @@ fn a_reader_sees_a_writer_put_in_one_txn_with_readers_across_a_page_boundary() {
         .unwrap()
         .release()
         .unwrap();
+}
+
+/// A downgradable write's Txn reads the line and nothing else, also on a name's first
+/// acquisition: it puts two keys only if both are absent, so a leftover key of our lease
+/// fails its compares and is read then, not in every Txn (the store's range count: two
+/// compares and the line's read). Its release compares both keys' create revision and our
+/// lease. (Mutation testing, `line/queue/mod.rs`: `&&` → `||` in the lease read's
+/// condition read our lease's keys in a downgradable write's Txn too.)
+#[test]
+fn a_downgradable_write_reads_only_the_line_in_its_txn() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let s = session(&c, 30);
+    let rw = s.rwlock("reads-rw").unwrap();
+    let ranges = || store_ranges(&server.metrics().unwrap());
+    for round in 0..2 {
+        let before = ranges();
+        let write = rw.write_downgradable().unwrap();
+        let acquired = ranges();
+        drop(write);
+        let released = ranges();
+        assert_eq!(
+            acquired - before,
+            3,
+            "round {round}: ranges of the acquisition"
+        );
+        assert_eq!(
+            released - acquired,
+            4,
+            "round {round}: ranges of the release"
+        );
+    }
 }

@@ -159,6 +159,13 @@ pub fn handled(metrics: &str, method: &str) -> u64 {
     metrics.sum("grpc_server_handled_total", &[("grpc_method", method)]) as u64
 }
 
+/// Ranges etcd's store has served, those inside Txns and a Txn's compares included
+/// (`etcd_mvcc_range_total`): what a request reads, where `handled` counts only requests.
+pub fn store_ranges(metrics: &str) -> u64 {
+    let metrics = etcd_sync::testing::metrics::parse(metrics).expect("etcd's /metrics text");
+    metrics.sum("etcd_mvcc_range_total", &[]) as u64
+}
+
 /// Watch events etcd has sent to watchers, all streams together.
 pub fn events_delivered(metrics: &str) -> u64 {
     let metrics = etcd_sync::testing::metrics::parse(metrics).expect("etcd's /metrics text");
