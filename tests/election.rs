@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, etcd, eventually, keys, session};
+use common::{client, etcd, eventually, handled, keys, session};
 use etcd_sync::{Error, Holder, LeaderEvent, Observer, Txn, TxnOp};
 
 fn next_event(observer: &Observer) -> LeaderEvent {
@@ -336,6 +336,14 @@ fn resumed_session_recampaigns_and_keeps_leadership() {
     assert!(matches!(waiter.join().unwrap(), Err(Error::Timeout { .. })));
     let observer = resumed.election("restart").unwrap().observe().unwrap();
     assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("def"));
+    // The guard knows the revision the resumed campaign wrote: the next proclamation is
+    // one Txn. (Mutation testing, shard 6/10: `join.rs`, the written revision dropped, sent
+    // a Txn that failed its compare, a read and the Txn again.)
+    let txns = || handled(&server.metrics().unwrap(), "Txn");
+    let before = txns();
+    l2.proclaim("ghi").unwrap();
+    assert_eq!(txns() - before, 1, "one Txn for the proclamation");
+    assert_eq!(value_of(&next_event(&observer)).as_deref(), Some("ghi"));
 }
 
 /// A resumed session's campaign with the value its key already holds keeps its place and
@@ -354,7 +362,7 @@ fn a_resumed_campaign_with_the_same_value_writes_nothing() {
     s.orphan();
     let resumed = c.session_builder().resume(s.lease_id()).start().unwrap();
     let election = resumed.election("same").unwrap();
-    let ranges = || common::handled(&server.metrics().unwrap(), "Range");
+    let ranges = || handled(&server.metrics().unwrap(), "Range");
     let before_ranges = ranges();
     let again = election.campaign("abc").unwrap();
     assert_eq!(again.fencing_token(), token, "kept its place");
