@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client, etcd, eventually, keys, session};
-use etcd_sync::Error;
+use etcd_sync::{Error, TryLockError};
 
 /// A process that resumed its lease after a restart finds a writer key of its previous
 /// life under the name (an enqueue etcd applied after the old process gave up on it). Its
@@ -213,4 +213,27 @@ fn leftover_far_ahead(name: &str, before: Option<usize>) {
     assert_eq!(held, LINE, "every waiter ahead held and released");
     assert_eq!(keys(&c, &prefix), vec![write.key_str().into_owned()]);
     assert!(write.is_held());
+}
+
+/// Only keys of our own lease are leftovers: a `try_write` behind another session's reader
+/// reads nothing beside its join and its cleanup (etcd's Range count, the cleanup in the
+/// background given time to finish). (Mutation testing, shard 6/10: `leftover.rs`, `||` →
+/// `&&` in the lease check, read every key of another lease in another mode ahead.)
+#[test]
+fn keys_of_other_leases_ahead_are_never_read_as_leftovers() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (reader, writer) = (session(&c, 10), session(&c, 10));
+    let _read = reader.rwlock("others").unwrap().read().unwrap();
+    let rw = writer.rwlock("others").unwrap();
+    let ranges = || common::handled(&server.metrics().unwrap(), "Range");
+    // The reader's guard follows its key from a read after its first 200 ms.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = ranges();
+    for _ in 0..3 {
+        assert!(matches!(rw.try_write(), Err(TryLockError::WouldBlock)));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(ranges() - before, 0, "a key of another lease was read");
+    assert_eq!(keys(&c, "others/").len(), 1, "the reader's key alone");
 }
