@@ -416,6 +416,22 @@ fn a_role_on_the_name_alone_still_releases_and_is_refused_asking() {
         "the read key alone"
     );
     read.release().unwrap();
+    // The writer's line remembers the refusal: the next downgrade is one Txn, not a
+    // refused one and another (mutation testing, shard 7/10: `requests.rs`, `deny` → `()`).
+    let write = rw
+        .write_downgradable_timeout(Duration::from_secs(5))
+        .unwrap();
+    let txns = || common::handled(&server.metrics().unwrap(), "Txn");
+    let before = txns();
+    let read = write
+        .downgrade()
+        .unwrap_or_else(|e| panic!("second downgrade: {}", e.error()));
+    assert_eq!(
+        txns() - before,
+        1,
+        "the second downgrade sent the release request's delete"
+    );
+    read.release().unwrap();
     let held = mutex.lock().unwrap();
     match c.request_release("jobs/nightly") {
         Err(Error::Server {
