@@ -458,7 +458,11 @@ fn acquire_and_release_cost_one_request_and_handoff_no_read() {
     // Without a lock-delay no wait reads the leases ahead (mutation testing, shard 3/10:
     // `acquire.rs`, the delay's guard taken as always true, read them while nobody used
     // the readings).
-    assert_eq!(count("LeaseTimeToLive"), 0, "a lease read without a lock-delay");
+    assert_eq!(
+        count("LeaseTimeToLive"),
+        0,
+        "a lease read without a lock-delay"
+    );
     drop(m2);
 }
 

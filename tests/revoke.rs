@@ -428,3 +428,34 @@ fn a_forced_release_removes_the_release_request() {
     second.release().unwrap();
     assert!(keys(&c, "n9").is_empty());
 }
+
+/// Listening for requests costs one read of the request key: the watcher of its puts then
+/// starts right after that read, from what it covered (etcd's Range count, the listener
+/// given time to settle). A member without etcd #18089's fix (before 3.4.34 and 3.5.15)
+/// has the watcher start one revision early, registered unsynced: one read more there.
+/// (Mutation testing, shard 7/10: `requests.rs`, a watcher that starts where the read left
+/// off read the key again.)
+#[test]
+fn listening_for_requests_reads_the_request_key_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let holder = session(&c, 10);
+    let guard = holder.mutex("listened").unwrap().lock().unwrap();
+    // The guard follows its key from a read after its first 200 ms.
+    std::thread::sleep(Duration::from_millis(500));
+    let ranges = || common::handled(&server.metrics().unwrap(), "Range");
+    let before = ranges();
+    let asked = guard.release_requested();
+    std::thread::sleep(Duration::from_millis(500));
+    let v = server.version();
+    let unfixed = !v.at_least(3, 6) && v.patch < if v.minor == 5 { 15 } else { 34 };
+    let expected = if unfixed { 2 } else { 1 };
+    assert_eq!(
+        ranges() - before,
+        expected,
+        "reads of the request key on {v}"
+    );
+    let other = client(&server.endpoints());
+    other.request_release("listened").unwrap();
+    assert!(asked.recv_timeout(PROMPTLY).is_ok(), "the request arrives");
+}
