@@ -161,15 +161,7 @@ impl Hub {
                     return;
                 }
                 if watcher.through.is_some() {
-                    if known < watcher.history_from {
-                        // Too old for the history: the subscriber reads again.
-                        receiver.tell(Delivery::From {
-                            after: watcher.history_from,
-                            fresh: false,
-                        });
-                    } else {
-                        watcher.replay(&mut receiver, known);
-                    }
+                    watcher.take_up(&mut receiver, known);
                 }
                 watcher.subscribers.insert(id, receiver);
             }
