@@ -497,3 +497,43 @@ impl Hub {
         self.ensure_created(spec, Some(stream));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::watch::Only;
+
+    /// A pin with the revision its line was read at starts a watcher nobody has started
+    /// right after that read; a pin of a running watcher leaves what it covers alone (moved
+    /// to a later read, a break right after would resume it past events its subscribers
+    /// have not had), and a read at revision 0 starts nothing (a watcher "covering" 0 but
+    /// created from now would vouch for events it never asked for). (Mutation testing,
+    /// shard 8/10: `hub.rs:184`, `&&` → `||` and `>` → `>=` in the pin's start.)
+    #[test]
+    fn a_pin_starts_only_a_new_watcher_and_only_at_a_read_revision() {
+        let spec = Spec::prefix(b"l/", Only::Deletes);
+        let mut hub = Hub::default();
+        hub.apply(Command::Pin(spec.clone(), Some(0)), None);
+        assert_eq!(
+            hub.watchers[&spec].through, None,
+            "from now: nothing covered"
+        );
+        let other = Spec::prefix(b"m/", Only::Deletes);
+        hub.apply(Command::Pin(other.clone(), Some(10)), None);
+        assert_eq!(
+            hub.watchers[&other].through,
+            Some(10),
+            "right after the read"
+        );
+        hub.apply(Command::Pin(other.clone(), Some(30)), None);
+        assert_eq!(
+            hub.watchers[&other].through,
+            Some(10),
+            "a running watcher moved"
+        );
+        assert_eq!(hub.watchers[&other].pins, 2);
+        hub.apply(Command::Unpin(other.clone()), None);
+        hub.apply(Command::Unpin(other.clone()), None);
+        assert!(!hub.watchers.contains_key(&other), "unpinned, it goes");
+    }
+}
