@@ -63,7 +63,6 @@ pub(super) async fn run(rpc: Rpc, mut commands: UnboundedReceiver<Command>) {
     let mut hub = Hub::default();
     let mut backoff = Backoff::quick();
     loop {
-        hub.prune();
         if hub.watchers.is_empty() {
             // A stream needs a first watcher (etcd answers headers with the first
             // response), so an idle client keeps none.
@@ -111,13 +110,12 @@ impl Hub {
         self.next_id
     }
 
-    /// Drops watchers nobody wants (their etcd watcher went with the stream, or is
-    /// cancelled by `apply`).
-    fn prune(&mut self) {
-        self.watchers.retain(|_, watcher| watcher.is_wanted());
-    }
-
+    /// The stream ended: the watchers nobody wants go (their etcd watchers went with it; a
+    /// subscriber that went without a word leaves one behind until then), and every other
+    /// one is to be created again on the next stream (no id there, nothing confirmed: a
+    /// create the proxy does not confirm must be noticed there too).
     fn stream_closed(&mut self) {
+        self.watchers.retain(|_, watcher| watcher.is_wanted());
         self.by_id.clear();
         for watcher in self.watchers.values_mut() {
             watcher.id = None;
@@ -500,6 +498,7 @@ impl Hub {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Batch, Receiver};
     use super::*;
     use crate::transport::watch::Only;
 
@@ -535,5 +534,46 @@ mod tests {
         hub.apply(Command::Unpin(other.clone()), None);
         hub.apply(Command::Unpin(other.clone()), None);
         assert!(!hub.watchers.contains_key(&other), "unpinned, it goes");
+    }
+
+    /// A subscriber that takes every delivery.
+    struct Taking;
+
+    impl Receiver for Taking {
+        fn tell(&mut self, _: Delivery) -> bool {
+            true
+        }
+        fn events(&mut self, _: &Batch) -> bool {
+            true
+        }
+    }
+
+    /// After a stream, the hub keeps only the watchers someone wants, each to be created
+    /// again: no id on the next stream yet, not confirmed (through a proxy, a create it never
+    /// confirms ends that stream only if it is known to be unconfirmed). (Mutation testing,
+    /// shard 8/10: `Hub::prune` → `()` kept unwanted watchers for ever, re-created on every
+    /// stream; `Hub::stream_closed` → `()` took every re-created watcher for confirmed.)
+    #[test]
+    fn a_closed_stream_leaves_the_wanted_watchers_to_be_created_again() {
+        let (wanted, unwanted) = (
+            Spec::prefix(b"l/", Only::Deletes),
+            Spec::prefix(b"m/", Only::Deletes),
+        );
+        let mut hub = Hub::default();
+        for (id, spec) in [(5, &wanted), (6, &unwanted)] {
+            let watcher = hub.watchers.entry(spec.clone()).or_default();
+            watcher.sent(id, true);
+            watcher.created = true;
+            hub.by_id.insert(id, spec.clone());
+        }
+        let subscriber: Box<dyn super::super::Receiver> = Box::new(Taking);
+        hub.watchers
+            .get_mut(&wanted)
+            .map(|w| w.subscribers.insert(1, subscriber));
+        hub.stream_closed();
+        assert_eq!(hub.watchers.keys().collect::<Vec<_>>(), vec![&wanted]);
+        let watcher = &hub.watchers[&wanted];
+        assert_eq!((watcher.id, watcher.created), (None, false));
+        assert!(hub.by_id.is_empty());
     }
 }
