@@ -158,6 +158,48 @@ fn a_release_then_close_hands_over_at_once() {
     );
 }
 
+/// A holder that held a while, then released and closed its session (a process that exits
+/// after its work), hands over at once: the waiter looked the holder's lease up again at
+/// half of each proof's life, so a proof still stands when the key goes, though the revoke
+/// lands before the waiter hears of the delete (through a proxy). (Mutation testing, shard
+/// 4/10: `delay.rs`, the next lookup at twice the proof's life instead of half; a release
+/// in the gap between proofs cost the lock-delay.)
+#[test]
+fn a_release_and_close_after_a_long_hold_hands_over_at_once() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let proxy = EtcdProxy::start(&server.endpoints()).unwrap();
+    let waiting = session(&client(&[proxy.endpoint()]), 30);
+    let mutex = waiting
+        .mutex("ld-long")
+        .unwrap()
+        .lock_delay(Duration::from_secs(3))
+        .unwrap();
+    for round in 0..2 {
+        // A 5 s lease: etcd reports 3-4 s left, each proof lasts about 3 s.
+        let holder = session(&c, 5);
+        let held = holder.mutex("ld-long").unwrap().lock().unwrap();
+        let waiter = wait_and_say_held(mutex.clone(), Duration::from_secs(30));
+        assert!(eventually(Duration::from_secs(5), || keys(&c, "ld-long/")
+            .len()
+            == 2));
+        thread::sleep(Duration::from_millis(4500));
+        let released = Instant::now();
+        held.release().unwrap();
+        holder.close().unwrap();
+        let (acquired, result) = waiter.join().unwrap();
+        assert!(
+            result.unwrap(),
+            "round {round}: the waiter's guard was not held"
+        );
+        let took = acquired.duration_since(released);
+        assert!(
+            took < Duration::from_secs(1),
+            "round {round}: a release and close after a long hold took {took:?} to hand over"
+        );
+    }
+}
+
 /// Lock-delay protects against an expiry, the loss a paused holder cannot see. A lease
 /// revoked while its key was held (`Session::close`, `etcdctl lease revoke`) is a forced
 /// release, as an operator's delete of the key is: the waiter takes over at once.
