@@ -499,3 +499,42 @@ fn an_uncontended_lock_reads_our_leases_keys_only_on_its_first_acquisition() {
         );
     }
 }
+
+/// A waiter's line keeps the watcher of deletes under its name while the line lives: later
+/// waits at the front create and cancel no watcher, though nobody used it in between
+/// (etcd's count of watch messages received). (Mutation testing, shard 7/10: `place.rs`,
+/// the front's pin dropped, created and cancelled the watcher with each wait.)
+#[test]
+fn waits_at_the_front_reuse_the_lines_watcher() {
+    let server = etcd();
+    let c = client(&server.endpoints());
+    let (s1, s2) = (session(&c, 30), session(&c, 30));
+    let (m1, m2) = (s1.mutex("reuse").unwrap(), s2.mutex("reuse").unwrap());
+    let messages = || {
+        etcd_sync::testing::metrics::parse(&server.metrics().unwrap())
+            .unwrap()
+            .sum(
+                "grpc_server_msg_received_total",
+                &[("grpc_method", "Watch")],
+            )
+    };
+    let mut before = None;
+    for round in 0..3 {
+        let held = m1.lock().unwrap();
+        let m = m2.clone();
+        let waiter = std::thread::spawn(move || m.lock().map(drop));
+        assert!(eventually(Duration::from_secs(2), || keys(&c, "reuse/")
+            .len()
+            == 2));
+        std::thread::sleep(Duration::from_millis(300));
+        drop(held);
+        waiter.join().unwrap().unwrap();
+        // Nobody holds or waits now.
+        std::thread::sleep(Duration::from_millis(300));
+        let now = messages();
+        if let Some(before) = before {
+            assert_eq!(now - before, 0.0, "round {round}: watch messages");
+        }
+        before = Some(now);
+    }
+}
