@@ -440,6 +440,20 @@ fn a_role_on_the_name_alone_still_releases_and_is_refused_asking() {
         }) => {}
         other => panic!("asking without permission beside the name: {other:?}"),
     }
+    // Listening for requests needs a read beside the name too: refused once, it is not
+    // tried again for the hold's life (mutation testing, shard 7/10: `requests.rs`, a
+    // refused read retried as an unanswered one). The guard's own read comes first.
+    std::thread::sleep(Duration::from_millis(500));
+    let ranges = || common::handled(&server.metrics().unwrap(), "Range");
+    let before = ranges();
+    let _asked = held.release_requested();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        ranges() - before,
+        1,
+        "reads of a request key we may not read"
+    );
+    assert!(held.is_held());
     drop(held);
     assert!(c.get_prefix("jobs/nightly/").unwrap().is_empty());
 }
