@@ -708,3 +708,44 @@ fn a_recampaign_refused_for_want_of_permission_says_so() {
     let kv = root.get(&own).unwrap().expect("the key stands");
     assert_eq!(kv.value, b"first", "the value is the last one written");
 }
+
+/// A release etcd refuses outright (the user's role lost the name while it held) reports
+/// the refusal at once: the Txn with the release request's delete, the Txn without it, and
+/// no more. (Mutation testing, shard 5/10: `hold/mod.rs`, a refused release handed to the
+/// background removal, which was refused once more before the caller heard.)
+#[test]
+fn a_release_refused_outright_reports_the_refusal_at_once() {
+    let server = auth_server(&[]);
+    let c = user_with_role(
+        &server,
+        "leaving",
+        &[&["readwrite", "jobs/leaving/", "jobs/leaving0"]],
+    );
+    let guard = c
+        .session()
+        .unwrap()
+        .mutex("jobs/leaving")
+        .unwrap()
+        .lock()
+        .unwrap();
+    root_ctl(
+        &server,
+        &[
+            "role",
+            "revoke-permission",
+            "leaving",
+            "jobs/leaving/",
+            "jobs/leaving0",
+        ],
+    );
+    let txns = || common::handled(&server.metrics().unwrap(), "Txn");
+    let before = txns();
+    match guard.release() {
+        Err(Error::Server {
+            code: Code::PermissionDenied,
+            ..
+        }) => {}
+        other => panic!("a release the role no longer allows: {other:?}"),
+    }
+    assert_eq!(txns() - before, 2, "Txns of a release refused outright");
+}
