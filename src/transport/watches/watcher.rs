@@ -390,9 +390,12 @@ mod tests {
         }
     }
 
-    /// A subscriber that keeps what it is told: `Some(after)` for a `From`, `None` for a
+    /// What a subscriber was told, in order: `Some(after)` for a `From`, `None` for a
     /// batch, with the batch's revisions.
-    struct Kept(std::sync::Arc<std::sync::Mutex<Vec<(Option<i64>, Vec<i64>)>>>);
+    type Heard = Vec<(Option<i64>, Vec<i64>)>;
+
+    /// A subscriber that keeps what it is told.
+    struct Kept(std::sync::Arc<std::sync::Mutex<Heard>>);
 
     impl Receiver for Kept {
         fn tell(&mut self, delivery: Delivery) -> bool {
@@ -410,7 +413,7 @@ mod tests {
         }
     }
 
-    fn taken_up(w: &Watcher, known: i64) -> Vec<(Option<i64>, Vec<i64>)> {
+    fn taken_up(w: &Watcher, known: i64) -> Heard {
         let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut subscriber: Subscriber = Box::new(Kept(kept.clone()));
         w.take_up(&mut subscriber, known);
