@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::watcher::Watcher;
+use super::watcher::{Recheck, Watcher};
 use super::{Command, Delivery, Spec, UNSYNCED_WINDOW};
 use crate::support::backoff::Backoff;
 use crate::support::error::Result;
@@ -323,17 +323,14 @@ impl Hub {
         let now = crate::support::clock::now();
         let mut silent = Vec::new();
         for (spec, watcher) in &self.watchers {
-            let Some(heard) = watcher.heard_at else {
-                continue;
-            };
-            let quiet = now.saturating_duration_since(heard);
-            if watcher.id.is_some() && !watcher.created && quiet >= limit {
-                return Err(crate::support::error::Error::unavailable(
-                    "etcd's gRPC proxy did not confirm a watcher",
-                ));
-            }
-            if watcher.created && quiet >= PROXY_SILENCE {
-                silent.push(spec.clone());
+            match watcher.through_proxy(now, limit, PROXY_SILENCE) {
+                Recheck::Unconfirmed => {
+                    return Err(crate::support::error::Error::unavailable(
+                        "etcd's gRPC proxy did not confirm a watcher",
+                    ));
+                }
+                Recheck::Silent => silent.push(spec.clone()),
+                Recheck::Fine => {}
             }
         }
         for spec in silent {

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Batch, Delivery, Receiver, Spec, UNSYNCED_WINDOW};
 use crate::transport::watch::{Event, Watch};
@@ -13,6 +13,17 @@ const HISTORY_EVENTS: usize = 1024;
 
 /// One subscriber of a watcher: where its deliveries go.
 pub(super) type Subscriber = Box<dyn Receiver>;
+
+/// What a recheck through etcd's gRPC proxy makes of a watcher ([`Watcher::through_proxy`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Recheck {
+    /// Nothing to do.
+    Fine,
+    /// Confirmed and silent for the proxy's bound: to be created again from now.
+    Silent,
+    /// Sent on this stream and not confirmed within a request timeout: the stream ends.
+    Unconfirmed,
+}
 
 /// One etcd watcher and its subscribers.
 #[derive(Default)]
@@ -126,6 +137,28 @@ impl Watcher {
             .filter(|batch| batch.iter().any(|event| event.kv.mod_revision > known));
         for batch in newer {
             subscriber.events(batch);
+        }
+    }
+
+    /// What a recheck through a proxy at `now` makes of it: `limit` is how long a create may
+    /// go unconfirmed (a request timeout), `silence` how long a confirmed watcher may hear
+    /// nothing. One never sent on this stream is fine however quiet.
+    pub(super) fn through_proxy(
+        &self,
+        now: Instant,
+        limit: Duration,
+        silence: Duration,
+    ) -> Recheck {
+        let Some(heard) = self.heard_at else {
+            return Recheck::Fine;
+        };
+        let quiet = now.saturating_duration_since(heard);
+        if self.id.is_some() && !self.created && quiet >= limit {
+            Recheck::Unconfirmed
+        } else if self.created && quiet >= silence {
+            Recheck::Silent
+        } else {
+            Recheck::Fine
         }
     }
 
@@ -453,6 +486,38 @@ mod tests {
         assert_eq!(w.history_from, 14, "the events after 14 are kept");
         assert_eq!(taken_up(&w, 13), vec![(Some(14), vec![])]);
         assert_eq!(taken_up(&w, last - 1), vec![(None, vec![last])]);
+    }
+
+    /// Through a proxy, a create unconfirmed for a request timeout ends the stream, a
+    /// confirmed watcher silent for the bound starts again; both bounds inclusive (mutation
+    /// shard 8/10: `hub.rs:340:66`, the create's bound reversed, survived `tests/proxy.rs`).
+    #[test]
+    fn a_recheck_through_a_proxy_judges_unconfirmed_and_silent_watchers() {
+        let (limit, silence) = (Duration::from_secs(3), Duration::from_secs(1));
+        let now = Instant::now() + Duration::from_secs(10);
+        let at = |id: Option<i64>, created: bool, quiet_ms: u64| Watcher {
+            id,
+            created,
+            heard_at: Some(now - Duration::from_millis(quiet_ms)),
+            ..Default::default()
+        };
+        let judged = |w: Watcher| w.through_proxy(now, limit, silence);
+        assert_eq!(judged(at(Some(1), false, 3000)), Recheck::Unconfirmed);
+        assert_eq!(judged(at(Some(1), false, 2999)), Recheck::Fine);
+        assert_eq!(
+            judged(at(None, false, 9000)),
+            Recheck::Fine,
+            "never sent here"
+        );
+        assert_eq!(judged(at(Some(1), true, 1000)), Recheck::Silent);
+        assert_eq!(judged(at(Some(1), true, 999)), Recheck::Fine);
+        assert_eq!(
+            judged(at(Some(1), true, 9000)),
+            Recheck::Silent,
+            "confirmed"
+        );
+        assert_eq!(judged(at(None, false, 1500)), Recheck::Fine, "unconfirmed");
+        assert_eq!(judged(Watcher::default()), Recheck::Fine, "never heard of");
     }
 
     #[test]
