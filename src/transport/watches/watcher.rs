@@ -494,7 +494,7 @@ mod tests {
     #[test]
     fn a_recheck_through_a_proxy_judges_unconfirmed_and_silent_watchers() {
         let (limit, silence) = (Duration::from_secs(3), Duration::from_secs(1));
-        let now = Instant::now() + Duration::from_secs(10);
+        let now = crate::support::clock::now() + Duration::from_secs(10);
         let at = |id: Option<i64>, created: bool, quiet_ms: u64| Watcher {
             id,
             created,
