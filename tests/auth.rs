@@ -749,3 +749,57 @@ fn a_release_refused_outright_reports_the_refusal_at_once() {
     }
     assert_eq!(txns() - before, 2, "Txns of a release refused outright");
 }
+
+/// A downgrade etcd refuses outright (the role lost the name while the write was held),
+/// once the line knows its release requests are out of reach, sends its Txn once and ends
+/// the write lock. (Mutation testing, shard 8/10: `hold/downgrade.rs`, the fallback without
+/// the release request taken when there was none to leave out: the same Txn twice.)
+#[test]
+fn a_downgrade_refused_outright_is_sent_once() {
+    let server = auth_server(&[]);
+    let c = user_with_role(
+        &server,
+        "demoted",
+        &[&["readwrite", "jobs/demoted/", "jobs/demoted0"]],
+    );
+    let rw = c.session().unwrap().rwlock("jobs/demoted").unwrap();
+    // The first downgrade learns that the release request may not be deleted.
+    let write = rw.write_downgradable().unwrap();
+    write
+        .downgrade()
+        .unwrap_or_else(|e| panic!("downgrade: {}", e.error()))
+        .release()
+        .unwrap();
+    let write = rw.write_downgradable().unwrap();
+    root_ctl(
+        &server,
+        &[
+            "role",
+            "revoke-permission",
+            "demoted",
+            "jobs/demoted/",
+            "jobs/demoted0",
+        ],
+    );
+    let txns = || common::handled(&server.metrics().unwrap(), "Txn");
+    let before = txns();
+    let refused = match write.downgrade() {
+        Ok(_) => panic!("a downgrade the role no longer allows succeeded"),
+        Err(e) => e,
+    };
+    let sent = txns() - before;
+    assert!(
+        matches!(
+            refused.error(),
+            Error::Server {
+                code: Code::PermissionDenied,
+                ..
+            }
+        ),
+        "{}",
+        refused.error()
+    );
+    // The downgrade's one Txn, then the release of both keys (the write lock is over
+    // after a failed downgrade), each refused too.
+    assert_eq!(sent, 3, "Txns of a downgrade refused outright");
+}
