@@ -841,12 +841,7 @@ fn a_watcher_refused_as_it_is_created_again_is_given_up_at_once() {
     server.restart().unwrap();
     std::thread::sleep(Duration::from_secs(3));
     // The member's counters start again with it.
-    let messages = etcd_sync::testing::metrics::parse(&server.metrics().unwrap())
-        .unwrap()
-        .sum(
-            "grpc_server_msg_received_total",
-            &[("grpc_method", "Watch")],
-        );
+    let messages = common::watch_messages(&server.metrics().unwrap());
     assert!(
         messages <= 3.0,
         "{messages} watch messages after the restart"

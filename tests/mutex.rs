@@ -510,14 +510,7 @@ fn waits_at_the_front_reuse_the_lines_watcher() {
     let c = client(&server.endpoints());
     let (s1, s2) = (session(&c, 30), session(&c, 30));
     let (m1, m2) = (s1.mutex("reuse").unwrap(), s2.mutex("reuse").unwrap());
-    let messages = || {
-        etcd_sync::testing::metrics::parse(&server.metrics().unwrap())
-            .unwrap()
-            .sum(
-                "grpc_server_msg_received_total",
-                &[("grpc_method", "Watch")],
-            )
-    };
+    let messages = || common::watch_messages(&server.metrics().unwrap());
     let mut before = None;
     for round in 0..3 {
         let held = m1.lock().unwrap();

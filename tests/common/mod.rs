@@ -166,6 +166,15 @@ pub fn store_ranges(metrics: &str) -> u64 {
     metrics.sum("etcd_mvcc_range_total", &[]) as u64
 }
 
+/// Watch messages etcd has received (creates and cancels), all streams together.
+pub fn watch_messages(metrics: &str) -> f64 {
+    let metrics = etcd_sync::testing::metrics::parse(metrics).expect("etcd's /metrics text");
+    metrics.sum(
+        "grpc_server_msg_received_total",
+        &[("grpc_method", "Watch")],
+    )
+}
+
 /// Watch events etcd has sent to watchers, all streams together.
 pub fn events_delivered(metrics: &str) -> u64 {
     let metrics = etcd_sync::testing::metrics::parse(metrics).expect("etcd's /metrics text");
